@@ -1,0 +1,54 @@
+# Cairn: `make run` builds the default image and boots it in QEMU;
+# `make test` runs every test, including one QEMU boot.
+
+VERSION ?= 0.1.0
+OUT     ?= _out
+BIN     := $(OUT)/bin
+GO      ?= go
+# Node binaries are static and reproducible: no cgo, no paths, no build IDs.
+GOFLAGS_NODE := -trimpath -buildvcs=false
+LDFLAGS := -s -w -buildid= -X github.com/cairn-os/cairn/internal/version.Version=$(VERSION)
+
+export CGO_ENABLED := 0
+
+.PHONY: all deps build image run test test-unit test-e2e bench proto clean
+
+all: build
+
+deps:
+	@./hack/deps.sh
+
+build:
+	$(GO) build $(GOFLAGS_NODE) -ldflags '$(LDFLAGS)' -o $(BIN)/cairn ./cmd/cairn
+	$(GO) build $(GOFLAGS_NODE) -ldflags '$(LDFLAGS)' -o $(BIN)/init ./init
+	$(GO) build $(GOFLAGS_NODE) -ldflags '$(LDFLAGS)' -o $(BIN)/cairn-agent ./agent
+
+$(OUT)/machine.yaml: | build
+	$(BIN)/cairn config gen --out $(OUT)
+
+image: deps build $(OUT)/machine.yaml
+	$(BIN)/cairn image build -c $(OUT)/machine.yaml -o $(OUT)/node.raw
+
+run: image
+	$(BIN)/cairn qemu run --cairnconfig $(OUT)/cairnconfig $(OUT)/node.raw
+
+test: deps
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt: files above need formatting'; exit 1; }
+	$(GO) test -timeout 20m ./...
+	$(GO) test -tags e2e -timeout 30m -v -count=1 ./test/e2e/
+
+test-unit:
+	$(GO) test ./...
+
+bench: deps
+	$(GO) test -tags e2e -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/e2e/
+
+proto:
+	protoc -I api/machine -I /usr/include \
+	  --go_out=api/machine --go_opt=paths=source_relative \
+	  --go-grpc_out=api/machine --go-grpc_opt=paths=source_relative \
+	  api/machine/machine.proto
+
+clean:
+	rm -rf $(OUT)

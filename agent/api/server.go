@@ -1,0 +1,115 @@
+// Package api serves the management API of a Cairn node: gRPC over mutual
+// TLS, every caller identified by its client certificate and allowed by its
+// role (admin, operator, reader).
+package api
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/internal/version"
+	"github.com/cairn-os/cairn/machineconfig"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// InitClient is the agent's connection to init's control socket.
+type InitClient struct {
+	machine.InitClient
+	conn *grpc.ClientConn
+}
+
+// DialInit connects to init's control socket at path.
+func DialInit(path string) (*InitClient, error) {
+	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("dial init at %s: %w", path, err)
+	}
+	return &InitClient{InitClient: machine.NewInitClient(conn), conn: conn}, nil
+}
+
+// Close closes the connection.
+func (c *InitClient) Close() error { return c.conn.Close() }
+
+// NewServer returns the gRPC server of the management API.
+func NewServer(cfg *machineconfig.Config, init machine.InitClient) (*grpc.Server, error) {
+	tlsCfg, err := cfg.Machine.API.TLSConfig()
+	if err != nil {
+		return nil, err
+	}
+	srv := grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(tlsCfg)),
+		grpc.UnaryInterceptor(authorize),
+	)
+	machine.RegisterMachineServer(srv, &machineServer{init: init})
+	return srv, nil
+}
+
+type machineServer struct {
+	machine.UnimplementedMachineServer
+	init machine.InitClient
+}
+
+func (s *machineServer) Version(ctx context.Context, _ *machine.VersionRequest) (*machine.VersionResponse, error) {
+	resp := &machine.VersionResponse{CairnVersion: version.Version}
+	var u unix.Utsname
+	if err := unix.Uname(&u); err == nil {
+		resp.Kernel = unix.ByteSliceToString(u.Release[:])
+	}
+	resp.Hostname, _ = os.Hostname()
+	resp.Addresses = addresses()
+	resp.Uptime = durationpb.New(uptime())
+	tl, err := s.init.BootTimeline(ctx, &machine.BootTimelineRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("boot timeline from init: %w", err)
+	}
+	resp.BootTimeline = tl.Steps
+	return resp, nil
+}
+
+func (s *machineServer) Reboot(ctx context.Context, req *machine.RebootRequest) (*machine.RebootResponse, error) {
+	return s.init.Reboot(ctx, req)
+}
+
+func (s *machineServer) Shutdown(ctx context.Context, req *machine.ShutdownRequest) (*machine.ShutdownResponse, error) {
+	return s.init.Shutdown(ctx, req)
+}
+
+// addresses lists the node's interface addresses, loopback excluded.
+func addresses() []string {
+	var out []string
+	ifaces, _ := net.Interfaces()
+	for _, ifc := range ifaces {
+		if ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			out = append(out, a.String())
+		}
+	}
+	return out
+}
+
+// uptime reads the time since boot from /proc/uptime.
+func uptime() time.Duration {
+	raw, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return 0
+	}
+	f, _, _ := strings.Cut(string(raw), " ")
+	secs, err := strconv.ParseFloat(f, 64)
+	if err != nil {
+		return 0
+	}
+	return time.Duration(secs * float64(time.Second))
+}

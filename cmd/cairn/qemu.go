@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/cairn-os/cairn/api/client"
+	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/machineconfig"
+	"github.com/cairn-os/cairn/qemu"
+	"github.com/spf13/cobra"
+)
+
+func qemuCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "qemu", Short: "Boot images in QEMU"}
+	var o qemu.Options
+	var cairnconfig string
+	var timeout time.Duration
+	run := &cobra.Command{
+		Use:   "run DISK",
+		Short: "Boot a disk image, wait for its API, and shut it down cleanly on Ctrl-C",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Disk = args[0]
+			cc, err := machineconfig.LoadClientConfig(cairnconfig)
+			if err != nil {
+				return fmt.Errorf("%w (the API is probed with it: pass --cairnconfig)", err)
+			}
+			endpoint := fmt.Sprintf("127.0.0.1:%d", o.APIPort)
+			c, err := client.Dial(cc, endpoint)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return runVM(cmd.Context(), o, c, endpoint, cairnconfig, timeout)
+		},
+	}
+	run.Flags().IntVar(&o.APIPort, "api-port", 50000, "port on 127.0.0.1 forwarded to the node's API")
+	run.Flags().IntVar(&o.MemoryMiB, "memory", 2048, "memory in MiB")
+	run.Flags().IntVar(&o.CPUs, "cpus", 2, "virtual CPUs")
+	run.Flags().StringVar(&cairnconfig, "cairnconfig", defaultClientConfig(), "client config used to probe the API")
+	run.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for the API")
+	cmd.AddCommand(run)
+	return cmd
+}
+
+func runVM(ctx context.Context, o qemu.Options, c *client.Client, endpoint, cairnconfig string, timeout time.Duration) error {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	vm, err := qemu.Start(o)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("booting %s (accel %s, console log %s)\n", o.Disk, vm.Accel, vm.Opts.ConsoleLog)
+	readyCtx, cancel := context.WithTimeout(ctx, timeout)
+	go func() {
+		select {
+		case <-sigs:
+			cancel()
+		case <-readyCtx.Done():
+		}
+	}()
+	lastReport := time.Duration(0)
+	err = vm.WaitReady(readyCtx, func(ctx context.Context) error {
+		_, err := c.Version(ctx, &machine.VersionRequest{})
+		return err
+	}, func(elapsed time.Duration, line string) {
+		if elapsed-lastReport >= 5*time.Second {
+			lastReport = elapsed
+			fmt.Printf("  %3.0fs  %s\n", elapsed.Seconds(), line)
+		}
+	})
+	cancel()
+	if err != nil {
+		vm.Kill()
+		return err
+	}
+	fmt.Printf("node ready: its API answers on %s\n  cairn node --cairnconfig %s --nodes %s version\nCtrl-C shuts it down.\n", endpoint, cairnconfig, endpoint)
+
+	select {
+	case <-vm.Done():
+		fmt.Println("node stopped")
+		return vm.Wait()
+	case <-sigs:
+	}
+	fmt.Println("shutting the node down")
+	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err = c.Shutdown(sctx, &machine.ShutdownRequest{})
+	scancel()
+	if err != nil {
+		fmt.Printf("shutdown through the API failed (%v); stopping QEMU\n", err)
+		vm.Kill()
+		return nil
+	}
+	select {
+	case <-vm.Done():
+		fmt.Println("node powered off")
+		return vm.Wait()
+	case <-time.After(90 * time.Second):
+		fmt.Println("node did not power off in 90s; stopping QEMU")
+		vm.Kill()
+		return nil
+	}
+}

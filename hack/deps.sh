@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Cairn's build and tests need, only those
+# missing. Run as root (or with sudo) on Debian 12.
+set -euo pipefail
+pkgs=(
+  qemu-system-x86 qemu-utils ovmf      # boot images
+  systemd-boot-efi                     # UKI stub and systemd-boot
+  squashfs-tools cpio kmod dpkg        # root filesystem, modules.dep
+  dosfstools mtools gdisk e2fsprogs    # ESP, GPT checks, STATE
+  binutils ca-certificates             # objdump in tests, CA bundle
+  libseccomp-dev                       # runc with seccomp (components)
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "installing Debian packages: ${missing[*]}"
+SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

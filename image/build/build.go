@@ -1,0 +1,225 @@
+// Package build turns a machine config into a bootable Cairn disk image:
+// it validates the config, fetches the pinned kernel, builds the root
+// squashfs and initramfs (package rootfs), wraps them into a UKI and writes
+// the GPT disk (package image), then records every input and output digest
+// in manifest.json. Nothing is written when the config is invalid, and the
+// output appears only when the build succeeded.
+package build
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/cairn-os/cairn/image"
+	"github.com/cairn-os/cairn/internal/version"
+	"github.com/cairn-os/cairn/machineconfig"
+	"github.com/cairn-os/cairn/rootfs"
+)
+
+// Host files the build takes as inputs (Debian packages systemd-boot-efi
+// and ca-certificates).
+const (
+	stubPath       = "/usr/lib/systemd/boot/efi/linuxx64.efi.stub"
+	bootloaderPath = "/usr/lib/systemd/boot/efi/systemd-bootx64.efi"
+	caBundlePath   = "/etc/ssl/certs/ca-certificates.crt"
+)
+
+// DefaultSourceDateEpoch stamps every file of an image when the
+// environment sets no SOURCE_DATE_EPOCH: a fixed time keeps builds
+// reproducible (and is after 1980, which FAT cannot go below).
+const DefaultSourceDateEpoch = 1767225600 // 2026-01-01T00:00:00Z
+
+// KernelCmdline is the kernel command line baked into the UKI. quiet keeps
+// the serial console short: a verbose one slows boots under emulation.
+const KernelCmdline = "console=tty0 console=ttyS0,115200 quiet panic=10"
+
+// Modules loaded by init stage 1 (to mount the root squashfs) and stage 2.
+var (
+	BootModules   = []string{"loop", "squashfs", "overlay"}
+	SystemModules = []string{"virtio_pci", "virtio_blk", "virtio_net", "crc32c_generic", "ext4", "vfat", "nls_cp437", "nls_ascii"}
+)
+
+// Options of one build.
+type Options struct {
+	Config   string // machine config file
+	Output   string // disk image to write
+	Format   string // raw (default) or qcow2
+	Assets   string // directory holding the node binaries init and cairn-agent
+	CacheDir string // kernel download cache; default rootfs.DefaultCacheDir()
+	Size     int64  // disk size in bytes; 0 = image default
+	// Progress gets a line per stage.
+	Progress func(string)
+}
+
+// Build writes the image and its manifest.json beside it.
+func Build(ctx context.Context, o Options) (*image.Manifest, error) {
+	if o.Progress == nil {
+		o.Progress = func(string) {}
+	}
+	if o.Format == "" {
+		o.Format = "raw"
+	}
+	if o.CacheDir == "" {
+		o.CacheDir = rootfs.DefaultCacheDir()
+	}
+	stage := stager(o.Progress)
+
+	stage("validate machine config")
+	cfgBytes, err := os.ReadFile(o.Config)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := machineconfig.Parse(cfgBytes); err != nil {
+		return nil, fmt.Errorf("%s: %w", o.Config, err)
+	}
+	format, err := image.FormatByName(o.Format)
+	if err != nil {
+		return nil, err
+	}
+	initBin, agentBin := filepath.Join(o.Assets, "init"), filepath.Join(o.Assets, "cairn-agent")
+	for _, f := range []string{initBin, agentBin, stubPath, bootloaderPath, caBundlePath} {
+		if _, err := os.Stat(f); err != nil {
+			return nil, fmt.Errorf("input missing: %w (node binaries come from `make`; host files from the Debian packages systemd-boot-efi and ca-certificates)", err)
+		}
+	}
+	epoch, err := sourceDateEpoch()
+	if err != nil {
+		return nil, err
+	}
+
+	stage("fetch kernel " + rootfs.KernelPackage + " " + rootfs.KernelVersion)
+	if err := os.MkdirAll(o.CacheDir, 0o755); err != nil {
+		return nil, err
+	}
+	kernel, err := rootfs.FetchKernel(ctx, o.CacheDir, o.Progress)
+	if err != nil {
+		return nil, err
+	}
+
+	outDir := filepath.Dir(o.Output)
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return nil, err
+	}
+	work, err := os.MkdirTemp(outDir, ".build-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+
+	stage("build root filesystem and initramfs")
+	osRelease := []byte(fmt.Sprintf("NAME=\"Cairn\"\nID=cairn\nVERSION_ID=%s\nIMAGE_VERSION=%s\nPRETTY_NAME=\"Cairn %s\"\n",
+		version.Version, version.Version, version.Version))
+	parts, err := rootfs.Build(ctx, rootfs.Spec{
+		Kernel:          kernel,
+		Init:            initBin,
+		Agent:           agentBin,
+		OSRelease:       osRelease,
+		CABundle:        caBundlePath,
+		BootModules:     BootModules,
+		SystemModules:   SystemModules,
+		SourceDateEpoch: epoch,
+	}, work, o.Progress)
+	if err != nil {
+		return nil, err
+	}
+
+	stage("write UKI")
+	uki := filepath.Join(work, "cairn.efi")
+	if err := image.WriteUKI(uki, image.UKI{
+		Stub:      stubPath,
+		OSRelease: osRelease,
+		Cmdline:   []byte(KernelCmdline),
+		Linux:     kernel.Vmlinuz,
+		Initrd:    parts.Initramfs,
+	}); err != nil {
+		return nil, err
+	}
+
+	m := &image.Manifest{Version: version.Version}
+	inputs := []struct{ name, path, note string }{
+		{"machine-config", o.Config, ""},
+		{"kernel-package", kernel.Deb, rootfs.KernelPackage + "=" + rootfs.KernelVersion},
+		{"uki-stub", stubPath, "systemd-boot-efi"},
+		{"bootloader", bootloaderPath, "systemd-boot-efi"},
+		{"init", initBin, ""},
+		{"cairn-agent", agentBin, ""},
+		{"ca-bundle", caBundlePath, "ca-certificates"},
+	}
+	for _, in := range inputs {
+		a, err := image.FileArtifact(in.name, in.path, in.note)
+		if err != nil {
+			return nil, err
+		}
+		m.Inputs = append(m.Inputs, a)
+	}
+
+	stage("write disk")
+	seed := sha256.New()
+	for _, a := range m.Inputs {
+		seed.Write([]byte(a.Name + "=" + a.SHA256 + "\n"))
+	}
+	raw := filepath.Join(work, "disk.raw")
+	if err := image.WriteRaw(ctx, image.Disk{
+		Size:            o.Size,
+		Bootloader:      bootloaderPath,
+		UKIs:            map[string]string{"cairn-" + version.Version + ".efi": uki},
+		State:           map[string][]byte{"config.yaml": cfgBytes},
+		SourceDateEpoch: epoch,
+		Seed:            seed.Sum(nil),
+	}, raw); err != nil {
+		return nil, err
+	}
+
+	stage("convert to " + format.Name())
+	tmpOut := filepath.Join(work, "out")
+	if err := format.Convert(ctx, raw, tmpOut); err != nil {
+		return nil, err
+	}
+	outputs := []struct{ name, path string }{
+		{filepath.Base(o.Output), tmpOut},
+		{"uki", uki},
+		{"initramfs", parts.Initramfs},
+		{"rootfs.sqsh", parts.SquashFS},
+	}
+	for _, out := range outputs {
+		a, err := image.FileArtifact(out.name, out.path, "")
+		if err != nil {
+			return nil, err
+		}
+		m.Outputs = append(m.Outputs, a)
+	}
+	if err := os.Rename(tmpOut, o.Output); err != nil {
+		return nil, err
+	}
+	if err := m.Write(filepath.Join(outDir, "manifest.json")); err != nil {
+		return nil, err
+	}
+	stage("done: " + o.Output)
+	return m, nil
+}
+
+// stager returns a func that reports each stage with the time since the
+// build started.
+func stager(progress func(string)) func(string) {
+	start := time.Now()
+	return func(name string) {
+		progress(fmt.Sprintf("[%5.1fs] %s", time.Since(start).Seconds(), name))
+	}
+}
+
+func sourceDateEpoch() (int64, error) {
+	v := os.Getenv("SOURCE_DATE_EPOCH")
+	if v == "" {
+		return DefaultSourceDateEpoch, nil
+	}
+	e, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("SOURCE_DATE_EPOCH=%q: want seconds since 1970: %w", v, err)
+	}
+	return e, nil
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/u-root/u-root/pkg/mount/loop"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	rootImage = "/rootfs.sqsh" // in the initramfs: its presence means stage 1
+	newRoot   = "/newroot"
+	// overlayDir is a tmpfs in the new root holding the writable upper
+	// layer of /etc.
+	overlayDir = "/system/overlay"
+	stage2Path = "/sbin/init"
+)
+
+// stage1 runs in the initramfs and ends by exec'ing stage 2 in the new root.
+func stage1() error {
+	var timeline []record
+	steps := []step{
+		{name: "mount early filesystems", run: mountEarly, fatal: true},
+		{name: "load boot modules", run: loadModules, fatal: true},
+		{name: "mount root squashfs", run: mountRoot, fatal: true},
+		{name: "mount /etc overlay", run: mountEtcOverlay, fatal: true},
+	}
+	if err := runSteps(&timeline, steps); err != nil {
+		return err
+	}
+	return switchRoot(timeline)
+}
+
+type mountSpec struct {
+	source, target, fstype string
+	flags                  uintptr
+	data                   string
+}
+
+func mountAll(ms []mountSpec) error {
+	for _, m := range ms {
+		if err := os.MkdirAll(m.target, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(m.source, m.target, m.fstype, m.flags, m.data); err != nil {
+			return fmt.Errorf("mount %s on %s: %w", m.fstype, m.target, err)
+		}
+	}
+	return nil
+}
+
+func mountEarly() error {
+	return mountAll([]mountSpec{
+		{"devtmpfs", "/dev", "devtmpfs", unix.MS_NOSUID, "mode=0755"},
+		{"proc", "/proc", "proc", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+		{"sysfs", "/sys", "sysfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+	})
+}
+
+func mountRoot() error {
+	l, err := loop.New(rootImage, "squashfs", "")
+	if err != nil {
+		return fmt.Errorf("attach %s to a loop device: %w", rootImage, err)
+	}
+	if err := os.MkdirAll(newRoot, 0o755); err != nil {
+		return err
+	}
+	if _, err := l.Mount(newRoot, unix.MS_RDONLY); err != nil {
+		return fmt.Errorf("mount %s: %w", rootImage, err)
+	}
+	return nil
+}
+
+func mountEtcOverlay() error {
+	dir := filepath.Join(newRoot, overlayDir)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
+		return fmt.Errorf("mount tmpfs on %s: %w", dir, err)
+	}
+	upper, work := filepath.Join(dir, "etc"), filepath.Join(dir, ".etc-work")
+	for _, d := range []string{upper, work} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return err
+		}
+	}
+	etc := filepath.Join(newRoot, "etc")
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", etc, upper, work)
+	if err := unix.Mount("overlay", etc, "overlay", 0, opts); err != nil {
+		return fmt.Errorf("mount overlay on %s: %w", etc, err)
+	}
+	return nil
+}
+
+// switchRoot moves the early mounts into the new root, makes it / and execs
+// stage 2 there. pivot_root does not work on the initramfs root, so the new
+// root is moved over / and entered with chroot.
+func switchRoot(timeline []record) error {
+	for _, m := range []string{"/dev", "/proc", "/sys"} {
+		if err := unix.Mount(m, filepath.Join(newRoot, m), "", unix.MS_MOVE, ""); err != nil {
+			return fmt.Errorf("move %s into the new root: %w", m, err)
+		}
+	}
+	if err := unix.Chdir(newRoot); err != nil {
+		return err
+	}
+	if err := unix.Mount(".", "/", "", unix.MS_MOVE, ""); err != nil {
+		return fmt.Errorf("move the new root to /: %w", err)
+	}
+	if err := unix.Chroot("."); err != nil {
+		return fmt.Errorf("chroot: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return err
+	}
+	tl, err := json.Marshal(timeline)
+	if err != nil {
+		return err
+	}
+	env := append(os.Environ(), timelineEnv+"="+string(tl))
+	return fmt.Errorf("exec %s: %w", stage2Path, unix.Exec(stage2Path, []string{stage2Path}, env))
+}

@@ -1,0 +1,153 @@
+// Package machineconfig defines the machine config, the Kubernetes-style
+// YAML document that describes a Cairn node, and the client config that
+// operators use to reach a node's API. It parses, validates and generates
+// both, together with the PKI that secures the API.
+package machineconfig
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+
+	"sigs.k8s.io/yaml"
+)
+
+// APIVersion is the apiVersion of every document in this package.
+const APIVersion = "cairn.dev/v1alpha1"
+
+// Kinds of the documents in this package.
+const (
+	KindMachineConfig = "MachineConfig"
+	KindClientConfig  = "ClientConfig"
+)
+
+// DefaultAPIPort is the port the node API listens on unless configured.
+const DefaultAPIPort = 50000
+
+// Config is a machine config.
+type Config struct {
+	APIVersion string  `json:"apiVersion"`
+	Kind       string  `json:"kind"`
+	Machine    Machine `json:"machine"`
+	Network    Network `json:"network"`
+}
+
+// Machine holds the node's identity and API settings.
+type Machine struct {
+	// Hostname is the node's RFC 1123 hostname; it is required.
+	Hostname string `json:"hostname"`
+	API      API    `json:"api"`
+}
+
+// API configures the node API server. Clients authenticate with
+// certificates that chain to CA.
+type API struct {
+	// Port is the TCP port; 0 means DefaultAPIPort.
+	Port int `json:"port,omitempty"`
+	// CA is the PEM CA certificate that client certificates must chain to.
+	CA string `json:"ca"`
+	// Cert is the PEM server certificate, signed by CA.
+	Cert string `json:"cert"`
+	// Key is the PEM private key of Cert.
+	Key string `json:"key"`
+}
+
+// TLSConfig returns the API server's TLS 1.3 config: it presents Cert and
+// requires client certificates that chain to CA.
+func (a *API) TLSConfig() (*tls.Config, error) {
+	cert, err := tls.X509KeyPair([]byte(a.Cert), []byte(a.Key))
+	if err != nil {
+		return nil, fmt.Errorf("machine.api certificate: %w", err)
+	}
+	clientCAs := x509.NewCertPool()
+	if !clientCAs.AppendCertsFromPEM([]byte(a.CA)) {
+		return nil, errors.New("machine.api.ca: not a PEM certificate")
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		ClientCAs:    clientCAs,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		MinVersion:   tls.VersionTLS13,
+	}, nil
+}
+
+// Network configures links, addresses, routes and DNS.
+type Network struct {
+	// Interfaces are the links to configure. If none are given,
+	// SetDefaults adds one with an empty selector and DHCP enabled.
+	Interfaces  []Interface `json:"interfaces,omitempty"`
+	Nameservers []string    `json:"nameservers,omitempty"`
+}
+
+// Interface configures one link. It selects the link by exactly one of Name
+// or MAC. An empty selector (both empty) means the first link that is not
+// loopback; it is only allowed when it is the only interface.
+type Interface struct {
+	// Name selects the link by kernel name, e.g. eth0.
+	Name string `json:"name,omitempty"`
+	// MAC selects the link by hardware address, e.g. 52:54:00:12:34:56.
+	MAC  string `json:"mac,omitempty"`
+	DHCP bool   `json:"dhcp,omitempty"`
+	// Addresses are static addresses in CIDR notation, e.g. 10.0.2.15/24.
+	Addresses []string `json:"addresses,omitempty"`
+	Routes    []Route  `json:"routes,omitempty"`
+	// MTU of the link; 0 leaves it as is.
+	MTU int `json:"mtu,omitempty"`
+}
+
+// Route is a static route through a gateway.
+type Route struct {
+	// To is the destination in CIDR notation; 0.0.0.0/0 or ::/0 for the
+	// default route.
+	To string `json:"to"`
+	// Via is the gateway's IP address.
+	Via    string `json:"via"`
+	Metric uint32 `json:"metric,omitempty"`
+}
+
+// Load reads and parses the machine config at path; see Parse.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read machine config: %w", err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return c, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes a machine config, rejecting unknown fields, applies defaults
+// and validates it. If the document decodes but is invalid, Parse returns
+// the config together with a *ValidationError.
+func Parse(data []byte) (*Config, error) {
+	var c Config
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		return nil, fmt.Errorf("decode machine config (check field names and types): %w", err)
+	}
+	c.SetDefaults()
+	return &c, c.Validate()
+}
+
+// SetDefaults fills in the API port and, if no interface is configured, a
+// DHCP interface on the first link that is not loopback.
+func (c *Config) SetDefaults() {
+	if c.Machine.API.Port == 0 {
+		c.Machine.API.Port = DefaultAPIPort
+	}
+	if len(c.Network.Interfaces) == 0 {
+		c.Network.Interfaces = []Interface{{DHCP: true}}
+	}
+}
+
+// Marshal encodes c as YAML with keys in sorted order.
+func (c *Config) Marshal() ([]byte, error) {
+	data, err := yaml.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("encode machine config: %w", err)
+	}
+	return data, nil
+}

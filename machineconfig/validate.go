@@ -1,0 +1,238 @@
+package machineconfig
+
+import (
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/netip"
+	"regexp"
+	"strings"
+)
+
+// FieldError is one problem with one field of a document.
+type FieldError struct {
+	// Path locates the field, e.g. network.interfaces[0].addresses[1].
+	Path string
+	Msg  string
+}
+
+// ValidationError lists every problem found in a document, in document
+// order.
+type ValidationError struct {
+	// Doc names the document, e.g. "machine config".
+	Doc    string
+	Errors []FieldError
+}
+
+// Error lists the problems one per line.
+func (e *ValidationError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "invalid %s:", e.Doc)
+	for _, fe := range e.Errors {
+		fmt.Fprintf(&b, "\n  %s: %s", fe.Path, fe.Msg)
+	}
+	return b.String()
+}
+
+// validator collects field errors.
+type validator struct {
+	errs []FieldError
+}
+
+func (v *validator) add(path, format string, args ...any) {
+	v.errs = append(v.errs, FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// err returns the collected errors as a *ValidationError, or nil.
+func (v *validator) err(doc string) error {
+	if len(v.errs) == 0 {
+		return nil
+	}
+	return &ValidationError{Doc: doc, Errors: v.errs}
+}
+
+// Validate reports every problem in c as a *ValidationError. It expects
+// defaults to be applied (see SetDefaults) and does not look at the host.
+func (c *Config) Validate() error {
+	var v validator
+	v.typeMeta(c.APIVersion, c.Kind, KindMachineConfig)
+	v.machine(&c.Machine)
+	v.network(&c.Network)
+	return v.err("machine config")
+}
+
+func (v *validator) typeMeta(apiVersion, kind, wantKind string) {
+	for _, f := range []struct{ path, got, want string }{
+		{"apiVersion", apiVersion, APIVersion},
+		{"kind", kind, wantKind},
+	} {
+		switch f.got {
+		case f.want:
+		case "":
+			v.add(f.path, "required; use %s", f.want)
+		default:
+			v.add(f.path, "%q is not supported; use %s", f.got, f.want)
+		}
+	}
+}
+
+// hostnameRE matches RFC 1123 hostnames in lowercase, as Kubernetes
+// node names require.
+var hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$`)
+
+// validHostname reports whether s is a lowercase RFC 1123 hostname that
+// fits the kernel's 64-byte limit.
+func validHostname(s string) bool {
+	if len(s) > 64 || !hostnameRE.MatchString(s) {
+		return false
+	}
+	for label := range strings.SplitSeq(s, ".") {
+		if len(label) > 63 {
+			return false
+		}
+	}
+	return true
+}
+
+func (v *validator) machine(m *Machine) {
+	switch {
+	case m.Hostname == "":
+		v.add("machine.hostname", "required")
+	case !validHostname(m.Hostname):
+		v.add("machine.hostname", "%q is not a valid hostname: use at most 64 lowercase letters, digits, '-' and '.', each label starting and ending with a letter or digit", m.Hostname)
+	}
+
+	a := &m.API
+	if a.Port < 1 || a.Port > 65535 {
+		v.add("machine.api.port", "%d is out of range 1..65535", a.Port)
+	}
+	ca := v.cert("machine.api.ca", a.CA)
+	if ca != nil && !ca.IsCA {
+		v.add("machine.api.ca", "not a CA certificate")
+		ca = nil
+	}
+	cert := v.cert("machine.api.cert", a.Cert)
+	if ca != nil && cert != nil && cert.CheckSignatureFrom(ca) != nil {
+		v.add("machine.api.cert", "not signed by machine.api.ca")
+	}
+	v.key("machine.api.key", a.Key, cert, "machine.api.cert")
+}
+
+// cert checks that s holds a PEM certificate and returns it, or nil.
+func (v *validator) cert(path, s string) *x509.Certificate {
+	if s == "" {
+		v.add(path, "required")
+		return nil
+	}
+	c, err := parseCertPEM([]byte(s))
+	if err != nil {
+		v.add(path, "%v", err)
+		return nil
+	}
+	return c
+}
+
+// key checks that s holds a PEM private key matching cert, if cert is not
+// nil.
+func (v *validator) key(path, s string, cert *x509.Certificate, certPath string) {
+	if s == "" {
+		v.add(path, "required")
+		return
+	}
+	key, err := parseKeyPEM([]byte(s))
+	if err != nil {
+		v.add(path, "%v", err)
+		return
+	}
+	if cert != nil && !keyMatches(cert, key) {
+		v.add(path, "does not match %s", certPath)
+	}
+}
+
+func (v *validator) network(n *Network) {
+	if len(n.Interfaces) == 0 {
+		v.add("network.interfaces", "required")
+	}
+	names := map[string]string{} // name → path of the interface using it
+	macs := map[string]string{}  // normalized MAC → path of the interface using it
+	for i := range n.Interfaces {
+		v.iface(fmt.Sprintf("network.interfaces[%d]", i), &n.Interfaces[i], len(n.Interfaces), names, macs)
+	}
+	for i, s := range n.Nameservers {
+		if _, err := netip.ParseAddr(s); err != nil {
+			v.add(fmt.Sprintf("network.nameservers[%d]", i), "%q is not an IP address", s)
+		}
+	}
+}
+
+// validIfaceName reports whether the kernel accepts s as a link name.
+func validIfaceName(s string) bool {
+	return len(s) <= 15 && s != "." && s != ".." && !strings.ContainsAny(s, "/: \t\n")
+}
+
+func (v *validator) iface(path string, in *Interface, count int, names, macs map[string]string) {
+	switch {
+	case in.Name != "" && in.MAC != "":
+		v.add(path, "set exactly one of name or mac")
+	case in.Name == "" && in.MAC == "" && count > 1:
+		v.add(path, "set exactly one of name or mac")
+	case in.Name != "":
+		switch {
+		case !validIfaceName(in.Name):
+			v.add(path+".name", "%q is not a valid interface name: use at most 15 characters, without '/', ':' or spaces", in.Name)
+		case names[in.Name] != "":
+			v.add(path+".name", "%q is already selected by %s", in.Name, names[in.Name])
+		default:
+			names[in.Name] = path
+		}
+	case in.MAC != "":
+		hw, err := net.ParseMAC(in.MAC)
+		switch {
+		case err != nil:
+			v.add(path+".mac", "%q is not a MAC address", in.MAC)
+		case macs[hw.String()] != "":
+			v.add(path+".mac", "%q is already selected by %s", in.MAC, macs[hw.String()])
+		default:
+			macs[hw.String()] = path
+		}
+	}
+
+	if !in.DHCP && len(in.Addresses) == 0 {
+		v.add(path, "needs dhcp: true or at least one address")
+	}
+	for i, a := range in.Addresses {
+		if _, err := netip.ParsePrefix(a); err != nil {
+			v.add(fmt.Sprintf("%s.addresses[%d]", path, i), "%q is not a CIDR", a)
+		}
+	}
+	for i := range in.Routes {
+		v.route(fmt.Sprintf("%s.routes[%d]", path, i), &in.Routes[i])
+	}
+	if in.MTU != 0 && (in.MTU < 68 || in.MTU > 65535) {
+		v.add(path+".mtu", "%d is out of range 68..65535 (or 0 to leave it as is)", in.MTU)
+	}
+}
+
+func (v *validator) route(path string, r *Route) {
+	to, toErr := netip.ParsePrefix(r.To)
+	switch {
+	case r.To == "":
+		v.add(path+".to", "required")
+	case r.To == "default":
+		v.add(path+".to", "%q is not a CIDR; use 0.0.0.0/0 or ::/0", r.To)
+	case toErr != nil:
+		v.add(path+".to", "%q is not a CIDR", r.To)
+	case to.Masked() != to:
+		v.add(path+".to", "%q has host bits set; use %q", r.To, to.Masked())
+	}
+
+	via, viaErr := netip.ParseAddr(r.Via)
+	switch {
+	case r.Via == "":
+		v.add(path+".via", "required")
+	case viaErr != nil:
+		v.add(path+".via", "%q is not an IP address", r.Via)
+	case toErr == nil && via.Unmap().Is4() != to.Addr().Unmap().Is4():
+		v.add(path+".via", "%q is not in the address family of %q", r.Via, r.To)
+	}
+}

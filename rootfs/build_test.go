@@ -1,0 +1,324 @@
+package rootfs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/u-root/u-root/pkg/cpio"
+)
+
+const testEpoch = 1700000000 // 2023-11-14 22:13:20 UTC
+
+var (
+	testBootModules   = []string{"loop", "squashfs", "overlay"}
+	testSystemModules = []string{"virtio_blk", "virtio_net", "ext4", "vfat", "unix"} // unix is built in
+)
+
+// testSpec writes small fake inputs into a temporary directory, with
+// restrictive modes that Build must not copy.
+func testSpec(t *testing.T, k *Kernel) Spec {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	return Spec{
+		Kernel:          k,
+		Init:            write("init", "\x7fELF fake init\n"),
+		Agent:           write("agent", "\x7fELF fake cairn-agent\n"),
+		OSRelease:       []byte("ID=cairn\nNAME=Cairn\n"),
+		CABundle:        write("ca.pem", "-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n"),
+		BootModules:     testBootModules,
+		SystemModules:   testSystemModules,
+		SourceDateEpoch: testEpoch,
+	}
+}
+
+// parents returns the directories above name, without ".".
+func parents(name string) []string {
+	var dirs []string
+	for d := path.Dir(name); d != "."; d = path.Dir(d) {
+		dirs = append(dirs, d)
+	}
+	return dirs
+}
+
+func TestBuild(t *testing.T) {
+	k := testKernel(t)
+	spec := testSpec(t, k)
+	start := time.Now()
+	var lines []string
+	res, err := Build(context.Background(), spec, t.TempDir(), func(s string) { lines = append(lines, s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Build: %v, progress %q", time.Since(start), lines)
+	for _, p := range []string{res.SquashFS, res.Initramfs} {
+		if st, err := os.Stat(p); err == nil {
+			t.Logf("%s: %d bytes", filepath.Base(p), st.Size())
+		}
+	}
+
+	boot, err := ResolveModules(k.ModulesDir(), testBootModules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	system, err := ResolveModules(k.ModulesDir(), testSystemModules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkLoadOrder(t, k.ModulesDir(), boot)
+	checkLoadOrder(t, k.ModulesDir(), system)
+	modDir := "lib/modules/" + k.Release
+	moduleList := func(mods []string) string {
+		if len(mods) == 0 {
+			return ""
+		}
+		return strings.Join(mods, "\n") + "\n"
+	}
+
+	t.Run("squashfs", func(t *testing.T) {
+		files := map[string]string{ // name -> mode
+			"sbin/init":                         "-rwxr-xr-x",
+			"usr/bin/cairn-agent":               "-rwxr-xr-x",
+			"etc/os-release":                    "-rw-r--r--",
+			"etc/ssl/certs/ca-certificates.crt": "-rw-r--r--",
+			modDir + "/" + ModuleList:           "-rw-r--r--",
+		}
+		for _, mod := range slices.Concat(boot, system) {
+			files[modDir+"/"+mod] = "-rw-r--r--"
+		}
+		dirs := map[string]bool{"": true}
+		for _, d := range emptyDirs {
+			dirs[d] = true
+			for _, p := range parents(d) {
+				dirs[p] = true
+			}
+		}
+		for f := range files {
+			for _, p := range parents(f) {
+				dirs[p] = true
+			}
+		}
+		date := time.Unix(testEpoch, 0).UTC().Format("2006-01-02 15:04")
+		var want []string
+		for f, mode := range files {
+			want = append(want, mode+" 0/0 "+date+" squashfs-root/"+f)
+		}
+		for d := range dirs {
+			want = append(want, strings.TrimSuffix("drwxr-xr-x 0/0 "+date+" squashfs-root/"+d, "/"))
+		}
+		slices.Sort(want)
+
+		cmd := exec.Command("unsquashfs", "-lln", res.SquashFS)
+		cmd.Env = append(os.Environ(), "TZ=UTC")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("unsquashfs -lln: %v", err)
+		}
+		var got []string
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			f := strings.Fields(line) // mode owner size date time name
+			if len(f) != 6 {
+				t.Fatalf("unexpected unsquashfs line %q", line)
+			}
+			got = append(got, strings.Join([]string{f[0], f[1], f[3], f[4], f[5]}, " "))
+		}
+		slices.Sort(got)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("squashfs listing mismatch (-want +got):\n%s", diff)
+		}
+
+		for name, want := range map[string]string{
+			"sbin/init":               readFile(t, spec.Init),
+			"etc/os-release":          string(spec.OSRelease),
+			modDir + "/" + ModuleList: moduleList(system),
+		} {
+			got, err := exec.Command("unsquashfs", "-cat", res.SquashFS, name).Output()
+			if err != nil {
+				t.Fatalf("unsquashfs -cat %s: %v", name, err)
+			}
+			if diff := cmp.Diff(want, string(got)); diff != "" {
+				t.Errorf("%s mismatch (-want +got):\n%s", name, diff)
+			}
+		}
+	})
+
+	t.Run("initramfs", func(t *testing.T) {
+		type rec struct {
+			Name                   string
+			Mode                   uint64
+			UID, GID, MTime, NLink uint64
+			Rmajor, Rminor         uint64
+		}
+		wantContents := map[string]string{
+			"init":                    readFile(t, spec.Init),
+			"rootfs.sqsh":             readFile(t, res.SquashFS),
+			modDir + "/" + ModuleList: moduleList(boot),
+		}
+		want := []rec{
+			{Name: "dev/console", Mode: cpio.S_IFCHR | 0o600, Rmajor: 5, Rminor: 1},
+			{Name: "init", Mode: cpio.S_IFREG | 0o755},
+			{Name: "rootfs.sqsh", Mode: cpio.S_IFREG | 0o644},
+			{Name: modDir + "/" + ModuleList, Mode: cpio.S_IFREG | 0o644},
+		}
+		dirs := map[string]bool{"dev": true, "proc": true, "sys": true, "newroot": true}
+		for _, mod := range boot {
+			want = append(want, rec{Name: modDir + "/" + mod, Mode: cpio.S_IFREG | 0o644})
+			wantContents[modDir+"/"+mod] = readFile(t, filepath.Join(k.ModulesDir(), mod))
+			for _, p := range parents(mod) {
+				dirs[modDir+"/"+p] = true
+			}
+		}
+		for _, p := range parents(modDir + "/x") {
+			dirs[p] = true
+		}
+		for d := range dirs {
+			want = append(want, rec{Name: d, Mode: cpio.S_IFDIR | 0o755, NLink: 1})
+		}
+		for i := range want {
+			want[i].MTime = testEpoch
+			want[i].NLink++
+		}
+		slices.SortFunc(want, func(a, b rec) int { return strings.Compare(a.Name, b.Name) })
+
+		f, err := os.Open(res.Initramfs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		records, err := cpio.ReadAllRecords(cpio.Newc.Reader(f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []rec
+		for i, r := range records {
+			got = append(got, rec{r.Name, r.Mode, r.UID, r.GID, r.MTime, r.NLink, r.Rmajor, r.Rminor})
+			if r.Ino != uint64(i+1) {
+				t.Errorf("%s: inode %d, want %d", r.Name, r.Ino, i+1)
+			}
+			if want, ok := wantContents[r.Name]; ok {
+				data, err := io.ReadAll(io.NewSectionReader(r.ReaderAt, 0, int64(r.FileSize)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(data) != want {
+					t.Errorf("%s: contents differ (%d bytes, want %d)", r.Name, len(data), len(want))
+				}
+			}
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("initramfs records mismatch (-want +got):\n%s", diff)
+		}
+		if data := readFile(t, res.Initramfs); !strings.Contains(data[len(data)-512:], cpio.Trailer) {
+			t.Error("initramfs does not end with the trailer")
+		}
+	})
+}
+
+func TestBuildReproducible(t *testing.T) {
+	k := testKernel(t)
+	spec := testSpec(t, k)
+	first, err := Build(context.Background(), spec, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Build again elsewhere, later, from inputs with other timestamps and
+	// under another umask, and once more over the first build's outputs.
+	for _, f := range []string{spec.Init, spec.Agent, spec.CABundle} {
+		later := time.Now().Add(time.Hour)
+		if err := os.Chtimes(f, later, later); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := syscall.Umask(0o077)
+	t.Cleanup(func() { syscall.Umask(old) })
+	second, err := Build(context.Background(), spec, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	third, err := Build(context.Background(), spec, filepath.Dir(first.SquashFS), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, res := range []*Result{second, third} {
+		if diff := cmp.Diff(hashes(t, first), hashes(t, res)); diff != "" {
+			t.Errorf("rebuild differs (-first +rebuild):\n%s", diff)
+		}
+	}
+}
+
+func hashes(t *testing.T, res *Result) []string {
+	t.Helper()
+	var sums []string
+	for _, p := range []string{res.SquashFS, res.Initramfs} {
+		sum := sha256.Sum256([]byte(readFile(t, p)))
+		sums = append(sums, filepath.Base(p)+" "+hex.EncodeToString(sum[:]))
+	}
+	return sums
+}
+
+func readFile(t *testing.T, name string) string {
+	t.Helper()
+	data, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// TestBuildErrors uses a fake kernel, so it runs without apt.
+func TestBuildErrors(t *testing.T) {
+	root := t.TempDir()
+	modulesDir := filepath.Join(root, "lib", "modules", "r")
+	if err := os.MkdirAll(modulesDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(modulesDir, "modules.dep"), []byte(fakeModulesDep), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k := &Kernel{Release: "r", Root: root}
+	valid := testSpec(t, k)
+	valid.BootModules = nil
+	valid.SystemModules = nil
+
+	tests := []struct {
+		name    string
+		change  func(*Spec)
+		wantErr string
+	}{
+		{name: "no kernel", change: func(s *Spec) { s.Kernel = nil }, wantErr: "no kernel"},
+		{name: "negative epoch", change: func(s *Spec) { s.SourceDateEpoch = -1 }, wantErr: "SourceDateEpoch -1 out of range"},
+		{name: "unknown boot module", change: func(s *Spec) { s.BootModules = []string{"nosuch"} }, wantErr: `boot modules: module "nosuch" not found`},
+		{name: "unknown system module", change: func(s *Spec) { s.SystemModules = []string{"squashfs", "nosuch"} }, wantErr: `system modules: module "nosuch" not found`},
+		{name: "missing init", change: func(s *Spec) { s.Init = filepath.Join(root, "nosuch") }, wantErr: "nosuch: no such file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := valid
+			tt.change(&spec)
+			_, err := Build(context.Background(), spec, t.TempDir(), nil)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("Build() error = %v, want one containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}

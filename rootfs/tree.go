@@ -1,0 +1,178 @@
+package rootfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Spec describes the root filesystem and initramfs to build.
+type Spec struct {
+	Kernel          *Kernel
+	Init            string   // path of the init binary (static Go)
+	Agent           string   // path of the cairn-agent binary
+	OSRelease       []byte   // contents of /etc/os-release
+	CABundle        string   // path to a PEM bundle for /etc/ssl/certs/ca-certificates.crt
+	BootModules     []string // loaded by init stage 1 from the initramfs (e.g. loop, squashfs, overlay)
+	SystemModules   []string // loaded by init stage 2 from the squashfs (e.g. virtio_blk, virtio_net, ext4, vfat)
+	SourceDateEpoch int64    // timestamp of every file, seconds since 1970
+}
+
+// Result holds the paths of the built artifacts.
+type Result struct {
+	SquashFS  string // the root filesystem
+	Initramfs string // uncompressed newc cpio holding init, boot modules and the squashfs
+}
+
+// ModuleList is the file, in /lib/modules/<release> of both the initramfs
+// and the root filesystem, that lists the modules init loads from there:
+// paths relative to that directory, one per line, in load order.
+const ModuleList = "cairn.modules"
+
+// emptyDirs are the directories of the root filesystem that hold nothing
+// but mount points and runtime state.
+var emptyDirs = []string{
+	"dev", "proc", "sys", "run", "tmp", "var", "root", "usr/lib",
+	"etc/cairn", "system/state", "system/overlay",
+}
+
+// file is a regular file of the root filesystem or the initramfs.
+type file struct {
+	name string      // path inside the image, relative to its root
+	perm fs.FileMode // permission bits
+	src  string      // host file holding the contents, or
+	data []byte      // the contents when src is empty
+}
+
+// Build writes rootfs.sqsh and initramfs.cpio into workDir. The outputs
+// depend only on spec and the files it names, never on the time, the
+// user or the umask. progress, if not nil, receives short status lines.
+func Build(ctx context.Context, spec Spec, workDir string, progress func(string)) (*Result, error) {
+	if progress == nil {
+		progress = func(string) {}
+	}
+	if spec.Kernel == nil {
+		return nil, errors.New("build rootfs: no kernel")
+	}
+	if spec.SourceDateEpoch < 0 || spec.SourceDateEpoch > math.MaxUint32 {
+		return nil, fmt.Errorf("build rootfs: SourceDateEpoch %d out of range", spec.SourceDateEpoch)
+	}
+	modulesDir := spec.Kernel.ModulesDir()
+	boot, err := ResolveModules(modulesDir, spec.BootModules)
+	if err != nil {
+		return nil, fmt.Errorf("boot modules: %w", err)
+	}
+	system, err := ResolveModules(modulesDir, spec.SystemModules)
+	if err != nil {
+		return nil, fmt.Errorf("system modules: %w", err)
+	}
+	all, err := ResolveModules(modulesDir, slices.Concat(spec.BootModules, spec.SystemModules))
+	if err != nil {
+		return nil, fmt.Errorf("modules: %w", err)
+	}
+	if err := os.MkdirAll(workDir, 0o755); err != nil {
+		return nil, fmt.Errorf("build rootfs: %w", err)
+	}
+
+	res := &Result{
+		SquashFS:  filepath.Join(workDir, "rootfs.sqsh"),
+		Initramfs: filepath.Join(workDir, "initramfs.cpio"),
+	}
+	files := append([]file{
+		{name: "sbin/init", perm: 0o755, src: spec.Init},
+		{name: "usr/bin/cairn-agent", perm: 0o755, src: spec.Agent},
+		{name: "etc/os-release", perm: 0o644, data: spec.OSRelease},
+		{name: "etc/ssl/certs/ca-certificates.crt", perm: 0o644, src: spec.CABundle},
+	}, moduleFiles(spec.Kernel, all, system)...)
+	progress(fmt.Sprintf("building root filesystem (%d modules)", len(all)))
+	if err := buildSquashFS(ctx, files, emptyDirs, res.SquashFS, spec.SourceDateEpoch, workDir); err != nil {
+		return nil, err
+	}
+
+	progress(fmt.Sprintf("writing initramfs (%d modules)", len(boot)))
+	files = append([]file{
+		{name: "init", perm: 0o755, src: spec.Init},
+		{name: "rootfs.sqsh", perm: 0o644, src: res.SquashFS},
+	}, moduleFiles(spec.Kernel, boot, boot)...)
+	if err := writeInitramfs(files, res.Initramfs, spec.SourceDateEpoch); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// moduleFiles returns the files of the modules mods and a module list
+// naming load, all under lib/modules/<release>.
+func moduleFiles(k *Kernel, mods, load []string) []file {
+	dir := path.Join("lib/modules", k.Release)
+	var files []file
+	for _, mod := range mods {
+		files = append(files, file{name: path.Join(dir, mod), perm: 0o644, src: filepath.Join(k.ModulesDir(), mod)})
+	}
+	var list strings.Builder
+	for _, mod := range load {
+		list.WriteString(mod + "\n")
+	}
+	return append(files, file{name: path.Join(dir, ModuleList), perm: 0o644, data: []byte(list.String())})
+}
+
+// writeTree creates files and the directories dirs below root with fixed
+// permissions: 0755 for every directory, perm for every file.
+func writeTree(root string, files []file, dirs []string) error {
+	for _, d := range dirs {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return err
+		}
+	}
+	for _, f := range files {
+		if err := writeFile(filepath.Join(root, f.name), f); err != nil {
+			return err
+		}
+	}
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		return os.Chmod(p, 0o755)
+	})
+}
+
+func writeFile(dst string, f file) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	if f.src == "" {
+		_, err = out.Write(f.data)
+	} else {
+		err = copyFrom(out, f.src)
+	}
+	if err != nil {
+		return err
+	}
+	if err := out.Chmod(f.perm); err != nil {
+		return err
+	}
+	return out.Close()
+}
+
+func copyFrom(w io.Writer, src string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	_, err = io.Copy(w, in)
+	return err
+}
