@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cairn-os/cairn/machineconfig"
@@ -17,7 +18,10 @@ import (
 )
 
 const (
-	linkWait    = 10 * time.Second // for the NIC driver to register links
+	// linkWait bounds the wait for NIC drivers to register the links the
+	// config names; the drivers probe while their modules load, so links
+	// are normally there at once.
+	linkWait    = 3 * time.Second
 	dhcpTimeout = 20 * time.Second
 )
 
@@ -35,12 +39,18 @@ func (n *node) configureNetwork() error {
 	if n.cfg == nil {
 		return errNoConfig
 	}
-	var errs []error
+	// Interfaces are configured side by side: a missing link or a slow
+	// DHCP server on one does not hold up the others.
+	errs := make([]error, len(n.cfg.Network.Interfaces))
+	var wg sync.WaitGroup
 	for i, ic := range n.cfg.Network.Interfaces {
-		if err := configureInterface(ic); err != nil {
-			errs = append(errs, fmt.Errorf("network.interfaces[%d]: %w", i, err))
-		}
+		wg.Go(func() {
+			if err := configureInterface(ic); err != nil {
+				errs[i] = fmt.Errorf("network.interfaces[%d]: %w", i, err)
+			}
+		})
 	}
+	wg.Wait()
 	if ns := n.cfg.Network.Nameservers; len(ns) > 0 {
 		var b strings.Builder
 		for _, s := range ns {

@@ -6,6 +6,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -69,9 +70,23 @@ func freePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// buildImage generates a config in dir and builds dir/node.raw from it.
-func buildImage(t testing.TB, dir string, genArgs ...string) {
+// artifactSize returns the size of the named artifact in a manifest.
+func artifactSize(t testing.TB, manifest []byte, name string) int64 {
 	t.Helper()
-	cairn(t, append([]string{"config", "gen", "--out", dir}, genArgs...)...)
-	cairn(t, "image", "build", "-c", filepath.Join(dir, "machine.yaml"), "-o", filepath.Join(dir, "node.raw"), "--assets", binDir)
+	var m struct {
+		Outputs []struct {
+			Name string
+			Size int64
+		}
+	}
+	if err := json.Unmarshal(manifest, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range m.Outputs {
+		if a.Name == name {
+			return a.Size
+		}
+	}
+	t.Fatalf("manifest has no output %q", name)
+	return 0
 }

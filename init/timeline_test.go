@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestRunSteps(t *testing.T) {
+	var ran []string
+	run := func(name string, err error) func() error {
+		return func() error { ran = append(ran, name); return err }
+	}
+	var tl []record
+	err := runSteps(&tl, []step{
+		{name: "a", run: run("a", nil)},
+		{name: "b", run: run("b", errors.New("no link")), fatal: false},
+		{name: "c", run: run("c", errors.New("no root")), fatal: true},
+		{name: "d", run: run("d", nil)},
+	})
+	if err == nil || err.Error() != "c: no root" {
+		t.Errorf("runSteps() = %v, want the fatal step's error %q", err, "c: no root")
+	}
+	if diff := cmp.Diff([]string{"a", "b", "c"}, ran); diff != "" {
+		t.Errorf("steps run (-want +got):\n%s", diff)
+	}
+	var got [][2]string
+	for _, r := range tl {
+		got = append(got, [2]string{r.Name, r.Err})
+		if r.Start <= 0 || r.Duration < 0 {
+			t.Errorf("record %q: start %s, duration %s; want times from the boot clock", r.Name, r.Start, r.Duration)
+		}
+	}
+	want := [][2]string{{"a", ""}, {"b", "no link"}, {"c", "no root"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("timeline (-want +got):\n%s", diff)
+	}
+}
+
+func TestInheritTimeline(t *testing.T) {
+	want := []record{{Name: "mount root squashfs", Start: 3e9, Duration: 2e7}}
+	raw, _ := json.Marshal(want)
+	t.Setenv(timelineEnv, string(raw))
+	got := inheritTimeline()
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("inheritTimeline() (-want +got):\n%s", diff)
+	}
+	if v, ok := os.LookupEnv(timelineEnv); ok {
+		t.Errorf("%s = %q after inheritTimeline, want it unset so services do not inherit it", timelineEnv, v)
+	}
+}
+
+func TestConsoleHandler(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(newConsoleHandler(&buf)).With("step", "network")
+	log.Info("link up", "link", "eth0")
+	log.Warn("no lease", "link", "eth1")
+	log.Debug("hidden")
+	want := "cairn: link up step=network link=eth0\ncairn: WARN no lease step=network link=eth1\n"
+	if got := buf.String(); got != want {
+		t.Errorf("console output = %q, want %q", got, want)
+	}
+}

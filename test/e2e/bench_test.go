@@ -1,0 +1,115 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cairn-os/cairn/api/client"
+	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/machineconfig"
+	"github.com/cairn-os/cairn/qemu"
+)
+
+// BenchmarkImageBuild prints the build time with an empty kernel cache
+// (cold: download, extract, depmod) and a full one (warm), and the sizes of
+// what it built.
+func BenchmarkImageBuild(b *testing.B) {
+	cfgDir := b.TempDir()
+	cairn(b, "config", "gen", "--out", cfgDir)
+	config := filepath.Join(cfgDir, "machine.yaml")
+	for _, tc := range []struct {
+		name  string
+		cache string
+	}{{"cold", b.TempDir()}, {"warm", ""}} {
+		b.Run(tc.name, func(b *testing.B) {
+			for b.Loop() {
+				out := filepath.Join(b.TempDir(), "node.raw")
+				args := []string{"image", "build", "-c", config, "-o", out, "--assets", binDir}
+				if tc.cache != "" {
+					os.RemoveAll(tc.cache)
+					args = append(args, "--cache", tc.cache)
+				}
+				start := time.Now()
+				cairn(b, args...)
+				b.ReportMetric(time.Since(start).Seconds(), "build-s")
+				reportSizes(b, filepath.Dir(out))
+			}
+		})
+	}
+}
+
+// reportSizes reads the sizes from the build's manifest and the disk's
+// allocated blocks.
+func reportSizes(b *testing.B, dir string) {
+	m, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, name := range []string{"uki", "initramfs", "rootfs.sqsh"} {
+		b.ReportMetric(float64(artifactSize(b, m, name))/1e6, name+"-MB")
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(dir, "node.raw"), &st); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(st.Blocks*512)/1e6, "disk-allocated-MB")
+	b.ReportMetric(float64(st.Size)/1e6, "disk-apparent-MB")
+}
+
+// BenchmarkBoot boots the default image once and prints, in guest time,
+// kernel start → init and init → API ready, and the wall time to API ready.
+func BenchmarkBoot(b *testing.B) {
+	dir := b.TempDir()
+	port := freePort(b)
+	endpoint := fmt.Sprintf("127.0.0.1:%d", port)
+	cairn(b, "config", "gen", "--out", dir, "--endpoint", endpoint)
+	cairn(b, "image", "build", "-c", filepath.Join(dir, "machine.yaml"), "-o", filepath.Join(dir, "node.raw"), "--assets", binDir)
+	cc, err := machineconfig.LoadClientConfig(filepath.Join(dir, "cairnconfig"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := client.Dial(cc, endpoint)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	for b.Loop() {
+		vm, err := qemu.Start(qemu.Options{Disk: filepath.Join(dir, "node.raw"), APIPort: port})
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		var first *machine.VersionResponse
+		err = vm.WaitReady(ctx, func(ctx context.Context) error {
+			v, err := c.Version(ctx, &machine.VersionRequest{})
+			first = v
+			return err
+		}, nil)
+		wall := time.Since(start)
+		cancel()
+		if err != nil {
+			vm.Kill()
+			b.Fatal(err)
+		}
+		initStart := first.BootTimeline[0].Start.AsDuration()
+		b.ReportMetric(wall.Seconds(), "wall-to-api-s")
+		b.ReportMetric(initStart.Seconds(), "guest-kernel-to-init-s")
+		// The first answer's uptime bounds API readiness from above (by
+		// the 1 s poll interval).
+		b.ReportMetric((first.Uptime.AsDuration() - initStart).Seconds(), "guest-init-to-api-s")
+		c.Shutdown(context.Background(), &machine.ShutdownRequest{})
+		select {
+		case <-vm.Done():
+		case <-time.After(time.Minute):
+			vm.Kill()
+		}
+	}
+}
