@@ -1,0 +1,3 @@
+module github.com/cairn-os/cairn/rootfs/components
+
+go 1.26.8
