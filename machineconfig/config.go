@@ -28,10 +28,12 @@ const DefaultAPIPort = 50000
 
 // Config is a machine config.
 type Config struct {
-	APIVersion string  `json:"apiVersion"`
-	Kind       string  `json:"kind"`
-	Machine    Machine `json:"machine"`
-	Network    Network `json:"network"`
+	APIVersion string     `json:"apiVersion"`
+	Kind       string     `json:"kind"`
+	Machine    Machine    `json:"machine"`
+	Network    Network    `json:"network"`
+	Containerd Containerd `json:"containerd,omitempty"`
+	Services   []Service  `json:"services,omitempty"`
 }
 
 // Machine holds the node's identity and API settings.
@@ -140,6 +142,9 @@ func (c *Config) SetDefaults() {
 	}
 	if len(c.Network.Interfaces) == 0 {
 		c.Network.Interfaces = []Interface{{DHCP: true}}
+	}
+	for i := range c.Services {
+		c.Services[i].setDefaults()
 	}
 }
 

@@ -206,6 +206,41 @@ func TestParseInvalid(t *testing.T) {
 			want: []FieldError{{"network.interfaces[0].addresses[1]", `"10.0.0.300/24" is not a CIDR`}},
 		},
 		{
+			name: "bad services and registries",
+			doc: header + machineSection + `containerd:
+  registries:
+    - host: 10.0.2.2:5000
+      endpoints: ["http://10.0.2.2:5000"]
+    - host: 10.0.2.2:5000
+    - host: "https://x"
+      endpoints: ["ftp://mirror"]
+services:
+  - name: exporter
+    image: 10.0.2.2:5000/tools/exporter:v1
+    env: ["A=1", "novalue"]
+    mounts: [{source: /var/lib/x, destination: data}]
+  - name: exporter
+    image: "UPPER/Case"
+  - name: containerd
+    image: busybox
+    restart: sometimes
+  - name: Bad_Name
+`,
+			want: []FieldError{
+				{"containerd.registries[1].host", `"10.0.2.2:5000" is already configured by containerd.registries[0]`},
+				{"containerd.registries[2].host", `"https://x" is not a registry host[:port]`},
+				{"containerd.registries[2].endpoints[0]", `"ftp://mirror" is not an http:// or https:// URL`},
+				{"services[0].env[1]", `"novalue" is not KEY=value`},
+				{"services[0].mounts[0].destination", `"data" is not an absolute path`},
+				{"services[1].name", `"exporter" is already used by services[0]`},
+				{"services[1].image", `"UPPER/Case" is not an image reference: invalid reference format: repository name (Case) must be lowercase`},
+				{"services[2].name", `"containerd" is a built-in service`},
+				{"services[2].restart", `"sometimes" is not one of always, on-failure, never`},
+				{"services[3].name", `"Bad_Name" is not a lowercase DNS label`},
+				{"services[3].image", "required"},
+			},
+		},
+		{
 			name: "wrong kind",
 			doc:  "apiVersion: cairn.dev/v1alpha1\nkind: ClientConfig\n" + machineSection,
 			want: []FieldError{{"kind", `"ClientConfig" is not supported; use MachineConfig`}},

@@ -58,6 +58,8 @@ func (c *Config) Validate() error {
 	v.typeMeta(c.APIVersion, c.Kind, KindMachineConfig)
 	v.machine(&c.Machine)
 	v.network(&c.Network)
+	v.containerd(&c.Containerd)
+	v.services(c.Services)
 	return v.err("machine config")
 }
 
