@@ -11,16 +11,27 @@ LDFLAGS := -s -w -buildid= -X github.com/cairn-os/cairn/internal/version.Version
 
 export CGO_ENABLED := 0
 
-.PHONY: all deps build image run test test-unit test-e2e bench proto clean
+.PHONY: all deps components build image run test test-unit test-e2e bench proto clean
 
 all: build
 
 deps:
 	@./hack/deps.sh
 
-build:
+# The node's components, built from their own module in rootfs/components
+# (see hack/build-components.sh); rebuilt only when their pins change.
+COMPONENTS := $(addprefix $(BIN)/,containerd containerd-shim-runc-v2 runc) \
+              $(addprefix $(BIN)/cni/,bridge host-local loopback portmap)
+
+components: $(COMPONENTS)
+
+$(COMPONENTS) &: rootfs/components/go.mod rootfs/components/go.sum hack/build-components.sh
+	GO=$(GO) ./hack/build-components.sh $(BIN)
+
+build: components
 	$(GO) build $(GOFLAGS_NODE) -ldflags '$(LDFLAGS)' -o $(BIN)/cairn ./cmd/cairn
 	$(GO) build $(GOFLAGS_NODE) -ldflags '$(LDFLAGS)' -o $(BIN)/init ./init
+	$(GO) build $(GOFLAGS_NODE) -ldflags '$(LDFLAGS)' -o $(BIN)/init-stage1 ./init/stage1
 	$(GO) build $(GOFLAGS_NODE) -ldflags '$(LDFLAGS)' -o $(BIN)/cairn-agent ./agent
 
 $(OUT)/machine.yaml: | build

@@ -10,11 +10,15 @@ import (
 	"runtime/debug"
 
 	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/init/internal/containers"
+	"github.com/cairn-os/cairn/init/internal/runtime"
+	"github.com/cairn-os/cairn/supervisor"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // controlServer is init's side of the control socket, used by the agent.
@@ -35,7 +39,7 @@ func (n *node) serveControl() error {
 	if err := os.Chmod(controlSock, 0o600); err != nil {
 		return err
 	}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(recoverUnary))
+	srv := grpc.NewServer(grpc.UnaryInterceptor(recoverUnary), grpc.StreamInterceptor(recoverStream))
 	machine.RegisterInitServer(srv, &controlServer{n: n})
 	go func() {
 		if err := srv.Serve(l); err != nil {
@@ -54,6 +58,16 @@ func recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h gr
 		}
 	}()
 	return h(ctx, req)
+}
+
+func recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			slog.Error("panic in control handler", "method", info.FullMethod, "panic", r, "stack", string(debug.Stack()))
+			err = status.Errorf(codes.Internal, "panic: %v", r)
+		}
+	}()
+	return h(srv, ss)
 }
 
 func (c *controlServer) BootTimeline(context.Context, *machine.BootTimelineRequest) (*machine.BootTimelineResponse, error) {
@@ -79,4 +93,112 @@ func (c *controlServer) Reboot(context.Context, *machine.RebootRequest) (*machin
 func (c *controlServer) Shutdown(context.Context, *machine.ShutdownRequest) (*machine.ShutdownResponse, error) {
 	go c.n.shutdown(unix.LINUX_REBOOT_CMD_POWER_OFF)
 	return &machine.ShutdownResponse{}, nil
+}
+
+// supervisor returns the service supervisor, or an error while there is
+// none (no machine config, or still booting).
+func (c *controlServer) supervisor() (*supervisor.Supervisor, error) {
+	c.n.mu.Lock()
+	defer c.n.mu.Unlock()
+	if c.n.services == nil {
+		return nil, status.Error(codes.Unavailable, "no services are running: see the boot timeline (cairn node version)")
+	}
+	return c.n.services, nil
+}
+
+func (c *controlServer) Services(context.Context, *machine.ServicesRequest) (*machine.ServicesResponse, error) {
+	sup, err := c.supervisor()
+	if err != nil {
+		return nil, err
+	}
+	resp := &machine.ServicesResponse{}
+	for _, s := range sup.Status() {
+		ps := &machine.ServiceStatus{
+			Name:     s.Name,
+			State:    string(s.State),
+			Ready:    s.Ready,
+			Restarts: uint32(s.Restarts),
+			LastExit: s.LastExit,
+			Reason:   s.Reason,
+			Pid:      int32(s.Pid),
+			Image:    c.n.images[s.Name],
+		}
+		if !s.Since.IsZero() {
+			ps.Since = timestamppb.New(s.Since)
+		}
+		if !s.StartedAt.IsZero() {
+			ps.StartedAt = timestamppb.New(s.StartedAt)
+		}
+		resp.Services = append(resp.Services, ps)
+	}
+	return resp, nil
+}
+
+func (c *controlServer) ServiceRestart(_ context.Context, req *machine.ServiceRestartRequest) (*machine.ServiceRestartResponse, error) {
+	sup, err := c.supervisor()
+	if err != nil {
+		return nil, err
+	}
+	if err := sup.Restart(req.Name); err != nil {
+		return nil, status.Error(codes.NotFound, err.Error())
+	}
+	return &machine.ServiceRestartResponse{}, nil
+}
+
+// ServiceKill signals a service's main process, as `kill` would: the
+// supervisor sees a crash and applies the service's restart policy.
+func (c *controlServer) ServiceKill(_ context.Context, req *machine.ServiceKillRequest) (*machine.ServiceKillResponse, error) {
+	sup, err := c.supervisor()
+	if err != nil {
+		return nil, err
+	}
+	sig := unix.Signal(req.Signal)
+	if sig == 0 {
+		sig = unix.SIGKILL
+	}
+	for _, s := range sup.Status() {
+		if s.Name != req.Name {
+			continue
+		}
+		if s.Pid == 0 {
+			return nil, status.Errorf(codes.FailedPrecondition, "%s is %s: no process to signal", s.Name, s.State)
+		}
+		if err := unix.Kill(s.Pid, sig); err != nil {
+			return nil, status.Errorf(codes.Internal, "kill %s (pid %d): %v", s.Name, s.Pid, err)
+		}
+		return &machine.ServiceKillResponse{}, nil
+	}
+	return nil, status.Errorf(codes.NotFound, "no service %q", req.Name)
+}
+
+func (c *controlServer) Logs(req *machine.LogsRequest, stream grpc.ServerStreamingServer[machine.LogsChunk]) error {
+	sup, err := c.supervisor()
+	if err != nil {
+		return err
+	}
+	if !req.Follow {
+		data, err := sup.Logs(req.Service, int(req.TailLines))
+		if err != nil {
+			return status.Error(codes.NotFound, err.Error())
+		}
+		return stream.Send(&machine.LogsChunk{Data: data})
+	}
+	lines, err := sup.Follow(stream.Context(), req.Service, int(req.TailLines))
+	if err != nil {
+		return status.Error(codes.NotFound, err.Error())
+	}
+	for line := range lines {
+		if err := stream.Send(&machine.LogsChunk{Data: line}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *controlServer) Containers(ctx context.Context, _ *machine.ContainersRequest) (*machine.ContainersResponse, error) {
+	nss, err := containers.List(ctx, runtime.Socket)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	return &machine.ContainersResponse{Namespaces: nss}, nil
 }

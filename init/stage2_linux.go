@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -13,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairn-os/cairn/init/internal/boot"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/supervisor"
 	"golang.org/x/sys/unix"
@@ -30,9 +30,13 @@ type node struct {
 	reaper   *supervisor.Reaper
 	services *supervisor.Supervisor
 	cfg      *machineconfig.Config
+	// varErr is why EPHEMERAL is not mounted on /var, if it is not.
+	varErr error
+	// images maps image-backed services to their image.
+	images map[string]string
 
 	mu       sync.Mutex
-	timeline []record
+	timeline []boot.Record
 	// disks are the filesystems on disk mounted by stage 2, unmounted in
 	// reverse order at shutdown (memory filesystems need no unmount).
 	disks []string
@@ -41,32 +45,32 @@ type node struct {
 }
 
 func stage2() error {
-	n := &node{timeline: inheritTimeline()}
+	n := &node{timeline: boot.InheritTimeline()}
 	n.reaper = supervisor.NewReaper()
-	n.services = supervisor.New(n.reaper, slog.Default())
 	// Ctrl-Alt-Del and ACPI-less requests arrive as signals to PID 1.
 	unix.Reboot(unix.LINUX_REBOOT_CMD_CAD_OFF)
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)
 
-	steps := []step{
-		{name: "mount system filesystems", run: mountSystem, fatal: true},
-		{name: "load kernel modules", run: loadModules},
-		{name: "enable cgroup controllers", run: enableControllers},
-		{name: "mount STATE", run: n.mountState},
-		{name: "load machine config", run: n.loadConfig},
-		{name: "set hostname", run: n.setHostname},
-		{name: "configure network", run: n.configureNetwork},
-		{name: "serve control socket", run: n.serveControl},
-		{name: "start services", run: n.startServices},
+	steps := []boot.Step{
+		{Name: "mount system filesystems", Run: mountSystem, Fatal: true},
+		{Name: "load kernel modules", Run: boot.LoadModules},
+		{Name: "enable cgroup controllers", Run: enableControllers},
+		{Name: "prepare EPHEMERAL", Run: func() error { n.varErr = n.prepareEphemeral(); return n.varErr }},
+		{Name: "mount STATE", Run: n.mountState},
+		{Name: "load machine config", Run: n.loadConfig},
+		{Name: "set hostname", Run: n.setHostname},
+		{Name: "configure network", Run: n.configureNetwork},
+		{Name: "serve control socket", Run: n.serveControl},
+		{Name: "start services", Run: n.startServices},
 	}
 	n.mu.Lock()
-	err := runSteps(&n.timeline, steps)
+	err := boot.RunSteps(&n.timeline, steps)
 	n.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	slog.Info("boot done", "at", sinceBoot().Round(time.Millisecond))
+	slog.Info("boot done", "at", boot.SinceBoot().Round(time.Millisecond))
 	for sig := range sigs {
 		cmd := unix.LINUX_REBOOT_CMD_POWER_OFF
 		if sig == unix.SIGINT {
@@ -78,12 +82,12 @@ func stage2() error {
 }
 
 func mountSystem() error {
-	return mountAll([]mountSpec{
-		{"tmpfs", "/run", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=0755"},
-		{"tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=1777"},
-		{"devpts", "/dev/pts", "devpts", unix.MS_NOSUID | unix.MS_NOEXEC, "ptmxmode=0666,mode=0620"},
-		{"tmpfs", "/dev/shm", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=1777"},
-		{"cgroup2", "/sys/fs/cgroup", "cgroup2", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, "nsdelegate"},
+	return boot.MountAll([]boot.Mount{
+		{Source: "tmpfs", Target: "/run", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=0755"},
+		{Source: "tmpfs", Target: "/tmp", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777"},
+		{Source: "devpts", Target: "/dev/pts", FSType: "devpts", Flags: unix.MS_NOSUID | unix.MS_NOEXEC, Data: "ptmxmode=0666,mode=0620"},
+		{Source: "tmpfs", Target: "/dev/shm", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777"},
+		{Source: "cgroup2", Target: "/sys/fs/cgroup", FSType: "cgroup2", Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, Data: "nsdelegate"},
 	})
 }
 
@@ -141,7 +145,7 @@ func (n *node) mountState() error {
 	if err != nil {
 		return err
 	}
-	if err := mountAll([]mountSpec{{dev, stateDir, "ext4", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""}}); err != nil {
+	if err := boot.MountAll([]boot.Mount{{Source: dev, Target: stateDir, FSType: "ext4", Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, Data: ""}}); err != nil {
 		return err
 	}
 	n.disks = append(n.disks, stateDir)
@@ -172,45 +176,6 @@ func (n *node) setHostname() error {
 		os.WriteFile("/etc/hostname", []byte(name+"\n"), 0o644),
 		os.WriteFile("/etc/hosts", []byte(hosts), 0o644),
 	)
-}
-
-func (n *node) startServices() error {
-	if n.cfg == nil {
-		return errNoConfig
-	}
-	return n.services.Start(supervisor.Service{
-		Name:    "cairn-agent",
-		Path:    agentPath,
-		Args:    []string{"--config", configPath, "--init-socket", controlSock},
-		Env:     []string{"PATH=/usr/bin:/sbin"},
-		Restart: supervisor.RestartAlways,
-		Output:  prefixWriter("cairn-agent: ", os.Stdout),
-	})
-}
-
-// prefixWriter returns a writer that copies lines to w, each prefixed.
-func prefixWriter(prefix string, w io.Writer) io.Writer {
-	pr, pw := io.Pipe()
-	go func() {
-		buf := make([]byte, 0, 4096)
-		chunk := make([]byte, 4096)
-		for {
-			k, err := pr.Read(chunk)
-			buf = append(buf, chunk[:k]...)
-			for {
-				i := strings.IndexByte(string(buf), '\n')
-				if i < 0 {
-					break
-				}
-				io.WriteString(w, prefix+string(buf[:i+1]))
-				buf = buf[i+1:]
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	return pw
 }
 
 // shutdown stops services in reverse order, ends every other process, syncs,

@@ -40,14 +40,37 @@ func testSpec(t *testing.T, k *Kernel) Spec {
 	}
 	return Spec{
 		Kernel:          k,
+		Stage1:          write("stage1", "\x7fELF fake stage1\n"),
 		Init:            write("init", "\x7fELF fake init\n"),
 		Agent:           write("agent", "\x7fELF fake cairn-agent\n"),
+		Components:      fakeComponents(t, ""),
 		OSRelease:       []byte("ID=cairn\nNAME=Cairn\n"),
 		CABundle:        write("ca.pem", "-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n"),
 		BootModules:     testBootModules,
 		SystemModules:   testSystemModules,
 		SourceDateEpoch: testEpoch,
 	}
+}
+
+// fakeComponents writes small fake component binaries, with restrictive
+// modes, into a new directory laid out as `make components` does, all but
+// the one named skip, and returns the directory.
+func fakeComponents(t *testing.T, skip string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, c := range Components {
+		if c.Name == skip {
+			continue
+		}
+		p := filepath.Join(dir, filepath.FromSlash(c.Name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("\x7fELF fake "+c.Name+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }
 
 // parents returns the directories above name, without ".".
@@ -104,6 +127,12 @@ func TestBuild(t *testing.T) {
 		for _, mod := range slices.Concat(boot, system) {
 			files[modDir+"/"+mod] = "-rw-r--r--"
 		}
+		for _, p := range []string{
+			"usr/bin/containerd", "usr/bin/containerd-shim-runc-v2", "usr/bin/runc",
+			"opt/cni/bin/bridge", "opt/cni/bin/host-local", "opt/cni/bin/loopback", "opt/cni/bin/portmap",
+		} {
+			files[p] = "-rwxr-xr-x"
+		}
 		dirs := map[string]bool{"": true}
 		for _, d := range emptyDirs {
 			dirs[d] = true
@@ -149,6 +178,8 @@ func TestBuild(t *testing.T) {
 			"sbin/init":               readFile(t, spec.Init),
 			"etc/os-release":          string(spec.OSRelease),
 			modDir + "/" + ModuleList: moduleList(system),
+			"usr/bin/runc":            readFile(t, filepath.Join(spec.Components, "runc")),
+			"opt/cni/bin/host-local":  readFile(t, filepath.Join(spec.Components, "cni", "host-local")),
 		} {
 			got, err := exec.Command("unsquashfs", "-cat", res.SquashFS, name).Output()
 			if err != nil {
@@ -168,7 +199,7 @@ func TestBuild(t *testing.T) {
 			Rmajor, Rminor         uint64
 		}
 		wantContents := map[string]string{
-			"init":                    readFile(t, spec.Init),
+			"init":                    readFile(t, spec.Stage1),
 			"rootfs.sqsh":             readFile(t, res.SquashFS),
 			modDir + "/" + ModuleList: moduleList(boot),
 		}
@@ -242,7 +273,11 @@ func TestBuildReproducible(t *testing.T) {
 
 	// Build again elsewhere, later, from inputs with other timestamps and
 	// under another umask, and once more over the first build's outputs.
-	for _, f := range []string{spec.Init, spec.Agent, spec.CABundle} {
+	inputs := []string{spec.Init, spec.Agent, spec.CABundle}
+	for _, c := range Components {
+		inputs = append(inputs, filepath.Join(spec.Components, c.Name))
+	}
+	for _, f := range inputs {
 		later := time.Now().Add(time.Hour)
 		if err := os.Chtimes(f, later, later); err != nil {
 			t.Fatal(err)
@@ -310,6 +345,9 @@ func TestBuildErrors(t *testing.T) {
 		{name: "unknown boot module", change: func(s *Spec) { s.BootModules = []string{"nosuch"} }, wantErr: `boot modules: module "nosuch" not found`},
 		{name: "unknown system module", change: func(s *Spec) { s.SystemModules = []string{"squashfs", "nosuch"} }, wantErr: `system modules: module "nosuch" not found`},
 		{name: "missing init", change: func(s *Spec) { s.Init = filepath.Join(root, "nosuch") }, wantErr: "nosuch: no such file"},
+		{name: "no components", change: func(s *Spec) { s.Components = "" }, wantErr: "no components directory (containerd, runc, CNI plugins): run make components"},
+		{name: "missing runc", change: func(s *Spec) { s.Components = fakeComponents(t, "runc") }, wantErr: "component runc missing from "},
+		{name: "missing portmap", change: func(s *Spec) { s.Components = fakeComponents(t, "cni/portmap") }, wantErr: "component cni/portmap missing from "},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -320,5 +358,28 @@ func TestBuildErrors(t *testing.T) {
 				t.Errorf("Build() error = %v, want one containing %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+func TestHostToolFiles(t *testing.T) {
+	const tool = "/sbin/mke2fs"
+	if _, err := os.Stat(tool); err != nil {
+		t.Skipf("%s missing (Debian package e2fsprogs)", tool)
+	}
+	files, err := hostToolFiles([]string{tool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, f := range files {
+		got[f.name] = true
+		if st, err := os.Lstat(f.src); err != nil || !st.Mode().IsRegular() {
+			t.Errorf("%s: source %s is not a regular file (symlinks must be resolved)", f.name, f.src)
+		}
+	}
+	for _, want := range []string{"sbin/mke2fs", "lib/x86_64-linux-gnu/libext2fs.so.2", "lib/x86_64-linux-gnu/libc.so.6", "lib64/ld-linux-x86-64.so.2"} {
+		if !got[want] {
+			t.Errorf("hostToolFiles(%s) lacks %s; got %v", tool, want, got)
+		}
 	}
 }

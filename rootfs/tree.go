@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/u-root/u-root/pkg/ldd"
 	"io"
 	"io/fs"
 	"math"
@@ -16,14 +17,20 @@ import (
 
 // Spec describes the root filesystem and initramfs to build.
 type Spec struct {
-	Kernel          *Kernel
-	Init            string   // path of the init binary (static Go)
-	Agent           string   // path of the cairn-agent binary
-	OSRelease       []byte   // contents of /etc/os-release
-	CABundle        string   // path to a PEM bundle for /etc/ssl/certs/ca-certificates.crt
-	BootModules     []string // loaded by init stage 1 from the initramfs (e.g. loop, squashfs, overlay)
-	SystemModules   []string // loaded by init stage 2 from the squashfs (e.g. virtio_blk, virtio_net, ext4, vfat)
-	SourceDateEpoch int64    // timestamp of every file, seconds since 1970
+	Kernel        *Kernel
+	Stage1        string   // path of the initramfs's /init (static Go)
+	Init          string   // path of the init binary (static Go)
+	Agent         string   // path of the cairn-agent binary
+	Components    string   // directory of containerd, runc and the CNI plugins, as `make components` lays it out
+	OSRelease     []byte   // contents of /etc/os-release
+	CABundle      string   // path to a PEM bundle for /etc/ssl/certs/ca-certificates.crt
+	BootModules   []string // loaded by init stage 1 from the initramfs (e.g. loop, squashfs, overlay)
+	SystemModules []string // loaded by init stage 2 from the squashfs (e.g. virtio_blk, virtio_net, ext4, vfat)
+	// HostTools are dynamically linked programs of the build host (e.g.
+	// /sbin/mke2fs) copied to the same paths, with the shared libraries
+	// they need.
+	HostTools       []string
+	SourceDateEpoch int64 // timestamp of every file, seconds since 1970
 }
 
 // Result holds the paths of the built artifacts.
@@ -41,7 +48,25 @@ const ModuleList = "cairn.modules"
 // but mount points and runtime state.
 var emptyDirs = []string{
 	"dev", "proc", "sys", "run", "tmp", "var", "root", "usr/lib",
-	"etc/cairn", "system/state", "system/overlay",
+	"etc/cairn", "etc/containerd", "etc/cni/net.d", "system/state", "system/overlay",
+}
+
+// A Component is one of the node's container runtime binaries.
+type Component struct {
+	Name string // path below Spec.Components, slash-separated
+	Path string // path in the root filesystem, installed with mode 0755
+}
+
+// Components are the binaries Build takes from Spec.Components: what
+// `make components` builds from the module in rootfs/components.
+var Components = []Component{
+	{"containerd", "usr/bin/containerd"},
+	{"containerd-shim-runc-v2", "usr/bin/containerd-shim-runc-v2"},
+	{"runc", "usr/bin/runc"},
+	{"cni/bridge", "opt/cni/bin/bridge"},
+	{"cni/host-local", "opt/cni/bin/host-local"},
+	{"cni/loopback", "opt/cni/bin/loopback"},
+	{"cni/portmap", "opt/cni/bin/portmap"},
 }
 
 // file is a regular file of the root filesystem or the initramfs.
@@ -78,6 +103,14 @@ func Build(ctx context.Context, spec Spec, workDir string, progress func(string)
 	if err != nil {
 		return nil, fmt.Errorf("modules: %w", err)
 	}
+	components, err := componentFiles(spec.Components)
+	if err != nil {
+		return nil, fmt.Errorf("build rootfs: %w", err)
+	}
+	tools, err := hostToolFiles(spec.HostTools)
+	if err != nil {
+		return nil, fmt.Errorf("build rootfs: %w", err)
+	}
 	if err := os.MkdirAll(workDir, 0o755); err != nil {
 		return nil, fmt.Errorf("build rootfs: %w", err)
 	}
@@ -86,12 +119,12 @@ func Build(ctx context.Context, spec Spec, workDir string, progress func(string)
 		SquashFS:  filepath.Join(workDir, "rootfs.sqsh"),
 		Initramfs: filepath.Join(workDir, "initramfs.cpio"),
 	}
-	files := append([]file{
+	files := slices.Concat([]file{
 		{name: "sbin/init", perm: 0o755, src: spec.Init},
 		{name: "usr/bin/cairn-agent", perm: 0o755, src: spec.Agent},
 		{name: "etc/os-release", perm: 0o644, data: spec.OSRelease},
 		{name: "etc/ssl/certs/ca-certificates.crt", perm: 0o644, src: spec.CABundle},
-	}, moduleFiles(spec.Kernel, all, system)...)
+	}, components, tools, moduleFiles(spec.Kernel, all, system))
 	progress(fmt.Sprintf("building root filesystem (%d modules)", len(all)))
 	if err := buildSquashFS(ctx, files, emptyDirs, res.SquashFS, spec.SourceDateEpoch, workDir); err != nil {
 		return nil, err
@@ -99,13 +132,57 @@ func Build(ctx context.Context, spec Spec, workDir string, progress func(string)
 
 	progress(fmt.Sprintf("writing initramfs (%d modules)", len(boot)))
 	files = append([]file{
-		{name: "init", perm: 0o755, src: spec.Init},
+		{name: "init", perm: 0o755, src: spec.Stage1},
 		{name: "rootfs.sqsh", perm: 0o644, src: res.SquashFS},
 	}, moduleFiles(spec.Kernel, boot, boot)...)
 	if err := writeInitramfs(files, res.Initramfs, spec.SourceDateEpoch); err != nil {
 		return nil, err
 	}
 	return res, nil
+}
+
+// componentFiles returns the files of the components in dir, checking
+// first that each is there.
+func componentFiles(dir string) ([]file, error) {
+	if dir == "" {
+		return nil, errors.New("no components directory (containerd, runc, CNI plugins): run make components")
+	}
+	var files []file
+	for _, c := range Components {
+		src := filepath.Join(dir, filepath.FromSlash(c.Name))
+		st, err := os.Stat(src)
+		if errors.Is(err, fs.ErrNotExist) || err == nil && !st.Mode().IsRegular() {
+			return nil, fmt.Errorf("component %s missing from %s: run make components", c.Name, dir)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("component %s: %w", c.Name, err)
+		}
+		files = append(files, file{name: c.Path, perm: 0o755, src: src})
+	}
+	return files, nil
+}
+
+// hostToolFiles returns the host programs and every shared library they
+// load (found by running their ELF interpreter, as ldd does), each at its
+// host path. Libraries are copied as files, symlinks resolved.
+func hostToolFiles(tools []string) ([]file, error) {
+	if len(tools) == 0 {
+		return nil, nil
+	}
+	libs, err := ldd.List(tools...)
+	if err != nil {
+		return nil, fmt.Errorf("shared libraries of %v: %w", tools, err)
+	}
+	var files []file
+	for _, p := range slices.Concat(tools, libs) {
+		src, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			return nil, fmt.Errorf("host tool %s: %w", p, err)
+		}
+		files = append(files, file{name: strings.TrimPrefix(p, "/"), perm: 0o755, src: src})
+	}
+	slices.SortFunc(files, func(a, b file) int { return strings.Compare(a.name, b.name) })
+	return slices.CompactFunc(files, func(a, b file) bool { return a.name == b.name }), nil
 }
 
 // moduleFiles returns the files of the modules mods and a module list

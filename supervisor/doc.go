@@ -1,8 +1,20 @@
-// Package supervisor runs long-lived services and keeps them running: each
-// service is started, restarted with exponential backoff when it exits, and
-// stopped with a signal, a timeout and then SIGKILL.
+// Package supervisor runs long-lived services on a Linux node and keeps them
+// running.
 //
-// It knows nothing of Cairn. Processes are started through a Starter, so the
-// same code works under PID 1, where one reaper collects every child
-// (NewReaper), and in an ordinary process (DirectStarter).
+// A Service is a command (or anything a Launcher can start) with
+// dependencies, a readiness Probe, a restart policy with exponential backoff,
+// a stop signal and timeout, its own cgroup v2 with resource limits, an OOM
+// score adjustment, and logs kept in memory and in size-rotated files. A
+// Supervisor starts services in dependency order, each only once every
+// dependency is Ready, stops them in reverse order, and publishes every state
+// change on an event stream.
+//
+// Behaviour is added by wrapping: the restart policy and readiness probing
+// drive any Launcher, cgroup placement and the OOM score wrap the launcher of
+// each service, so a service run by another runtime (an OCI image through
+// containerd, say) gets the same treatment as a plain process.
+//
+// The package knows nothing of Cairn. Processes are started through a
+// Starter, so the same code works under PID 1, where one Reaper collects
+// every child, and in an ordinary process (DirectStarter).
 package supervisor

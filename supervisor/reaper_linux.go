@@ -53,7 +53,7 @@ func (r *Reaper) Run(cmd *exec.Cmd) error {
 	if err != nil {
 		return err
 	}
-	if e := <-ch; e.Err != nil || e.Status.ExitStatus() != 0 || e.Status.Signaled() {
+	if e := <-ch; e.Failed() {
 		return &ExitError{Exit: e}
 	}
 	return nil

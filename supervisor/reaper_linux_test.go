@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -66,4 +67,66 @@ func children(t *testing.T) []string {
 		}
 	}
 	return kids
+}
+
+// TestOrphansReapedAsPID1 runs a Supervisor with the Reaper as PID 1 of a
+// new PID namespace, as init runs it: a service that leaves orphans, and
+// one with an exec readiness probe, must leave no zombie behind.
+func TestOrphansReapedAsPID1(t *testing.T) {
+	if os.Getenv("CAIRN_PID1_CHILD") == "1" {
+		pid1Child(t)
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("a new PID namespace needs root")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestOrphansReapedAsPID1$", "-test.v")
+	cmd.Env = append(os.Environ(), "CAIRN_PID1_CHILD=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("PID 1 child: %v\n%s", err, out)
+	}
+}
+
+func pid1Child(t *testing.T) {
+	if pid := os.Getpid(); pid != 1 {
+		t.Fatalf("Getpid() = %d, want 1", pid)
+	}
+	// A /proc of this namespace, seen by this mount namespace only.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("proc", "/proc", "proc", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	r := NewReaper()
+	s := New(Options{Starter: r, Log: quietLog()})
+	for _, svc := range []Service{
+		{
+			Name: "orphans", Path: "/bin/sh", Restart: RestartNever,
+			Args: []string{"-c", "for i in 1 2 3; do sleep 0.2 & done; exit 0"},
+		},
+		{Name: "probed", Path: "/bin/sleep", Args: []string{"60"}, Ready: ExecProbe("/bin/true")},
+	} {
+		if err := s.Add(svc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if st := waitState(t, s, "orphans", StateStopped); st.LastExit != "exit status 0" {
+		t.Errorf("orphans: LastExit = %q, want %q", st.LastExit, "exit status 0")
+	}
+	waitState(t, s, "probed", StateReady)
+	stop(t, s)
+	if st := status(t, s, "probed"); st.LastExit != "killed by signal terminated" {
+		t.Errorf("probed: LastExit = %q, want %q", st.LastExit, "killed by signal terminated")
+	}
+	// Nothing but this process is left: every orphan was reaped.
+	waitFor(t, "only PID 1 left", func() bool {
+		procs, _ := filepath.Glob("/proc/[0-9]*")
+		return len(procs) == 1
+	})
 }

@@ -1,23 +1,19 @@
 package supervisor
 
 import (
-	"context"
-	"fmt"
 	"io"
-	"log/slog"
-	"os"
-	"os/exec"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/opencontainers/cgroups"
 )
 
-// Policy says when an exited service is started again.
+// Policy says when a service that exited on its own is started again.
 type Policy int
 
 const (
-	RestartAlways Policy = iota
-	RestartOnFailure
+	RestartAlways    Policy = iota // whatever the exit status
+	RestartOnFailure               // unless it exited with status 0
 	RestartNever
 )
 
@@ -25,219 +21,91 @@ const (
 type State string
 
 const (
-	StateWaiting  State = "Waiting"
-	StateStarting State = "Starting"
-	StateRunning  State = "Running"
-	StateStopping State = "Stopping"
-	StateStopped  State = "Stopped"
-	StateFailed   State = "Failed"
-	StateBackoff  State = "Backoff"
+	StateWaiting  State = "Waiting"  // for Start, or for a dependency to be Ready
+	StateStarting State = "Starting" // being launched
+	StateRunning  State = "Running"  // launched, not yet ready
+	StateReady    State = "Ready"    // its probe succeeded, or it has none
+	StateStopping State = "Stopping" // stop signal sent
+	StateStopped  State = "Stopped"  // stopped on request, or exited and not restarted
+	StateFailed   State = "Failed"   // failed and its policy says not to restart
+	StateBackoff  State = "Backoff"  // failed or exited, restarting after a delay
 )
 
-// Service describes one supervised process.
+// Service describes one supervised service.
 type Service struct {
-	Name        string
-	Path        string
-	Args        []string
-	Env         []string
-	Dir         string
-	Restart     Policy
-	StopSignal  syscall.Signal // default SIGTERM
-	StopTimeout time.Duration  // default 10s, then SIGKILL
-	// Output receives the service's stdout and stderr, line-buffered by the
-	// caller if it wants lines.
+	Name string
+
+	// The process to run: Path with Args (not including argv[0]), Env (the
+	// supervisor's environment when nil) and working directory Dir.
+	Path string
+	Args []string
+	Env  []string
+	Dir  string
+	// Launcher, if set, starts each run instead of Path, Args, Env and Dir.
+	Launcher Launcher
+
+	// DependsOn names the services that must be Ready before this one
+	// starts; they are stopped after it.
+	DependsOn []string
+	// Ready is polled after each start until it succeeds; nil means Ready
+	// as soon as Running.
+	Ready   Probe
+	Restart Policy
+	// StopSignal (default SIGTERM) is sent to the main process on stop;
+	// after StopTimeout (default 10 s) every process of the service is
+	// killed.
+	StopSignal  syscall.Signal
+	StopTimeout time.Duration
+
+	// Cgroup is the service's cgroup, a path below Options.CgroupRoot such
+	// as system/containerd; empty runs it in the supervisor's cgroup.
+	Cgroup string
+	// Resources are the limits set on Cgroup. CpuShares is not converted:
+	// use CpuWeight.
+	Resources *cgroups.Resources
+	// OOMScoreAdj, if set, is written to the main process's
+	// /proc/<pid>/oom_score_adj after each start.
+	OOMScoreAdj *int
+
+	// LogFile is the name of the service's log file in Options.LogDir;
+	// empty keeps its output in memory only.
+	LogFile string
+	// Output, if set, also receives the output, one whole line per Write.
+	// A slow Output slows the service's writes.
 	Output io.Writer
 }
 
-// Backoff is the restart delay schedule: Initial doubling up to Max, reset
-// to Initial once a run has lasted Reset.
-type Backoff struct {
-	Initial, Max, Reset time.Duration
+// ServiceStatus is a service's state at one moment.
+type ServiceStatus struct {
+	Name  string
+	State State
+	// Reason says why it is in State: the exit status or start error that
+	// put it in Backoff or Failed, the dependencies it waits for, why it is
+	// not ready yet.
+	Reason   string
+	Restarts int
+	// LastExit is how the last run ended, "" before the first ended.
+	LastExit  string
+	Since     time.Time // of the last state change
+	StartedAt time.Time // of the current or last run
+	Pid       int       // of the current run's main process, 0 if none
+	Ready     bool
 }
 
-// DefaultBackoff is 1 s doubling to 30 s, reset after a healthy minute.
-var DefaultBackoff = Backoff{Initial: time.Second, Max: 30 * time.Second, Reset: time.Minute}
-
-// next returns the delay before the next start, given the previous delay and
-// how long the last run lasted.
-func (b Backoff) next(prev, ran time.Duration) time.Duration {
-	if prev == 0 || ran >= b.Reset {
-		return b.Initial
-	}
-	return min(prev*2, b.Max)
+// backoff is the restart delay schedule: initial doubling up to max, back
+// to initial once a run has lasted reset.
+type backoff struct {
+	initial, max, reset time.Duration
 }
 
-// Supervisor runs services until Stop.
-type Supervisor struct {
-	starter Starter
-	backoff Backoff
-	log     *slog.Logger
+// defaultBackoff is 1 s doubling to 30 s, reset after a healthy minute.
+var defaultBackoff = backoff{initial: time.Second, max: 30 * time.Second, reset: time.Minute}
 
-	mu       sync.Mutex
-	runners  []*runner
-	stopping bool
-}
-
-// New returns a Supervisor that starts processes through starter.
-func New(starter Starter, log *slog.Logger) *Supervisor {
-	return &Supervisor{starter: starter, backoff: DefaultBackoff, log: log}
-}
-
-type runner struct {
-	svc   Service
-	stop  chan struct{}
-	done  chan struct{}
-	mu    sync.Mutex
-	state State
-	proc  *os.Process
-}
-
-// Start begins supervising svc. It returns at once; the service is started
-// and restarted in the background.
-func (s *Supervisor) Start(svc Service) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopping {
-		return fmt.Errorf("start %s: supervisor is stopping", svc.Name)
+// next returns the delay before the next start, given the previous delay
+// (0 for none) and how long the last run lasted.
+func (b backoff) next(prev, ran time.Duration) time.Duration {
+	if prev == 0 || ran >= b.reset {
+		return b.initial
 	}
-	r := &runner{svc: svc, stop: make(chan struct{}), done: make(chan struct{}), state: StateWaiting}
-	s.runners = append(s.runners, r)
-	go s.loop(r)
-	return nil
-}
-
-// State reports the current state of the named service.
-func (s *Supervisor) State(name string) (State, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, r := range s.runners {
-		if r.svc.Name == name {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			return r.state, true
-		}
-	}
-	return "", false
-}
-
-func (r *runner) set(st State) {
-	r.mu.Lock()
-	r.state = st
-	r.mu.Unlock()
-}
-
-func (s *Supervisor) loop(r *runner) {
-	defer close(r.done)
-	log := s.log.With("service", r.svc.Name)
-	var delay time.Duration
-	for {
-		r.set(StateStarting)
-		started := time.Now()
-		exit, err := s.runOnce(r)
-		if err != nil {
-			log.Error("start failed", "err", err)
-		} else if exit != nil {
-			log.Warn("exited", "status", exit.String())
-		} else {
-			r.set(StateStopped)
-			return // stopped on request
-		}
-		failed := err != nil || exit.Err != nil || exit.Status.Signaled() || exit.Status.ExitStatus() != 0
-		if r.svc.Restart == RestartNever || (r.svc.Restart == RestartOnFailure && !failed) {
-			if failed {
-				r.set(StateFailed)
-			} else {
-				r.set(StateStopped)
-			}
-			<-r.stop
-			return
-		}
-		delay = s.backoff.next(delay, time.Since(started))
-		r.set(StateBackoff)
-		log.Info("restarting after backoff", "delay", delay)
-		select {
-		case <-time.After(delay):
-		case <-r.stop:
-			r.set(StateStopped)
-			return
-		}
-	}
-}
-
-// runOnce starts the service and waits until it exits (exit set) or is
-// stopped on request (both nil).
-func (s *Supervisor) runOnce(r *runner) (*Exit, error) {
-	cmd := exec.Command(r.svc.Path, r.svc.Args...)
-	cmd.Env = r.svc.Env
-	cmd.Dir = r.svc.Dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if r.svc.Output != nil {
-		// Give the child a real pipe so no copying goroutine is tied to
-		// exec.Cmd.Wait, which a reaping PID 1 never calls.
-		pr, pw, err := os.Pipe()
-		if err != nil {
-			return nil, err
-		}
-		cmd.Stdout, cmd.Stderr = pw, pw
-		go func() {
-			io.Copy(r.svc.Output, pr)
-			pr.Close()
-		}()
-		defer pw.Close()
-	}
-	exits, err := s.starter.Start(cmd)
-	if err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	r.proc = cmd.Process
-	r.state = StateRunning
-	r.mu.Unlock()
-	select {
-	case e := <-exits:
-		return &e, nil
-	case <-r.stop:
-		s.terminate(r, exits)
-		return nil, nil
-	}
-}
-
-// terminate sends the stop signal to the service's process group, then
-// SIGKILL after the timeout.
-func (s *Supervisor) terminate(r *runner, exits <-chan Exit) {
-	r.set(StateStopping)
-	sig, timeout := r.svc.StopSignal, r.svc.StopTimeout
-	if sig == 0 {
-		sig = syscall.SIGTERM
-	}
-	if timeout == 0 {
-		timeout = 10 * time.Second
-	}
-	pgid := r.proc.Pid
-	syscall.Kill(-pgid, sig)
-	select {
-	case <-exits:
-	case <-time.After(timeout):
-		s.log.Warn("stop timed out, killing", "service", r.svc.Name, "timeout", timeout)
-		syscall.Kill(-pgid, syscall.SIGKILL)
-		<-exits
-	}
-}
-
-// Stop stops every service, the last started first, and waits for them.
-func (s *Supervisor) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	s.stopping = true
-	runners := append([]*runner(nil), s.runners...)
-	s.mu.Unlock()
-	for i := len(runners) - 1; i >= 0; i-- {
-		r := runners[i]
-		close(r.stop)
-		select {
-		case <-r.done:
-		case <-ctx.Done():
-			return fmt.Errorf("stop %s: %w", r.svc.Name, ctx.Err())
-		}
-	}
-	return nil
+	return min(prev*2, b.max)
 }

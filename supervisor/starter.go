@@ -23,6 +23,11 @@ func (e Exit) String() string {
 	}
 }
 
+// Failed reports whether the process did not exit with status 0.
+func (e Exit) Failed() bool {
+	return e.Err != nil || e.Status.Signaled() || e.Status.ExitStatus() != 0
+}
+
 // Starter starts a process and reports its exit exactly once on the returned
 // channel.
 type Starter interface {

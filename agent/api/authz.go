@@ -15,9 +15,13 @@ import (
 // minRole is the least role allowed to call each method; a method not
 // listed needs admin.
 var minRole = map[string]string{
-	"Version":  machineconfig.RoleReader,
-	"Reboot":   machineconfig.RoleOperator,
-	"Shutdown": machineconfig.RoleOperator,
+	"Version":        machineconfig.RoleReader,
+	"Services":       machineconfig.RoleReader,
+	"Logs":           machineconfig.RoleReader,
+	"Containers":     machineconfig.RoleReader,
+	"Reboot":         machineconfig.RoleOperator,
+	"Shutdown":       machineconfig.RoleOperator,
+	"ServiceRestart": machineconfig.RoleOperator,
 }
 
 var roleRank = map[string]int{
@@ -26,28 +30,42 @@ var roleRank = map[string]int{
 	machineconfig.RoleAdmin:    3,
 }
 
+func authorizeUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if err := authorize(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+func authorizeStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if err := authorize(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return h(srv, ss)
+}
+
 // authorize checks the caller's role, read from its verified client
 // certificate, against the method it calls.
-func authorize(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+func authorize(ctx context.Context, fullMethod string) error {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return nil, status.Error(codes.Unauthenticated, "no peer")
+		return status.Error(codes.Unauthenticated, "no peer")
 	}
 	tlsInfo, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok || len(tlsInfo.State.VerifiedChains) == 0 {
-		return nil, status.Error(codes.Unauthenticated, "no verified client certificate")
+		return status.Error(codes.Unauthenticated, "no verified client certificate")
 	}
 	role, ok := machineconfig.RoleFromCert(tlsInfo.State.VerifiedChains[0][0])
 	if !ok {
-		return nil, status.Error(codes.PermissionDenied, "client certificate carries no role")
+		return status.Error(codes.PermissionDenied, "client certificate carries no role")
 	}
-	method := info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:]
+	method := fullMethod[strings.LastIndex(fullMethod, "/")+1:]
 	need, listed := minRole[method]
 	if !listed {
 		need = machineconfig.RoleAdmin
 	}
 	if roleRank[role] < roleRank[need] {
-		return nil, status.Errorf(codes.PermissionDenied, "%s needs role %s, the client has %s", method, need, role)
+		return status.Errorf(codes.PermissionDenied, "%s needs role %s, the client has %s", method, need, role)
 	}
-	return h(ctx, req)
+	return nil
 }

@@ -6,6 +6,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -48,7 +49,8 @@ func NewServer(cfg *machineconfig.Config, init machine.InitClient) (*grpc.Server
 	}
 	srv := grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(tlsCfg)),
-		grpc.UnaryInterceptor(authorize),
+		grpc.UnaryInterceptor(authorizeUnary),
+		grpc.StreamInterceptor(authorizeStream),
 	)
 	machine.RegisterMachineServer(srv, &machineServer{init: init})
 	return srv, nil
@@ -82,6 +84,44 @@ func (s *machineServer) Reboot(ctx context.Context, req *machine.RebootRequest) 
 
 func (s *machineServer) Shutdown(ctx context.Context, req *machine.ShutdownRequest) (*machine.ShutdownResponse, error) {
 	return s.init.Shutdown(ctx, req)
+}
+
+// The service calls are init's to answer: it owns the supervisor.
+
+func (s *machineServer) Services(ctx context.Context, req *machine.ServicesRequest) (*machine.ServicesResponse, error) {
+	return s.init.Services(ctx, req)
+}
+
+func (s *machineServer) ServiceRestart(ctx context.Context, req *machine.ServiceRestartRequest) (*machine.ServiceRestartResponse, error) {
+	return s.init.ServiceRestart(ctx, req)
+}
+
+func (s *machineServer) ServiceKill(ctx context.Context, req *machine.ServiceKillRequest) (*machine.ServiceKillResponse, error) {
+	return s.init.ServiceKill(ctx, req)
+}
+
+func (s *machineServer) Containers(ctx context.Context, req *machine.ContainersRequest) (*machine.ContainersResponse, error) {
+	return s.init.Containers(ctx, req)
+}
+
+// Logs relays init's log stream to the client until either side ends it.
+func (s *machineServer) Logs(req *machine.LogsRequest, stream grpc.ServerStreamingServer[machine.LogsChunk]) error {
+	from, err := s.init.Logs(stream.Context(), req)
+	if err != nil {
+		return err
+	}
+	for {
+		chunk, err := from.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(chunk); err != nil {
+			return err
+		}
+	}
 }
 
 // addresses lists the node's interface addresses, loopback excluded.

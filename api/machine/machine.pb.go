@@ -13,6 +13,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -441,11 +442,754 @@ func (*ShutdownResponse) Descriptor() ([]byte, []int) {
 	return file_machine_proto_rawDescGZIP(), []int{8}
 }
 
+type ServicesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServicesRequest) Reset() {
+	*x = ServicesRequest{}
+	mi := &file_machine_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServicesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServicesRequest) ProtoMessage() {}
+
+func (x *ServicesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServicesRequest.ProtoReflect.Descriptor instead.
+func (*ServicesRequest) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{9}
+}
+
+type ServicesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Services      []*ServiceStatus       `protobuf:"bytes,1,rep,name=services,proto3" json:"services,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServicesResponse) Reset() {
+	*x = ServicesResponse{}
+	mi := &file_machine_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServicesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServicesResponse) ProtoMessage() {}
+
+func (x *ServicesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServicesResponse.ProtoReflect.Descriptor instead.
+func (*ServicesResponse) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ServicesResponse) GetServices() []*ServiceStatus {
+	if x != nil {
+		return x.Services
+	}
+	return nil
+}
+
+type ServiceStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Waiting, Starting, Running, Ready, Stopping, Stopped, Failed or Backoff.
+	State    string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	Ready    bool   `protobuf:"varint,3,opt,name=ready,proto3" json:"ready,omitempty"`
+	Restarts uint32 `protobuf:"varint,4,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	// How the last run ended, e.g. "exit status 1" or "killed by signal killed".
+	LastExit string `protobuf:"bytes,5,opt,name=last_exit,json=lastExit,proto3" json:"last_exit,omitempty"`
+	// Why the service is in its state, e.g. the error of a failed start.
+	Reason    string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	Since     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=since,proto3" json:"since,omitempty"`
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	Pid       int32                  `protobuf:"varint,9,opt,name=pid,proto3" json:"pid,omitempty"`
+	// The OCI image of a service run through containerd.
+	Image         string `protobuf:"bytes,10,opt,name=image,proto3" json:"image,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceStatus) Reset() {
+	*x = ServiceStatus{}
+	mi := &file_machine_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceStatus) ProtoMessage() {}
+
+func (x *ServiceStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceStatus.ProtoReflect.Descriptor instead.
+func (*ServiceStatus) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ServiceStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ServiceStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ServiceStatus) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+func (x *ServiceStatus) GetRestarts() uint32 {
+	if x != nil {
+		return x.Restarts
+	}
+	return 0
+}
+
+func (x *ServiceStatus) GetLastExit() string {
+	if x != nil {
+		return x.LastExit
+	}
+	return ""
+}
+
+func (x *ServiceStatus) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ServiceStatus) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *ServiceStatus) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *ServiceStatus) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *ServiceStatus) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+type ServiceRestartRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceRestartRequest) Reset() {
+	*x = ServiceRestartRequest{}
+	mi := &file_machine_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceRestartRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceRestartRequest) ProtoMessage() {}
+
+func (x *ServiceRestartRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceRestartRequest.ProtoReflect.Descriptor instead.
+func (*ServiceRestartRequest) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ServiceRestartRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ServiceRestartResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceRestartResponse) Reset() {
+	*x = ServiceRestartResponse{}
+	mi := &file_machine_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceRestartResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceRestartResponse) ProtoMessage() {}
+
+func (x *ServiceRestartResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceRestartResponse.ProtoReflect.Descriptor instead.
+func (*ServiceRestartResponse) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{13}
+}
+
+type ServiceKillRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Signal number; 0 means SIGKILL.
+	Signal        int32 `protobuf:"varint,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceKillRequest) Reset() {
+	*x = ServiceKillRequest{}
+	mi := &file_machine_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceKillRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceKillRequest) ProtoMessage() {}
+
+func (x *ServiceKillRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceKillRequest.ProtoReflect.Descriptor instead.
+func (*ServiceKillRequest) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ServiceKillRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ServiceKillRequest) GetSignal() int32 {
+	if x != nil {
+		return x.Signal
+	}
+	return 0
+}
+
+type ServiceKillResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceKillResponse) Reset() {
+	*x = ServiceKillResponse{}
+	mi := &file_machine_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceKillResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceKillResponse) ProtoMessage() {}
+
+func (x *ServiceKillResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceKillResponse.ProtoReflect.Descriptor instead.
+func (*ServiceKillResponse) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{15}
+}
+
+type LogsRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Service string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// Lines from the end to send first; 0 means all that are kept.
+	TailLines     int32 `protobuf:"varint,2,opt,name=tail_lines,json=tailLines,proto3" json:"tail_lines,omitempty"`
+	Follow        bool  `protobuf:"varint,3,opt,name=follow,proto3" json:"follow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogsRequest) Reset() {
+	*x = LogsRequest{}
+	mi := &file_machine_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogsRequest) ProtoMessage() {}
+
+func (x *LogsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
+func (*LogsRequest) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *LogsRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *LogsRequest) GetTailLines() int32 {
+	if x != nil {
+		return x.TailLines
+	}
+	return 0
+}
+
+func (x *LogsRequest) GetFollow() bool {
+	if x != nil {
+		return x.Follow
+	}
+	return false
+}
+
+type LogsChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogsChunk) Reset() {
+	*x = LogsChunk{}
+	mi := &file_machine_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogsChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogsChunk) ProtoMessage() {}
+
+func (x *LogsChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogsChunk.ProtoReflect.Descriptor instead.
+func (*LogsChunk) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *LogsChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type ContainersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContainersRequest) Reset() {
+	*x = ContainersRequest{}
+	mi := &file_machine_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContainersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContainersRequest) ProtoMessage() {}
+
+func (x *ContainersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContainersRequest.ProtoReflect.Descriptor instead.
+func (*ContainersRequest) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{18}
+}
+
+type ContainersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespaces    []*ContainerNamespace  `protobuf:"bytes,1,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContainersResponse) Reset() {
+	*x = ContainersResponse{}
+	mi := &file_machine_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContainersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContainersResponse) ProtoMessage() {}
+
+func (x *ContainersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContainersResponse.ProtoReflect.Descriptor instead.
+func (*ContainersResponse) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ContainersResponse) GetNamespaces() []*ContainerNamespace {
+	if x != nil {
+		return x.Namespaces
+	}
+	return nil
+}
+
+type ContainerNamespace struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Containers    []*Container           `protobuf:"bytes,2,rep,name=containers,proto3" json:"containers,omitempty"`
+	Images        []*Image               `protobuf:"bytes,3,rep,name=images,proto3" json:"images,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContainerNamespace) Reset() {
+	*x = ContainerNamespace{}
+	mi := &file_machine_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContainerNamespace) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContainerNamespace) ProtoMessage() {}
+
+func (x *ContainerNamespace) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContainerNamespace.ProtoReflect.Descriptor instead.
+func (*ContainerNamespace) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ContainerNamespace) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ContainerNamespace) GetContainers() []*Container {
+	if x != nil {
+		return x.Containers
+	}
+	return nil
+}
+
+func (x *ContainerNamespace) GetImages() []*Image {
+	if x != nil {
+		return x.Images
+	}
+	return nil
+}
+
+type Container struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Image string                 `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
+	// The task's status: running, stopped, created… or "" without a task.
+	Status        string `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	Pid           uint32 `protobuf:"varint,4,opt,name=pid,proto3" json:"pid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Container) Reset() {
+	*x = Container{}
+	mi := &file_machine_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Container) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Container) ProtoMessage() {}
+
+func (x *Container) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Container.ProtoReflect.Descriptor instead.
+func (*Container) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Container) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Container) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *Container) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *Container) GetPid() uint32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+type Image struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Digest        string                 `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	Size          int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Image) Reset() {
+	*x = Image{}
+	mi := &file_machine_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Image) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Image) ProtoMessage() {}
+
+func (x *Image) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Image.ProtoReflect.Descriptor instead.
+func (*Image) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *Image) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Image) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *Image) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 var File_machine_proto protoreflect.FileDescriptor
 
 const file_machine_proto_rawDesc = "" +
 	"\n" +
-	"\rmachine.proto\x12\x16cairn.machine.v1alpha1\x1a\x1egoogle/protobuf/duration.proto\"\x10\n" +
+	"\rmachine.proto\x12\x16cairn.machine.v1alpha1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x10\n" +
 	"\x0eVersionRequest\"\x82\x02\n" +
 	"\x0fVersionResponse\x12#\n" +
 	"\rcairn_version\x18\x01 \x01(\tR\fcairnVersion\x12\x16\n" +
@@ -465,15 +1209,77 @@ const file_machine_proto_rawDesc = "" +
 	"\rRebootRequest\"\x10\n" +
 	"\x0eRebootResponse\"\x11\n" +
 	"\x0fShutdownRequest\"\x12\n" +
-	"\x10ShutdownResponse2\x9d\x02\n" +
+	"\x10ShutdownResponse\"\x11\n" +
+	"\x0fServicesRequest\"U\n" +
+	"\x10ServicesResponse\x12A\n" +
+	"\bservices\x18\x01 \x03(\v2%.cairn.machine.v1alpha1.ServiceStatusR\bservices\"\xb5\x02\n" +
+	"\rServiceStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
+	"\x05ready\x18\x03 \x01(\bR\x05ready\x12\x1a\n" +
+	"\brestarts\x18\x04 \x01(\rR\brestarts\x12\x1b\n" +
+	"\tlast_exit\x18\x05 \x01(\tR\blastExit\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x120\n" +
+	"\x05since\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x129\n" +
+	"\n" +
+	"started_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12\x10\n" +
+	"\x03pid\x18\t \x01(\x05R\x03pid\x12\x14\n" +
+	"\x05image\x18\n" +
+	" \x01(\tR\x05image\"+\n" +
+	"\x15ServiceRestartRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x18\n" +
+	"\x16ServiceRestartResponse\"@\n" +
+	"\x12ServiceKillRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06signal\x18\x02 \x01(\x05R\x06signal\"\x15\n" +
+	"\x13ServiceKillResponse\"^\n" +
+	"\vLogsRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1d\n" +
+	"\n" +
+	"tail_lines\x18\x02 \x01(\x05R\ttailLines\x12\x16\n" +
+	"\x06follow\x18\x03 \x01(\bR\x06follow\"\x1f\n" +
+	"\tLogsChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\x13\n" +
+	"\x11ContainersRequest\"`\n" +
+	"\x12ContainersResponse\x12J\n" +
+	"\n" +
+	"namespaces\x18\x01 \x03(\v2*.cairn.machine.v1alpha1.ContainerNamespaceR\n" +
+	"namespaces\"\xa2\x01\n" +
+	"\x12ContainerNamespace\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12A\n" +
+	"\n" +
+	"containers\x18\x02 \x03(\v2!.cairn.machine.v1alpha1.ContainerR\n" +
+	"containers\x125\n" +
+	"\x06images\x18\x03 \x03(\v2\x1d.cairn.machine.v1alpha1.ImageR\x06images\"[\n" +
+	"\tContainer\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05image\x18\x02 \x01(\tR\x05image\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\tR\x06status\x12\x10\n" +
+	"\x03pid\x18\x04 \x01(\rR\x03pid\"G\n" +
+	"\x05Image\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size2\x8c\x06\n" +
 	"\aMachine\x12Z\n" +
 	"\aVersion\x12&.cairn.machine.v1alpha1.VersionRequest\x1a'.cairn.machine.v1alpha1.VersionResponse\x12W\n" +
 	"\x06Reboot\x12%.cairn.machine.v1alpha1.RebootRequest\x1a&.cairn.machine.v1alpha1.RebootResponse\x12]\n" +
-	"\bShutdown\x12'.cairn.machine.v1alpha1.ShutdownRequest\x1a(.cairn.machine.v1alpha1.ShutdownResponse2\xa9\x02\n" +
+	"\bShutdown\x12'.cairn.machine.v1alpha1.ShutdownRequest\x1a(.cairn.machine.v1alpha1.ShutdownResponse\x12]\n" +
+	"\bServices\x12'.cairn.machine.v1alpha1.ServicesRequest\x1a(.cairn.machine.v1alpha1.ServicesResponse\x12o\n" +
+	"\x0eServiceRestart\x12-.cairn.machine.v1alpha1.ServiceRestartRequest\x1a..cairn.machine.v1alpha1.ServiceRestartResponse\x12f\n" +
+	"\vServiceKill\x12*.cairn.machine.v1alpha1.ServiceKillRequest\x1a+.cairn.machine.v1alpha1.ServiceKillResponse\x12P\n" +
+	"\x04Logs\x12#.cairn.machine.v1alpha1.LogsRequest\x1a!.cairn.machine.v1alpha1.LogsChunk0\x01\x12c\n" +
+	"\n" +
+	"Containers\x12).cairn.machine.v1alpha1.ContainersRequest\x1a*.cairn.machine.v1alpha1.ContainersResponse2\x98\x06\n" +
 	"\x04Init\x12i\n" +
 	"\fBootTimeline\x12+.cairn.machine.v1alpha1.BootTimelineRequest\x1a,.cairn.machine.v1alpha1.BootTimelineResponse\x12W\n" +
 	"\x06Reboot\x12%.cairn.machine.v1alpha1.RebootRequest\x1a&.cairn.machine.v1alpha1.RebootResponse\x12]\n" +
-	"\bShutdown\x12'.cairn.machine.v1alpha1.ShutdownRequest\x1a(.cairn.machine.v1alpha1.ShutdownResponseB'Z%github.com/cairn-os/cairn/api/machineb\x06proto3"
+	"\bShutdown\x12'.cairn.machine.v1alpha1.ShutdownRequest\x1a(.cairn.machine.v1alpha1.ShutdownResponse\x12]\n" +
+	"\bServices\x12'.cairn.machine.v1alpha1.ServicesRequest\x1a(.cairn.machine.v1alpha1.ServicesResponse\x12o\n" +
+	"\x0eServiceRestart\x12-.cairn.machine.v1alpha1.ServiceRestartRequest\x1a..cairn.machine.v1alpha1.ServiceRestartResponse\x12f\n" +
+	"\vServiceKill\x12*.cairn.machine.v1alpha1.ServiceKillRequest\x1a+.cairn.machine.v1alpha1.ServiceKillResponse\x12P\n" +
+	"\x04Logs\x12#.cairn.machine.v1alpha1.LogsRequest\x1a!.cairn.machine.v1alpha1.LogsChunk0\x01\x12c\n" +
+	"\n" +
+	"Containers\x12).cairn.machine.v1alpha1.ContainersRequest\x1a*.cairn.machine.v1alpha1.ContainersResponseB'Z%github.com/cairn-os/cairn/api/machineb\x06proto3"
 
 var (
 	file_machine_proto_rawDescOnce sync.Once
@@ -487,42 +1293,83 @@ func file_machine_proto_rawDescGZIP() []byte {
 	return file_machine_proto_rawDescData
 }
 
-var file_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_machine_proto_goTypes = []any{
-	(*VersionRequest)(nil),       // 0: cairn.machine.v1alpha1.VersionRequest
-	(*VersionResponse)(nil),      // 1: cairn.machine.v1alpha1.VersionResponse
-	(*BootStep)(nil),             // 2: cairn.machine.v1alpha1.BootStep
-	(*BootTimelineRequest)(nil),  // 3: cairn.machine.v1alpha1.BootTimelineRequest
-	(*BootTimelineResponse)(nil), // 4: cairn.machine.v1alpha1.BootTimelineResponse
-	(*RebootRequest)(nil),        // 5: cairn.machine.v1alpha1.RebootRequest
-	(*RebootResponse)(nil),       // 6: cairn.machine.v1alpha1.RebootResponse
-	(*ShutdownRequest)(nil),      // 7: cairn.machine.v1alpha1.ShutdownRequest
-	(*ShutdownResponse)(nil),     // 8: cairn.machine.v1alpha1.ShutdownResponse
-	(*durationpb.Duration)(nil),  // 9: google.protobuf.Duration
+	(*VersionRequest)(nil),         // 0: cairn.machine.v1alpha1.VersionRequest
+	(*VersionResponse)(nil),        // 1: cairn.machine.v1alpha1.VersionResponse
+	(*BootStep)(nil),               // 2: cairn.machine.v1alpha1.BootStep
+	(*BootTimelineRequest)(nil),    // 3: cairn.machine.v1alpha1.BootTimelineRequest
+	(*BootTimelineResponse)(nil),   // 4: cairn.machine.v1alpha1.BootTimelineResponse
+	(*RebootRequest)(nil),          // 5: cairn.machine.v1alpha1.RebootRequest
+	(*RebootResponse)(nil),         // 6: cairn.machine.v1alpha1.RebootResponse
+	(*ShutdownRequest)(nil),        // 7: cairn.machine.v1alpha1.ShutdownRequest
+	(*ShutdownResponse)(nil),       // 8: cairn.machine.v1alpha1.ShutdownResponse
+	(*ServicesRequest)(nil),        // 9: cairn.machine.v1alpha1.ServicesRequest
+	(*ServicesResponse)(nil),       // 10: cairn.machine.v1alpha1.ServicesResponse
+	(*ServiceStatus)(nil),          // 11: cairn.machine.v1alpha1.ServiceStatus
+	(*ServiceRestartRequest)(nil),  // 12: cairn.machine.v1alpha1.ServiceRestartRequest
+	(*ServiceRestartResponse)(nil), // 13: cairn.machine.v1alpha1.ServiceRestartResponse
+	(*ServiceKillRequest)(nil),     // 14: cairn.machine.v1alpha1.ServiceKillRequest
+	(*ServiceKillResponse)(nil),    // 15: cairn.machine.v1alpha1.ServiceKillResponse
+	(*LogsRequest)(nil),            // 16: cairn.machine.v1alpha1.LogsRequest
+	(*LogsChunk)(nil),              // 17: cairn.machine.v1alpha1.LogsChunk
+	(*ContainersRequest)(nil),      // 18: cairn.machine.v1alpha1.ContainersRequest
+	(*ContainersResponse)(nil),     // 19: cairn.machine.v1alpha1.ContainersResponse
+	(*ContainerNamespace)(nil),     // 20: cairn.machine.v1alpha1.ContainerNamespace
+	(*Container)(nil),              // 21: cairn.machine.v1alpha1.Container
+	(*Image)(nil),                  // 22: cairn.machine.v1alpha1.Image
+	(*durationpb.Duration)(nil),    // 23: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 24: google.protobuf.Timestamp
 }
 var file_machine_proto_depIdxs = []int32{
-	9,  // 0: cairn.machine.v1alpha1.VersionResponse.uptime:type_name -> google.protobuf.Duration
+	23, // 0: cairn.machine.v1alpha1.VersionResponse.uptime:type_name -> google.protobuf.Duration
 	2,  // 1: cairn.machine.v1alpha1.VersionResponse.boot_timeline:type_name -> cairn.machine.v1alpha1.BootStep
-	9,  // 2: cairn.machine.v1alpha1.BootStep.start:type_name -> google.protobuf.Duration
-	9,  // 3: cairn.machine.v1alpha1.BootStep.duration:type_name -> google.protobuf.Duration
+	23, // 2: cairn.machine.v1alpha1.BootStep.start:type_name -> google.protobuf.Duration
+	23, // 3: cairn.machine.v1alpha1.BootStep.duration:type_name -> google.protobuf.Duration
 	2,  // 4: cairn.machine.v1alpha1.BootTimelineResponse.steps:type_name -> cairn.machine.v1alpha1.BootStep
-	0,  // 5: cairn.machine.v1alpha1.Machine.Version:input_type -> cairn.machine.v1alpha1.VersionRequest
-	5,  // 6: cairn.machine.v1alpha1.Machine.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
-	7,  // 7: cairn.machine.v1alpha1.Machine.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
-	3,  // 8: cairn.machine.v1alpha1.Init.BootTimeline:input_type -> cairn.machine.v1alpha1.BootTimelineRequest
-	5,  // 9: cairn.machine.v1alpha1.Init.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
-	7,  // 10: cairn.machine.v1alpha1.Init.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
-	1,  // 11: cairn.machine.v1alpha1.Machine.Version:output_type -> cairn.machine.v1alpha1.VersionResponse
-	6,  // 12: cairn.machine.v1alpha1.Machine.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
-	8,  // 13: cairn.machine.v1alpha1.Machine.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
-	4,  // 14: cairn.machine.v1alpha1.Init.BootTimeline:output_type -> cairn.machine.v1alpha1.BootTimelineResponse
-	6,  // 15: cairn.machine.v1alpha1.Init.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
-	8,  // 16: cairn.machine.v1alpha1.Init.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
-	11, // [11:17] is the sub-list for method output_type
-	5,  // [5:11] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	11, // 5: cairn.machine.v1alpha1.ServicesResponse.services:type_name -> cairn.machine.v1alpha1.ServiceStatus
+	24, // 6: cairn.machine.v1alpha1.ServiceStatus.since:type_name -> google.protobuf.Timestamp
+	24, // 7: cairn.machine.v1alpha1.ServiceStatus.started_at:type_name -> google.protobuf.Timestamp
+	20, // 8: cairn.machine.v1alpha1.ContainersResponse.namespaces:type_name -> cairn.machine.v1alpha1.ContainerNamespace
+	21, // 9: cairn.machine.v1alpha1.ContainerNamespace.containers:type_name -> cairn.machine.v1alpha1.Container
+	22, // 10: cairn.machine.v1alpha1.ContainerNamespace.images:type_name -> cairn.machine.v1alpha1.Image
+	0,  // 11: cairn.machine.v1alpha1.Machine.Version:input_type -> cairn.machine.v1alpha1.VersionRequest
+	5,  // 12: cairn.machine.v1alpha1.Machine.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
+	7,  // 13: cairn.machine.v1alpha1.Machine.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
+	9,  // 14: cairn.machine.v1alpha1.Machine.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
+	12, // 15: cairn.machine.v1alpha1.Machine.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
+	14, // 16: cairn.machine.v1alpha1.Machine.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
+	16, // 17: cairn.machine.v1alpha1.Machine.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
+	18, // 18: cairn.machine.v1alpha1.Machine.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
+	3,  // 19: cairn.machine.v1alpha1.Init.BootTimeline:input_type -> cairn.machine.v1alpha1.BootTimelineRequest
+	5,  // 20: cairn.machine.v1alpha1.Init.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
+	7,  // 21: cairn.machine.v1alpha1.Init.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
+	9,  // 22: cairn.machine.v1alpha1.Init.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
+	12, // 23: cairn.machine.v1alpha1.Init.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
+	14, // 24: cairn.machine.v1alpha1.Init.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
+	16, // 25: cairn.machine.v1alpha1.Init.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
+	18, // 26: cairn.machine.v1alpha1.Init.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
+	1,  // 27: cairn.machine.v1alpha1.Machine.Version:output_type -> cairn.machine.v1alpha1.VersionResponse
+	6,  // 28: cairn.machine.v1alpha1.Machine.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
+	8,  // 29: cairn.machine.v1alpha1.Machine.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
+	10, // 30: cairn.machine.v1alpha1.Machine.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
+	13, // 31: cairn.machine.v1alpha1.Machine.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
+	15, // 32: cairn.machine.v1alpha1.Machine.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
+	17, // 33: cairn.machine.v1alpha1.Machine.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	19, // 34: cairn.machine.v1alpha1.Machine.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
+	4,  // 35: cairn.machine.v1alpha1.Init.BootTimeline:output_type -> cairn.machine.v1alpha1.BootTimelineResponse
+	6,  // 36: cairn.machine.v1alpha1.Init.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
+	8,  // 37: cairn.machine.v1alpha1.Init.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
+	10, // 38: cairn.machine.v1alpha1.Init.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
+	13, // 39: cairn.machine.v1alpha1.Init.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
+	15, // 40: cairn.machine.v1alpha1.Init.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
+	17, // 41: cairn.machine.v1alpha1.Init.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	19, // 42: cairn.machine.v1alpha1.Init.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
+	27, // [27:43] is the sub-list for method output_type
+	11, // [11:27] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_machine_proto_init() }
@@ -536,7 +1383,7 @@ func file_machine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_machine_proto_rawDesc), len(file_machine_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -22,9 +22,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Machine_Version_FullMethodName  = "/cairn.machine.v1alpha1.Machine/Version"
-	Machine_Reboot_FullMethodName   = "/cairn.machine.v1alpha1.Machine/Reboot"
-	Machine_Shutdown_FullMethodName = "/cairn.machine.v1alpha1.Machine/Shutdown"
+	Machine_Version_FullMethodName        = "/cairn.machine.v1alpha1.Machine/Version"
+	Machine_Reboot_FullMethodName         = "/cairn.machine.v1alpha1.Machine/Reboot"
+	Machine_Shutdown_FullMethodName       = "/cairn.machine.v1alpha1.Machine/Shutdown"
+	Machine_Services_FullMethodName       = "/cairn.machine.v1alpha1.Machine/Services"
+	Machine_ServiceRestart_FullMethodName = "/cairn.machine.v1alpha1.Machine/ServiceRestart"
+	Machine_ServiceKill_FullMethodName    = "/cairn.machine.v1alpha1.Machine/ServiceKill"
+	Machine_Logs_FullMethodName           = "/cairn.machine.v1alpha1.Machine/Logs"
+	Machine_Containers_FullMethodName     = "/cairn.machine.v1alpha1.Machine/Containers"
 )
 
 // MachineClient is the client API for Machine service.
@@ -39,6 +44,18 @@ type MachineClient interface {
 	Reboot(ctx context.Context, in *RebootRequest, opts ...grpc.CallOption) (*RebootResponse, error)
 	// Shutdown stops services cleanly and powers the node off.
 	Shutdown(ctx context.Context, in *ShutdownRequest, opts ...grpc.CallOption) (*ShutdownResponse, error)
+	// Services lists the supervised services and their state.
+	Services(ctx context.Context, in *ServicesRequest, opts ...grpc.CallOption) (*ServicesResponse, error)
+	// ServiceRestart stops a service and starts it again.
+	ServiceRestart(ctx context.Context, in *ServiceRestartRequest, opts ...grpc.CallOption) (*ServiceRestartResponse, error)
+	// ServiceKill sends a signal to a service's processes; the supervisor
+	// then handles the exit like any crash.
+	ServiceKill(ctx context.Context, in *ServiceKillRequest, opts ...grpc.CallOption) (*ServiceKillResponse, error)
+	// Logs streams a service's output: the last lines, then new ones if
+	// follow is set.
+	Logs(ctx context.Context, in *LogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogsChunk], error)
+	// Containers lists containerd's namespaces, containers and images.
+	Containers(ctx context.Context, in *ContainersRequest, opts ...grpc.CallOption) (*ContainersResponse, error)
 }
 
 type machineClient struct {
@@ -79,6 +96,65 @@ func (c *machineClient) Shutdown(ctx context.Context, in *ShutdownRequest, opts 
 	return out, nil
 }
 
+func (c *machineClient) Services(ctx context.Context, in *ServicesRequest, opts ...grpc.CallOption) (*ServicesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ServicesResponse)
+	err := c.cc.Invoke(ctx, Machine_Services_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *machineClient) ServiceRestart(ctx context.Context, in *ServiceRestartRequest, opts ...grpc.CallOption) (*ServiceRestartResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ServiceRestartResponse)
+	err := c.cc.Invoke(ctx, Machine_ServiceRestart_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *machineClient) ServiceKill(ctx context.Context, in *ServiceKillRequest, opts ...grpc.CallOption) (*ServiceKillResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ServiceKillResponse)
+	err := c.cc.Invoke(ctx, Machine_ServiceKill_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *machineClient) Logs(ctx context.Context, in *LogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogsChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Machine_ServiceDesc.Streams[0], Machine_Logs_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[LogsRequest, LogsChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Machine_LogsClient = grpc.ServerStreamingClient[LogsChunk]
+
+func (c *machineClient) Containers(ctx context.Context, in *ContainersRequest, opts ...grpc.CallOption) (*ContainersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ContainersResponse)
+	err := c.cc.Invoke(ctx, Machine_Containers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MachineServer is the server API for Machine service.
 // All implementations must embed UnimplementedMachineServer
 // for forward compatibility.
@@ -91,6 +167,18 @@ type MachineServer interface {
 	Reboot(context.Context, *RebootRequest) (*RebootResponse, error)
 	// Shutdown stops services cleanly and powers the node off.
 	Shutdown(context.Context, *ShutdownRequest) (*ShutdownResponse, error)
+	// Services lists the supervised services and their state.
+	Services(context.Context, *ServicesRequest) (*ServicesResponse, error)
+	// ServiceRestart stops a service and starts it again.
+	ServiceRestart(context.Context, *ServiceRestartRequest) (*ServiceRestartResponse, error)
+	// ServiceKill sends a signal to a service's processes; the supervisor
+	// then handles the exit like any crash.
+	ServiceKill(context.Context, *ServiceKillRequest) (*ServiceKillResponse, error)
+	// Logs streams a service's output: the last lines, then new ones if
+	// follow is set.
+	Logs(*LogsRequest, grpc.ServerStreamingServer[LogsChunk]) error
+	// Containers lists containerd's namespaces, containers and images.
+	Containers(context.Context, *ContainersRequest) (*ContainersResponse, error)
 	mustEmbedUnimplementedMachineServer()
 }
 
@@ -109,6 +197,21 @@ func (UnimplementedMachineServer) Reboot(context.Context, *RebootRequest) (*Rebo
 }
 func (UnimplementedMachineServer) Shutdown(context.Context, *ShutdownRequest) (*ShutdownResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Shutdown not implemented")
+}
+func (UnimplementedMachineServer) Services(context.Context, *ServicesRequest) (*ServicesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Services not implemented")
+}
+func (UnimplementedMachineServer) ServiceRestart(context.Context, *ServiceRestartRequest) (*ServiceRestartResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ServiceRestart not implemented")
+}
+func (UnimplementedMachineServer) ServiceKill(context.Context, *ServiceKillRequest) (*ServiceKillResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ServiceKill not implemented")
+}
+func (UnimplementedMachineServer) Logs(*LogsRequest, grpc.ServerStreamingServer[LogsChunk]) error {
+	return status.Errorf(codes.Unimplemented, "method Logs not implemented")
+}
+func (UnimplementedMachineServer) Containers(context.Context, *ContainersRequest) (*ContainersResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Containers not implemented")
 }
 func (UnimplementedMachineServer) mustEmbedUnimplementedMachineServer() {}
 func (UnimplementedMachineServer) testEmbeddedByValue()                 {}
@@ -185,6 +288,89 @@ func _Machine_Shutdown_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Machine_Services_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ServicesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MachineServer).Services(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Machine_Services_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MachineServer).Services(ctx, req.(*ServicesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Machine_ServiceRestart_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ServiceRestartRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MachineServer).ServiceRestart(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Machine_ServiceRestart_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MachineServer).ServiceRestart(ctx, req.(*ServiceRestartRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Machine_ServiceKill_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ServiceKillRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MachineServer).ServiceKill(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Machine_ServiceKill_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MachineServer).ServiceKill(ctx, req.(*ServiceKillRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Machine_Logs_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(LogsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(MachineServer).Logs(m, &grpc.GenericServerStream[LogsRequest, LogsChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Machine_LogsServer = grpc.ServerStreamingServer[LogsChunk]
+
+func _Machine_Containers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ContainersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MachineServer).Containers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Machine_Containers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MachineServer).Containers(ctx, req.(*ContainersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Machine_ServiceDesc is the grpc.ServiceDesc for Machine service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -204,15 +390,42 @@ var Machine_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Shutdown",
 			Handler:    _Machine_Shutdown_Handler,
 		},
+		{
+			MethodName: "Services",
+			Handler:    _Machine_Services_Handler,
+		},
+		{
+			MethodName: "ServiceRestart",
+			Handler:    _Machine_ServiceRestart_Handler,
+		},
+		{
+			MethodName: "ServiceKill",
+			Handler:    _Machine_ServiceKill_Handler,
+		},
+		{
+			MethodName: "Containers",
+			Handler:    _Machine_Containers_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Logs",
+			Handler:       _Machine_Logs_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "machine.proto",
 }
 
 const (
-	Init_BootTimeline_FullMethodName = "/cairn.machine.v1alpha1.Init/BootTimeline"
-	Init_Reboot_FullMethodName       = "/cairn.machine.v1alpha1.Init/Reboot"
-	Init_Shutdown_FullMethodName     = "/cairn.machine.v1alpha1.Init/Shutdown"
+	Init_BootTimeline_FullMethodName   = "/cairn.machine.v1alpha1.Init/BootTimeline"
+	Init_Reboot_FullMethodName         = "/cairn.machine.v1alpha1.Init/Reboot"
+	Init_Shutdown_FullMethodName       = "/cairn.machine.v1alpha1.Init/Shutdown"
+	Init_Services_FullMethodName       = "/cairn.machine.v1alpha1.Init/Services"
+	Init_ServiceRestart_FullMethodName = "/cairn.machine.v1alpha1.Init/ServiceRestart"
+	Init_ServiceKill_FullMethodName    = "/cairn.machine.v1alpha1.Init/ServiceKill"
+	Init_Logs_FullMethodName           = "/cairn.machine.v1alpha1.Init/Logs"
+	Init_Containers_FullMethodName     = "/cairn.machine.v1alpha1.Init/Containers"
 )
 
 // InitClient is the client API for Init service.
@@ -224,6 +437,11 @@ type InitClient interface {
 	BootTimeline(ctx context.Context, in *BootTimelineRequest, opts ...grpc.CallOption) (*BootTimelineResponse, error)
 	Reboot(ctx context.Context, in *RebootRequest, opts ...grpc.CallOption) (*RebootResponse, error)
 	Shutdown(ctx context.Context, in *ShutdownRequest, opts ...grpc.CallOption) (*ShutdownResponse, error)
+	Services(ctx context.Context, in *ServicesRequest, opts ...grpc.CallOption) (*ServicesResponse, error)
+	ServiceRestart(ctx context.Context, in *ServiceRestartRequest, opts ...grpc.CallOption) (*ServiceRestartResponse, error)
+	ServiceKill(ctx context.Context, in *ServiceKillRequest, opts ...grpc.CallOption) (*ServiceKillResponse, error)
+	Logs(ctx context.Context, in *LogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogsChunk], error)
+	Containers(ctx context.Context, in *ContainersRequest, opts ...grpc.CallOption) (*ContainersResponse, error)
 }
 
 type initClient struct {
@@ -264,6 +482,65 @@ func (c *initClient) Shutdown(ctx context.Context, in *ShutdownRequest, opts ...
 	return out, nil
 }
 
+func (c *initClient) Services(ctx context.Context, in *ServicesRequest, opts ...grpc.CallOption) (*ServicesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ServicesResponse)
+	err := c.cc.Invoke(ctx, Init_Services_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *initClient) ServiceRestart(ctx context.Context, in *ServiceRestartRequest, opts ...grpc.CallOption) (*ServiceRestartResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ServiceRestartResponse)
+	err := c.cc.Invoke(ctx, Init_ServiceRestart_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *initClient) ServiceKill(ctx context.Context, in *ServiceKillRequest, opts ...grpc.CallOption) (*ServiceKillResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ServiceKillResponse)
+	err := c.cc.Invoke(ctx, Init_ServiceKill_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *initClient) Logs(ctx context.Context, in *LogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogsChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Init_ServiceDesc.Streams[0], Init_Logs_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[LogsRequest, LogsChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Init_LogsClient = grpc.ServerStreamingClient[LogsChunk]
+
+func (c *initClient) Containers(ctx context.Context, in *ContainersRequest, opts ...grpc.CallOption) (*ContainersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ContainersResponse)
+	err := c.cc.Invoke(ctx, Init_Containers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InitServer is the server API for Init service.
 // All implementations must embed UnimplementedInitServer
 // for forward compatibility.
@@ -273,6 +550,11 @@ type InitServer interface {
 	BootTimeline(context.Context, *BootTimelineRequest) (*BootTimelineResponse, error)
 	Reboot(context.Context, *RebootRequest) (*RebootResponse, error)
 	Shutdown(context.Context, *ShutdownRequest) (*ShutdownResponse, error)
+	Services(context.Context, *ServicesRequest) (*ServicesResponse, error)
+	ServiceRestart(context.Context, *ServiceRestartRequest) (*ServiceRestartResponse, error)
+	ServiceKill(context.Context, *ServiceKillRequest) (*ServiceKillResponse, error)
+	Logs(*LogsRequest, grpc.ServerStreamingServer[LogsChunk]) error
+	Containers(context.Context, *ContainersRequest) (*ContainersResponse, error)
 	mustEmbedUnimplementedInitServer()
 }
 
@@ -291,6 +573,21 @@ func (UnimplementedInitServer) Reboot(context.Context, *RebootRequest) (*RebootR
 }
 func (UnimplementedInitServer) Shutdown(context.Context, *ShutdownRequest) (*ShutdownResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Shutdown not implemented")
+}
+func (UnimplementedInitServer) Services(context.Context, *ServicesRequest) (*ServicesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Services not implemented")
+}
+func (UnimplementedInitServer) ServiceRestart(context.Context, *ServiceRestartRequest) (*ServiceRestartResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ServiceRestart not implemented")
+}
+func (UnimplementedInitServer) ServiceKill(context.Context, *ServiceKillRequest) (*ServiceKillResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ServiceKill not implemented")
+}
+func (UnimplementedInitServer) Logs(*LogsRequest, grpc.ServerStreamingServer[LogsChunk]) error {
+	return status.Errorf(codes.Unimplemented, "method Logs not implemented")
+}
+func (UnimplementedInitServer) Containers(context.Context, *ContainersRequest) (*ContainersResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Containers not implemented")
 }
 func (UnimplementedInitServer) mustEmbedUnimplementedInitServer() {}
 func (UnimplementedInitServer) testEmbeddedByValue()              {}
@@ -367,6 +664,89 @@ func _Init_Shutdown_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Init_Services_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ServicesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InitServer).Services(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Init_Services_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InitServer).Services(ctx, req.(*ServicesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Init_ServiceRestart_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ServiceRestartRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InitServer).ServiceRestart(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Init_ServiceRestart_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InitServer).ServiceRestart(ctx, req.(*ServiceRestartRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Init_ServiceKill_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ServiceKillRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InitServer).ServiceKill(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Init_ServiceKill_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InitServer).ServiceKill(ctx, req.(*ServiceKillRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Init_Logs_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(LogsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(InitServer).Logs(m, &grpc.GenericServerStream[LogsRequest, LogsChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Init_LogsServer = grpc.ServerStreamingServer[LogsChunk]
+
+func _Init_Containers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ContainersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InitServer).Containers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Init_Containers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InitServer).Containers(ctx, req.(*ContainersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Init_ServiceDesc is the grpc.ServiceDesc for Init service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -386,7 +766,29 @@ var Init_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Shutdown",
 			Handler:    _Init_Shutdown_Handler,
 		},
+		{
+			MethodName: "Services",
+			Handler:    _Init_Services_Handler,
+		},
+		{
+			MethodName: "ServiceRestart",
+			Handler:    _Init_ServiceRestart_Handler,
+		},
+		{
+			MethodName: "ServiceKill",
+			Handler:    _Init_ServiceKill_Handler,
+		},
+		{
+			MethodName: "Containers",
+			Handler:    _Init_Containers_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Logs",
+			Handler:       _Init_Logs_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "machine.proto",
 }

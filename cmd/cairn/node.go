@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/cairn-os/cairn/api/client"
@@ -54,14 +55,9 @@ func nodeCmd() *cobra.Command {
 		return &cobra.Command{
 			Use: use, Short: short, Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				c, err := f.dial()
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
-				defer cancel()
-				return run(ctx, c, cmd.OutOrStdout())
+				return withClient(cmd, f, func(ctx context.Context, c *client.Client) error {
+					return run(ctx, c, cmd.OutOrStdout())
+				})
 			},
 		}
 	}
@@ -82,6 +78,77 @@ func nodeCmd() *cobra.Command {
 		return nil
 	})
 	version.Flags().StringVarP(&f.output, "output", "o", "text", "text or json")
+	var tail int
+	var follow bool
+	logs := &cobra.Command{
+		Use: "logs SERVICE", Short: "Show a service's output (-f to follow)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			stream, err := c.Logs(cmd.Context(), &machine.LogsRequest{Service: args[0], TailLines: int32(tail), Follow: follow})
+			if err != nil {
+				return err
+			}
+			for {
+				chunk, err := stream.Recv()
+				if err == io.EOF {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				if _, err := cmd.OutOrStdout().Write(chunk.Data); err != nil {
+					return err
+				}
+			}
+		},
+	}
+	logs.Flags().IntVar(&tail, "tail", 0, "lines from the end to show first (0: all kept)")
+	logs.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new output")
+	var signal int
+	kill := &cobra.Command{
+		Use: "kill SERVICE", Short: "Send a signal (default SIGKILL) to a service; the supervisor restarts it per its policy", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withClient(cmd, f, func(ctx context.Context, c *client.Client) error {
+				_, err := c.ServiceKill(ctx, &machine.ServiceKillRequest{Name: args[0], Signal: int32(signal)})
+				return err
+			})
+		},
+	}
+	kill.Flags().IntVarP(&signal, "signal", "s", 9, "signal number")
+	restart := &cobra.Command{
+		Use: "restart SERVICE", Short: "Stop a service and start it again", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withClient(cmd, f, func(ctx context.Context, c *client.Client) error {
+				if _, err := c.ServiceRestart(ctx, &machine.ServiceRestartRequest{Name: args[0]}); err != nil {
+					return err
+				}
+				_, err := fmt.Fprintf(cmd.OutOrStdout(), "restarted %s\n", args[0])
+				return err
+			})
+		},
+	}
+	cmd.AddCommand(logs, kill, restart,
+		call("services", "List the services and their state", func(ctx context.Context, c *client.Client, w io.Writer) error {
+			resp, err := c.Services(ctx, &machine.ServicesRequest{})
+			if err != nil {
+				return err
+			}
+			printServices(w, resp.Services)
+			return nil
+		}),
+		call("containers", "List containerd's namespaces, containers and images", func(ctx context.Context, c *client.Client, w io.Writer) error {
+			resp, err := c.Containers(ctx, &machine.ContainersRequest{})
+			if err != nil {
+				return err
+			}
+			printContainers(w, resp.Namespaces)
+			return nil
+		}),
+	)
 	cmd.AddCommand(version,
 		call("reboot", "Stop services cleanly and reboot", func(ctx context.Context, c *client.Client, w io.Writer) error {
 			if _, err := c.Reboot(ctx, &machine.RebootRequest{}); err != nil {
@@ -99,6 +166,48 @@ func nodeCmd() *cobra.Command {
 		}),
 	)
 	return cmd
+}
+
+// withClient dials the node and runs fn with a bounded context.
+func withClient(cmd *cobra.Command, f *nodeFlags, fn func(context.Context, *client.Client) error) error {
+	c, err := f.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+	defer cancel()
+	return fn(ctx, c)
+}
+
+func printServices(w io.Writer, services []*machine.ServiceStatus) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVICE\tSTATE\tREADY\tRESTARTS\tSINCE\tPID\tLAST EXIT\tREASON")
+	for _, s := range services {
+		since := ""
+		if s.Since != nil {
+			since = time.Since(s.Since.AsTime()).Round(time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%t\t%d\t%s\t%d\t%s\t%s\n", s.Name, s.State, s.Ready, s.Restarts, since, s.Pid, s.LastExit, s.Reason)
+	}
+	tw.Flush()
+}
+
+func printContainers(w io.Writer, namespaces []*machine.ContainerNamespace) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tCONTAINER\tIMAGE\tSTATUS\tPID")
+	for _, ns := range namespaces {
+		for _, c := range ns.Containers {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", ns.Name, c.Id, c.Image, c.Status, c.Pid)
+		}
+	}
+	fmt.Fprintln(tw, "\nNAMESPACE\tIMAGE\tDIGEST\tSIZE")
+	for _, ns := range namespaces {
+		for _, im := range ns.Images {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", ns.Name, im.Name, im.Digest, im.Size)
+		}
+	}
+	tw.Flush()
 }
 
 func printVersion(w io.Writer, v *machine.VersionResponse) {

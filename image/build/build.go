@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"strconv"
 	"time"
 
@@ -37,6 +39,10 @@ const DefaultSourceDateEpoch = 1767225600 // 2026-01-01T00:00:00Z
 // KernelCmdline is the kernel command line baked into the UKI. quiet keeps
 // the serial console short: a verbose one slows boots under emulation.
 const KernelCmdline = "console=tty0 console=ttyS0,115200 quiet panic=10"
+
+// HostTools are Debian's e2fsprogs programs init runs to make, check and
+// grow EPHEMERAL; their shared libraries come along.
+var HostTools = []string{"/sbin/mke2fs", "/sbin/e2fsck", "/sbin/resize2fs"}
 
 // Modules loaded by init stage 1 (to mount the root squashfs) and stage 2.
 var (
@@ -81,10 +87,10 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	initBin, agentBin := filepath.Join(o.Assets, "init"), filepath.Join(o.Assets, "cairn-agent")
-	for _, f := range []string{initBin, agentBin, stubPath, bootloaderPath, caBundlePath} {
+	stage1Bin, initBin, agentBin := filepath.Join(o.Assets, "init-stage1"), filepath.Join(o.Assets, "init"), filepath.Join(o.Assets, "cairn-agent")
+	for _, f := range slices.Concat([]string{stage1Bin, initBin, agentBin, stubPath, bootloaderPath, caBundlePath}, HostTools) {
 		if _, err := os.Stat(f); err != nil {
-			return nil, fmt.Errorf("input missing: %w (node binaries come from `make`; host files from the Debian packages systemd-boot-efi and ca-certificates)", err)
+			return nil, fmt.Errorf("input missing: %w (node binaries and components come from `make build`; host files from the Debian packages systemd-boot-efi, ca-certificates and e2fsprogs)", err)
 		}
 	}
 	epoch, err := sourceDateEpoch()
@@ -116,8 +122,11 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 		version.Version, version.Version, version.Version))
 	parts, err := rootfs.Build(ctx, rootfs.Spec{
 		Kernel:          kernel,
+		Stage1:          stage1Bin,
 		Init:            initBin,
 		Agent:           agentBin,
+		Components:      o.Assets,
+		HostTools:       HostTools,
 		OSRelease:       osRelease,
 		CABundle:        caBundlePath,
 		BootModules:     BootModules,
@@ -141,14 +150,22 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 	}
 
 	m := &image.Manifest{Version: version.Version}
-	inputs := []struct{ name, path, note string }{
+	type input struct{ name, path, note string }
+	inputs := []input{
 		{"machine-config", o.Config, ""},
 		{"kernel-package", kernel.Deb, rootfs.KernelPackage + "=" + rootfs.KernelVersion},
 		{"uki-stub", stubPath, "systemd-boot-efi"},
 		{"bootloader", bootloaderPath, "systemd-boot-efi"},
+		{"init-stage1", stage1Bin, ""},
 		{"init", initBin, ""},
 		{"cairn-agent", agentBin, ""},
 		{"ca-bundle", caBundlePath, "ca-certificates"},
+	}
+	for _, c := range rootfs.Components {
+		inputs = append(inputs, input{c.Name, filepath.Join(o.Assets, filepath.FromSlash(c.Name)), "rootfs/components"})
+	}
+	for _, t := range HostTools {
+		inputs = append(inputs, input{strings.TrimPrefix(t, "/"), t, "e2fsprogs"})
 	}
 	for _, in := range inputs {
 		a, err := image.FileArtifact(in.name, in.path, in.note)

@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binDir = dir
+	binDir = filepath.Join(dir, "bin")
 	code := 1
 	if err := buildBinaries(dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -35,15 +35,13 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// buildBinaries builds the three programs the way `make build` does.
+// buildBinaries builds cairn, the node binaries and the components into
+// dir/bin with `make build`, the one recipe for them.
 func buildBinaries(dir string) error {
-	for name, pkg := range map[string]string{"cairn": "./cmd/cairn", "init": "./init", "cairn-agent": "./agent"} {
-		cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags", "-s -w -buildid=", "-o", filepath.Join(dir, name), pkg)
-		cmd.Dir = "../.."
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
-		}
+	cmd := exec.Command("make", "--no-print-directory", "build", "OUT="+dir)
+	cmd.Dir = "../.."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("make build: %v\n%s", err, out)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package boot
 
 import (
 	"bufio"
@@ -16,7 +16,8 @@ import (
 // (written by the image build from modules.dep).
 const moduleList = "cairn.modules"
 
-func kernelRelease() string {
+// KernelRelease is the running kernel's release (uname -r).
+func KernelRelease() string {
 	var u unix.Utsname
 	if err := unix.Uname(&u); err != nil {
 		return ""
@@ -24,10 +25,10 @@ func kernelRelease() string {
 	return unix.ByteSliceToString(u.Release[:])
 }
 
-// loadModules loads every module of the list under /lib/modules/<release>,
+// LoadModules loads every module of the list under /lib/modules/<release>,
 // in order. Modules already loaded are skipped.
-func loadModules() error {
-	dir := filepath.Join("/lib/modules", kernelRelease())
+func LoadModules() error {
+	dir := filepath.Join("/lib/modules", KernelRelease())
 	f, err := os.Open(filepath.Join(dir, moduleList))
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package main
+package boot
 
 import (
 	"bytes"
@@ -16,15 +16,15 @@ func TestRunSteps(t *testing.T) {
 	run := func(name string, err error) func() error {
 		return func() error { ran = append(ran, name); return err }
 	}
-	var tl []record
-	err := runSteps(&tl, []step{
-		{name: "a", run: run("a", nil)},
-		{name: "b", run: run("b", errors.New("no link")), fatal: false},
-		{name: "c", run: run("c", errors.New("no root")), fatal: true},
-		{name: "d", run: run("d", nil)},
+	var tl []Record
+	err := RunSteps(&tl, []Step{
+		{Name: "a", Run: run("a", nil)},
+		{Name: "b", Run: run("b", errors.New("no link")), Fatal: false},
+		{Name: "c", Run: run("c", errors.New("no root")), Fatal: true},
+		{Name: "d", Run: run("d", nil)},
 	})
 	if err == nil || err.Error() != "c: no root" {
-		t.Errorf("runSteps() = %v, want the fatal step's error %q", err, "c: no root")
+		t.Errorf("RunSteps() = %v, want the fatal step's error %q", err, "c: no root")
 	}
 	if diff := cmp.Diff([]string{"a", "b", "c"}, ran); diff != "" {
 		t.Errorf("steps run (-want +got):\n%s", diff)
@@ -43,21 +43,21 @@ func TestRunSteps(t *testing.T) {
 }
 
 func TestInheritTimeline(t *testing.T) {
-	want := []record{{Name: "mount root squashfs", Start: 3e9, Duration: 2e7}}
+	want := []Record{{Name: "mount root squashfs", Start: 3e9, Duration: 2e7}}
 	raw, _ := json.Marshal(want)
-	t.Setenv(timelineEnv, string(raw))
-	got := inheritTimeline()
+	t.Setenv(TimelineEnv, string(raw))
+	got := InheritTimeline()
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("inheritTimeline() (-want +got):\n%s", diff)
+		t.Errorf("InheritTimeline() (-want +got):\n%s", diff)
 	}
-	if v, ok := os.LookupEnv(timelineEnv); ok {
-		t.Errorf("%s = %q after inheritTimeline, want it unset so services do not inherit it", timelineEnv, v)
+	if v, ok := os.LookupEnv(TimelineEnv); ok {
+		t.Errorf("%s = %q after InheritTimeline, want it unset so services do not inherit it", TimelineEnv, v)
 	}
 }
 
 func TestConsoleHandler(t *testing.T) {
 	var buf bytes.Buffer
-	log := slog.New(newConsoleHandler(&buf)).With("step", "network")
+	log := slog.New(NewConsoleHandler(&buf)).With("step", "network")
 	log.Info("link up", "link", "eth0")
 	log.Warn("no lease", "link", "eth1")
 	log.Debug("hidden")

@@ -6,12 +6,13 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/cairn-os/cairn/init/internal/boot"
 	"github.com/u-root/u-root/pkg/mount/loop"
 	"golang.org/x/sys/unix"
 )
 
 const (
-	rootImage = "/rootfs.sqsh" // in the initramfs: its presence means stage 1
+	rootImage = "/rootfs.sqsh"
 	newRoot   = "/newroot"
 	// overlayDir is a tmpfs in the new root holding the writable upper
 	// layer of /etc.
@@ -21,42 +22,24 @@ const (
 
 // stage1 runs in the initramfs and ends by exec'ing stage 2 in the new root.
 func stage1() error {
-	var timeline []record
-	steps := []step{
-		{name: "mount early filesystems", run: mountEarly, fatal: true},
-		{name: "load boot modules", run: loadModules, fatal: true},
-		{name: "mount root squashfs", run: mountRoot, fatal: true},
-		{name: "mount /etc overlay", run: mountEtcOverlay, fatal: true},
+	var timeline []boot.Record
+	steps := []boot.Step{
+		{Name: "mount early filesystems", Run: mountEarly, Fatal: true},
+		{Name: "load boot modules", Run: boot.LoadModules, Fatal: true},
+		{Name: "mount root squashfs", Run: mountRoot, Fatal: true},
+		{Name: "mount /etc overlay", Run: mountEtcOverlay, Fatal: true},
 	}
-	if err := runSteps(&timeline, steps); err != nil {
+	if err := boot.RunSteps(&timeline, steps); err != nil {
 		return err
 	}
 	return switchRoot(timeline)
 }
 
-type mountSpec struct {
-	source, target, fstype string
-	flags                  uintptr
-	data                   string
-}
-
-func mountAll(ms []mountSpec) error {
-	for _, m := range ms {
-		if err := os.MkdirAll(m.target, 0o755); err != nil {
-			return err
-		}
-		if err := unix.Mount(m.source, m.target, m.fstype, m.flags, m.data); err != nil {
-			return fmt.Errorf("mount %s on %s: %w", m.fstype, m.target, err)
-		}
-	}
-	return nil
-}
-
 func mountEarly() error {
-	return mountAll([]mountSpec{
-		{"devtmpfs", "/dev", "devtmpfs", unix.MS_NOSUID, "mode=0755"},
-		{"proc", "/proc", "proc", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
-		{"sysfs", "/sys", "sysfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+	return boot.MountAll([]boot.Mount{
+		{Source: "devtmpfs", Target: "/dev", FSType: "devtmpfs", Flags: unix.MS_NOSUID, Data: "mode=0755"},
+		{Source: "proc", Target: "/proc", FSType: "proc", Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, Data: ""},
+		{Source: "sysfs", Target: "/sys", FSType: "sysfs", Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, Data: ""},
 	})
 }
 
@@ -96,7 +79,7 @@ func mountEtcOverlay() error {
 // switchRoot moves the early mounts into the new root, makes it / and execs
 // stage 2 there. pivot_root does not work on the initramfs root, so the new
 // root is moved over / and entered with chroot.
-func switchRoot(timeline []record) error {
+func switchRoot(timeline []boot.Record) error {
 	for _, m := range []string{"/dev", "/proc", "/sys"} {
 		if err := unix.Mount(m, filepath.Join(newRoot, m), "", unix.MS_MOVE, ""); err != nil {
 			return fmt.Errorf("move %s into the new root: %w", m, err)
@@ -118,6 +101,6 @@ func switchRoot(timeline []record) error {
 	if err != nil {
 		return err
 	}
-	env := append(os.Environ(), timelineEnv+"="+string(tl))
+	env := append(os.Environ(), boot.TimelineEnv+"="+string(tl))
 	return fmt.Errorf("exec %s: %w", stage2Path, unix.Exec(stage2Path, []string{stage2Path}, env))
 }

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/cairn-os/cairn/init/internal/containers"
+	"github.com/cairn-os/cairn/init/internal/runtime"
+	"github.com/cairn-os/cairn/machineconfig"
+	"github.com/cairn-os/cairn/supervisor"
+)
+
+const (
+	cgroupRoot = "/sys/fs/cgroup"
+	// runLogDir keeps service logs in memory when EPHEMERAL is missing.
+	runLogDir = "/run/log"
+)
+
+var restartPolicies = map[string]supervisor.Policy{
+	machineconfig.RestartAlways:    supervisor.RestartAlways,
+	machineconfig.RestartOnFailure: supervisor.RestartOnFailure,
+	machineconfig.RestartNever:     supervisor.RestartNever,
+}
+
+// startServices writes containerd's config and starts the services:
+// containerd, the agent, and the machine config's image-backed services
+// (after containerd is ready). The agent does not wait for containerd, so
+// the API answers even when the runtime cannot start.
+func (n *node) startServices() error {
+	if n.cfg == nil {
+		return errNoConfig
+	}
+	logDir := filepath.Join(varDir, "log")
+	if n.varErr != nil {
+		logDir = runLogDir
+	}
+	n.services = supervisor.New(supervisor.Options{
+		Starter:    n.reaper,
+		Log:        slog.Default(),
+		CgroupRoot: cgroupRoot,
+		LogDir:     logDir,
+	})
+	if err := os.MkdirAll(filepath.Join(cgroupRoot, containers.ShimCgroup), 0o755); err != nil {
+		return err
+	}
+	files := runtime.Files(n.cfg)
+	for _, p := range runtime.SortedPaths(files) {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, files[p], 0o644); err != nil {
+			return err
+		}
+	}
+	containerd := supervisor.Service{
+		Name:    "containerd",
+		Path:    "/usr/bin/containerd",
+		Args:    []string{"--config", runtime.ConfigPath},
+		Env:     []string{"PATH=/usr/bin:/sbin"},
+		Ready:   supervisor.UnixSocketProbe(runtime.Socket),
+		Cgroup:  "system/containerd",
+		LogFile: "containerd.log",
+	}
+	if n.varErr != nil {
+		// containerd keeps its data on /var: without EPHEMERAL it backs
+		// off, showing why, rather than filling the root's overlay.
+		containerd.Path, containerd.Args = "", nil
+		containerd.Launcher = unavailable{fmt.Errorf("EPHEMERAL is not mounted on %s: %w", varDir, n.varErr)}
+	}
+	services := []supervisor.Service{containerd, {
+		Name:    "cairn-agent",
+		Path:    agentPath,
+		Args:    []string{"--config", configPath, "--init-socket", controlSock},
+		Env:     []string{"PATH=/usr/bin:/sbin"},
+		Cgroup:  "system/cairn-agent",
+		LogFile: "cairn-agent.log",
+		Output:  consoleLines("cairn-agent: "),
+	}}
+	n.images = map[string]string{}
+	for _, s := range n.cfg.Services {
+		n.images[s.Name] = s.Image
+		services = append(services, supervisor.Service{
+			Name:      s.Name,
+			Launcher:  &containers.Launcher{Socket: runtime.Socket, HostsDir: runtime.HostsDir, Service: s},
+			DependsOn: []string{"containerd"},
+			Restart:   restartPolicies[s.Restart],
+			Cgroup:    "system/" + s.Name,
+			LogFile:   s.Name + ".log",
+		})
+	}
+	var errs []error
+	for _, svc := range services {
+		if err := n.services.Add(svc); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(append(errs, n.services.Start())...)
+}
+
+// unavailable is a launcher that cannot start, for the reason it holds.
+type unavailable struct{ err error }
+
+func (u unavailable) Launch(context.Context, supervisor.LaunchOptions) (supervisor.Instance, error) {
+	return nil, u.err
+}
+
+// consoleLines copies a service's output lines to the console, prefixed.
+// The supervisor writes whole lines, one per Write.
+func consoleLines(prefix string) io.Writer {
+	return writerFunc(func(p []byte) (int, error) {
+		os.Stdout.Write(append([]byte(prefix), p...))
+		return len(p), nil
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -1,0 +1,412 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestBackoffNext(t *testing.T) {
+	tests := []struct {
+		name      string
+		prev, ran time.Duration
+		want      time.Duration
+	}{
+		{"first restart", 0, time.Millisecond, time.Second},
+		{"doubles", time.Second, time.Millisecond, 2 * time.Second},
+		{"doubles again", 8 * time.Second, time.Second, 16 * time.Second},
+		{"capped", 16 * time.Second, time.Second, 30 * time.Second},
+		{"stays capped", 30 * time.Second, time.Second, 30 * time.Second},
+		{"reset after a healthy minute", 30 * time.Second, time.Minute, time.Second},
+	}
+	for _, tt := range tests {
+		if got := defaultBackoff.next(tt.prev, tt.ran); got != tt.want {
+			t.Errorf("%s: next(%s, %s) = %s, want %s", tt.name, tt.prev, tt.ran, got, tt.want)
+		}
+	}
+}
+
+// TestCrashLoopBacksOff drives a crashing service with a fake clock: the
+// delays before each restart double from 1 s to 30 s, and go back to 1 s
+// after a run that lasted a minute.
+func TestCrashLoopBacksOff(t *testing.T) {
+	dir := t.TempDir()
+	hold := filepath.Join(dir, "hold")
+	clock := newFakeClock()
+	s := New(Options{Clock: clock, Log: quietLog()})
+	err := s.Add(Service{
+		Name: "crasher", Path: "/bin/sh",
+		Args: []string{"-c", `while [ -e "$1" ]; do sleep 0.01; done; exit 3`, "sh", hold},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer stop(t, s)
+
+	var delays []time.Duration
+	for range 8 {
+		d := clock.waitTimer(t)
+		delays = append(delays, d)
+		st := status(t, s, "crasher")
+		if st.State != StateBackoff || st.Reason != "exit status 3" {
+			t.Errorf("after %d runs: State, Reason = %s, %q, want %s, %q", len(delays), st.State, st.Reason, StateBackoff, "exit status 3")
+		}
+		if st.Restarts != len(delays)-1 {
+			t.Errorf("after %d runs: Restarts = %d, want %d", len(delays), st.Restarts, len(delays)-1)
+		}
+		if len(delays) == 8 {
+			// The next run lasts a healthy minute.
+			if err := os.WriteFile(hold, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clock.Advance(d)
+	}
+	waitState(t, s, "crasher", StateReady)
+	clock.Advance(time.Minute)
+	os.Remove(hold)
+	delays = append(delays, clock.waitTimer(t))
+
+	s1, s2, s4, s8, s16, s30 := time.Second, 2*time.Second, 4*time.Second, 8*time.Second, 16*time.Second, 30*time.Second
+	want := []time.Duration{s1, s2, s4, s8, s16, s30, s30, s30, s1}
+	if diff := cmp.Diff(want, delays); diff != "" {
+		t.Errorf("backoff delays (-want +got):\n%s", diff)
+	}
+}
+
+// TestDependencies starts b, which depends on a, whose readiness is a unix
+// socket it opens after a delay: b must start only once the socket accepts,
+// and stop before a.
+func TestDependencies(t *testing.T) {
+	dir := t.TempDir()
+	sock, seen := filepath.Join(dir, "a.sock"), filepath.Join(dir, "seen")
+	s := New(Options{Log: quietLog()})
+	events, cancel := s.Subscribe()
+	defer cancel()
+	// Added dependent first, so the order comes from DependsOn alone.
+	b := Service{
+		Name: "b", Path: "/bin/sh", DependsOn: []string{"a"},
+		Args: []string{"-c", `if [ -S "$1" ]; then echo socket > "$2"; else echo none > "$2"; fi; exec sleep 60`, "sh", sock, seen},
+	}
+	for _, svc := range []Service{b, listener("a", sock, 300*time.Millisecond)} {
+		if err := s.Add(svc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var raw []byte
+	waitFor(t, "b to look for the socket", func() bool {
+		raw, _ = os.ReadFile(seen)
+		return bytes.HasSuffix(raw, []byte("\n"))
+	})
+	if string(raw) != "socket\n" {
+		t.Errorf("b saw %q when it started, want %q", raw, "socket\n")
+	}
+	stop(t, s)
+
+	var all []string
+	got := map[string][]string{}
+	for e := range events {
+		all = append(all, e.Service+" "+string(e.State))
+		got[e.Service] = append(got[e.Service], string(e.State)+" "+e.Reason)
+		if e.Service == "a" && e.State == StateStopped {
+			break
+		}
+	}
+	want := map[string][]string{
+		"a": {"Waiting ", "Starting ", "Running ", "Ready ", "Stopping stop requested", "Stopped "},
+		"b": {"Waiting ", "Waiting waiting for a", "Starting ", "Running ", "Ready ", "Stopping stop requested", "Stopped "},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	for _, order := range [][2]string{{"a Ready", "b Starting"}, {"b Stopped", "a Stopping"}} {
+		if i, j := slices.Index(all, order[0]), slices.Index(all, order[1]); i > j {
+			t.Errorf("%q came after %q, want before; events: %q", order[0], order[1], all)
+		}
+	}
+}
+
+func TestStartRejectsBadDependencies(t *testing.T) {
+	tests := []struct {
+		name     string
+		services []Service
+		want     string
+	}{
+		{
+			"unknown",
+			[]Service{{Name: "a", Path: "/bin/true", DependsOn: []string{"x"}}},
+			`service "a" depends on unknown service "x"`,
+		},
+		{
+			"cycle",
+			[]Service{
+				{Name: "a", Path: "/bin/true", DependsOn: []string{"b"}},
+				{Name: "b", Path: "/bin/true", DependsOn: []string{"c"}},
+				{Name: "c", Path: "/bin/true", DependsOn: []string{"a"}},
+			},
+			"dependency cycle: a -> b -> c -> a",
+		},
+		{
+			"self",
+			[]Service{{Name: "a", Path: "/bin/true", DependsOn: []string{"a"}}},
+			"dependency cycle: a -> a",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := New(Options{Log: quietLog()})
+			for _, svc := range tt.services {
+				if err := s.Add(svc); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := s.Start()
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("Start() = %v, want %q", err, tt.want)
+			}
+			for _, st := range s.Status() {
+				if st.State != StateWaiting {
+					t.Errorf("State(%s) after a failed Start = %s, want %s", st.Name, st.State, StateWaiting)
+				}
+			}
+			stop(t, s)
+		})
+	}
+}
+
+func TestAddRejectsBadServices(t *testing.T) {
+	tests := []struct {
+		name string
+		svc  Service
+	}{
+		{"no name", Service{Path: "/bin/true"}},
+		{"duplicate", Service{Name: "a", Path: "/bin/true"}},
+		{"nothing to run", Service{Name: "b"}},
+		{"path and launcher", Service{Name: "b", Path: "/bin/true", Launcher: processLauncher{}}},
+		{"log file without LogDir", Service{Name: "b", Path: "/bin/true", LogFile: "b.log"}},
+		{"log file with a path", Service{Name: "b", Path: "/bin/true", LogFile: "../b.log"}},
+		{"absolute cgroup", Service{Name: "b", Path: "/bin/true", Cgroup: "/b"}},
+		{"cgroup out of the root", Service{Name: "b", Path: "/bin/true", Cgroup: "../b"}},
+		{"cgroup taken", Service{Name: "b", Path: "/bin/true", Cgroup: "system/a"}},
+	}
+	s := New(Options{Log: quietLog()})
+	if err := s.Add(Service{Name: "a", Path: "/bin/true", Cgroup: "system/a"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tests {
+		if err := s.Add(tt.svc); err == nil {
+			t.Errorf("%s: Add(%+v) = nil, want an error", tt.name, tt.svc)
+		}
+	}
+}
+
+// TestMissingBinary: a service whose binary is missing backs off with the
+// reason in its status and its log, while the others keep running.
+func TestMissingBinary(t *testing.T) {
+	clock := newFakeClock()
+	s := New(Options{Clock: clock, Log: quietLog()})
+	for _, svc := range []Service{
+		{Name: "missing", Path: "/nonexistent/binary"},
+		{Name: "fine", Path: "/bin/sleep", Args: []string{"60"}},
+	} {
+		if err := s.Add(svc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer stop(t, s)
+	fine := waitState(t, s, "fine", StateReady)
+	st := waitState(t, s, "missing", StateBackoff)
+	const why = "fork/exec /nonexistent/binary: no such file or directory"
+	if st.Reason != why {
+		t.Errorf("Reason = %q, want %q", st.Reason, why)
+	}
+	logs, err := s.Logs("missing", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "[supervisor] start failed: " + why + "\n"; !strings.HasPrefix(string(logs), want) {
+		t.Errorf("Logs(missing) = %q, want it to begin with %q", logs, want)
+	}
+	// Past the first backoff delay, fine is still the same run.
+	clock.Advance(clock.waitTimer(t))
+	clock.waitTimer(t)
+	if st := status(t, s, "missing"); st.State != StateBackoff || st.Restarts != 1 {
+		t.Errorf("missing after a second attempt: State, Restarts = %s, %d, want %s, 1", st.State, st.Restarts, StateBackoff)
+	}
+	if now := status(t, s, "fine"); now.State != StateReady || now.Pid != fine.Pid {
+		t.Errorf("fine is %s with pid %d, want %s with pid %d", now.State, now.Pid, StateReady, fine.Pid)
+	}
+}
+
+func TestRestart(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "svc.sock")
+	s := New(Options{Log: quietLog()})
+	if err := s.Add(listener("svc", sock, 100*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer stop(t, s)
+	before := waitState(t, s, "svc", StateReady)
+	if err := s.Restart("svc"); err != nil {
+		t.Fatalf("Restart(svc) = %v, want nil", err)
+	}
+	if err := syscall.Kill(before.Pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("old run (pid %d) after Restart: kill(0) = %v, want ESRCH", before.Pid, err)
+	}
+	after := waitState(t, s, "svc", StateReady)
+	if after.Restarts != 1 || after.Pid == before.Pid || after.LastExit != "killed by signal terminated" {
+		t.Errorf("after Restart: Restarts, Pid, LastExit = %d, %d, %q; want 1, not %d, %q",
+			after.Restarts, after.Pid, after.LastExit, before.Pid, "killed by signal terminated")
+	}
+	if err := s.Restart("nope"); err == nil {
+		t.Error("Restart(nope) = nil, want an error")
+	}
+}
+
+// TestEvents follows one service through its life.
+func TestEvents(t *testing.T) {
+	ready := filepath.Join(t.TempDir(), "ready")
+	s := New(Options{Log: quietLog()})
+	events, cancel := s.Subscribe()
+	defer cancel()
+	err := s.Add(Service{
+		Name: "svc", Path: "/bin/sh", Ready: FileProbe(ready),
+		Args: []string{"-c", `sleep 0.2; touch "$1"; exec sleep 60`, "sh", ready},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, s, "svc", StateReady)
+	stop(t, s)
+
+	var got []State
+	var last time.Time
+	for e := range events {
+		got = append(got, e.State)
+		if e.Time.Before(last) {
+			t.Errorf("event %s at %s, before the one ahead of it at %s", e.State, e.Time, last)
+		}
+		last = e.Time
+		if e.State == StateStopped {
+			break
+		}
+	}
+	want := []State{StateWaiting, StateStarting, StateRunning, StateReady, StateStopping, StateStopped}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+func TestPolicies(t *testing.T) {
+	tests := []struct {
+		policy Policy
+		exit   string
+		want   State
+	}{
+		{RestartNever, "exit 1", StateFailed},
+		{RestartNever, "exit 0", StateStopped},
+		{RestartOnFailure, "exit 0", StateStopped},
+		{RestartOnFailure, "exit 2", StateBackoff},
+		{RestartOnFailure, "kill -9 $$", StateBackoff},
+		{RestartAlways, "exit 0", StateBackoff},
+	}
+	for _, tt := range tests {
+		clock := newFakeClock() // backoff never ends
+		s := New(Options{Clock: clock, Log: quietLog()})
+		if err := s.Add(Service{Name: "svc", Path: "/bin/sh", Args: []string{"-c", tt.exit}, Restart: tt.policy}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the run to end", func() bool { return status(t, s, "svc").LastExit != "" })
+		if st := waitState(t, s, "svc", tt.want); st.Reason != st.LastExit {
+			t.Errorf("policy %d, %q: Reason = %q, want %q", tt.policy, tt.exit, st.Reason, st.LastExit)
+		}
+		stop(t, s)
+	}
+}
+
+// TestLauncher runs a service through a Launcher that is not a process,
+// as an OCI runtime would be: policy, logs and stop work the same.
+func TestLauncher(t *testing.T) {
+	l := &goroutineLauncher{}
+	clock := newFakeClock()
+	s := New(Options{Clock: clock, Log: quietLog()})
+	if err := s.Add(Service{Name: "svc", Launcher: l, StopSignal: syscall.SIGINT}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(clock.waitTimer(t))
+	st := waitState(t, s, "svc", StateReady)
+	if st.Pid != 2 {
+		t.Errorf("Pid = %d, want 2", st.Pid)
+	}
+	stop(t, s)
+	logs, _ := s.Logs("svc", 0)
+	want := "[supervisor] start failed: first launch fails\n" +
+		"[supervisor] restarting in 1s\n" +
+		"run 2\n" +
+		"[supervisor] stopping (stop requested): sending interrupt\n" +
+		"got interrupt\n"
+	if diff := cmp.Diff(want, string(logs)); diff != "" {
+		t.Errorf("Logs(svc) (-want +got):\n%s", diff)
+	}
+}
+
+// goroutineLauncher fails its first launch; later runs are goroutines that
+// end when signalled.
+type goroutineLauncher struct{ runs int }
+
+func (l *goroutineLauncher) Launch(_ context.Context, opts LaunchOptions) (Instance, error) {
+	l.runs++
+	if l.runs == 1 {
+		return nil, errors.New("first launch fails")
+	}
+	io.WriteString(opts.Output, "run 2\n")
+	g := &goroutine{pid: l.runs, out: opts.Output, sig: make(chan syscall.Signal, 1), exit: make(chan Exit, 1)}
+	go func() {
+		sig := <-g.sig
+		io.WriteString(g.out, "got "+sig.String()+"\n")
+		g.exit <- Exit{}
+	}()
+	return g, nil
+}
+
+type goroutine struct {
+	pid  int
+	out  io.Writer
+	sig  chan syscall.Signal
+	exit chan Exit
+}
+
+func (g *goroutine) Pid() int                        { return g.pid }
+func (g *goroutine) Exited() <-chan Exit             { return g.exit }
+func (g *goroutine) Signal(sig syscall.Signal) error { g.sig <- sig; return nil }
+func (g *goroutine) Kill() error                     { return nil }

@@ -1,0 +1,50 @@
+// Command hello is the smallest useful container workload for Cairn's tests.
+// test/registry builds it into a one-layer image that a node's containerd
+// pulls from a registry on the test host, so a test can tell from the
+// container's output that the image was pulled, started and stopped.
+//
+// On start it prints exactly one line,
+//
+//	hello from cairn-test-image pid=<pid> args=<args joined by space>
+//
+// then prints "tick <n>" every 5 seconds until SIGTERM (or SIGINT), when it
+// prints "bye" and exits 0. It handles the signals itself because, as PID 1
+// of a container, it would otherwise ignore them. With HELLO_ONCE=1 in its
+// environment it exits 0 right after the first line, for checks that only
+// need to run the binary.
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const tickEvery = 5 * time.Second
+
+func main() {
+	// Subscribe before the first line, so that a signal sent by a test
+	// that has seen the line is never missed.
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, os.Interrupt)
+
+	fmt.Printf("hello from cairn-test-image pid=%d args=%s\n", os.Getpid(), strings.Join(os.Args[1:], " "))
+	if os.Getenv("HELLO_ONCE") == "1" {
+		return
+	}
+
+	ticker := time.NewTicker(tickEvery)
+	defer ticker.Stop()
+	for n := 1; ; n++ {
+		select {
+		case <-ticker.C:
+			fmt.Printf("tick %d\n", n)
+		case <-stop:
+			fmt.Println("bye")
+			return
+		}
+	}
+}

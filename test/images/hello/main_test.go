@@ -1,0 +1,91 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// When the test binary is started with runMainEnv set, it is the program
+// under test: TestMain runs main instead of the tests.
+const runMainEnv = "HELLO_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// hello starts this test binary as the hello program with args.
+func hello(t *testing.T, env []string, args ...string) (*exec.Cmd, io.Reader) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), runMainEnv+"=1")
+	cmd.Env = append(cmd.Env, env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start hello: %v", err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return cmd, out
+}
+
+// firstLine is the line hello must print first when started as cmd.
+func firstLine(cmd *exec.Cmd, args string) string {
+	return fmt.Sprintf("hello from cairn-test-image pid=%d args=%s", cmd.Process.Pid, args)
+}
+
+func TestOnce(t *testing.T) {
+	cmd, stdout := hello(t, []string{"HELLO_ONCE=1"}, "a", "b c")
+	out, err := io.ReadAll(stdout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("hello with HELLO_ONCE=1: %v, want exit 0", err)
+	}
+	if want := firstLine(cmd, "a b c") + "\n"; string(out) != want {
+		t.Errorf("hello with HELLO_ONCE=1 printed %q, want %q", out, want)
+	}
+}
+
+func TestSIGTERM(t *testing.T) {
+	cmd, stdout := hello(t, nil)
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() {
+		t.Fatalf("hello printed nothing: %v", lines.Err())
+	}
+	if got, want := lines.Text(), firstLine(cmd, ""); got != want {
+		t.Errorf("first line = %q, want %q", got, want)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.AfterFunc(10*time.Second, func() { cmd.Process.Kill() })
+	var rest []string
+	for lines.Scan() {
+		rest = append(rest, lines.Text())
+	}
+	err := cmd.Wait()
+	if !deadline.Stop() {
+		t.Fatal("hello did not exit within 10s of SIGTERM")
+	}
+	if err != nil {
+		t.Fatalf("hello after SIGTERM: %v, want exit 0", err)
+	}
+	// A tick may land between the first line and the signal.
+	if len(rest) == 0 || rest[len(rest)-1] != "bye" {
+		t.Errorf("after SIGTERM hello printed %q, want it to end with \"bye\"", strings.Join(rest, "\n"))
+	}
+}

@@ -1,0 +1,191 @@
+package registry
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// epoch is the time of every file and of the image config, so that the same
+// binary always makes the same digest.
+var epoch = time.Unix(0, 0).UTC()
+
+// BuildAndPush builds the Go main package pkg as a static linux/amd64
+// binary, makes it a single-layer OCI image whose entrypoint is
+// /usr/bin/<name>, pushes the image to r as repoTag (such as
+// "cairn-test/hello:v1") and returns the manifest digest ("sha256:…").
+//
+// pkg is an import path or a directory relative to the root of the module
+// that holds the current directory, such as "./test/images/hello". The
+// binary is named as go build names it, after the package's last path
+// element. The same source and toolchain give the same digest.
+func BuildAndPush(ctx context.Context, r *Registry, pkg, repoTag string) (string, error) {
+	img, err := buildImage(ctx, pkg)
+	if err != nil {
+		return "", err
+	}
+	ref, err := name.ParseReference(r.Addr+"/"+repoTag, name.Insecure)
+	if err != nil {
+		return "", fmt.Errorf("image reference %q: %w", repoTag, err)
+	}
+	if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
+		return "", fmt.Errorf("push %s: %w", ref, err)
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return "", fmt.Errorf("digest of %s: %w", ref, err)
+	}
+	return digest.String(), nil
+}
+
+// buildImage builds pkg and wraps the binary in an image.
+func buildImage(ctx context.Context, pkg string) (v1.Image, error) {
+	bin, binName, err := goBuild(ctx, pkg)
+	if err != nil {
+		return nil, err
+	}
+	binPath := "/usr/bin/" + binName
+	layerTar, err := layerWith(binPath, bin)
+	if err != nil {
+		return nil, fmt.Errorf("layer for %s: %w", pkg, err)
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(layerTar)), nil
+	}, tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return nil, fmt.Errorf("layer for %s: %w", pkg, err)
+	}
+	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err := mutate.AppendLayers(base, layer)
+	if err != nil {
+		return nil, fmt.Errorf("image for %s: %w", pkg, err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("image config for %s: %w", pkg, err)
+	}
+	cfg = cfg.DeepCopy()
+	cfg.OS = "linux"
+	cfg.Architecture = "amd64"
+	cfg.Created = v1.Time{Time: epoch}
+	for i := range cfg.History {
+		cfg.History[i].Created = v1.Time{Time: epoch}
+		cfg.History[i].CreatedBy = "test/registry: go build, as " + binPath
+	}
+	cfg.Config.Entrypoint = []string{binPath}
+	cfg.Config.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	img, err = mutate.ConfigFile(img, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("image config for %s: %w", pkg, err)
+	}
+	return img, nil
+}
+
+// goBuild builds pkg the way Cairn builds its node binaries (static, no
+// paths, no build ID, no VCS stamp) for linux/amd64 and returns the binary
+// and the name go build gave it.
+func goBuild(ctx context.Context, pkg string) ([]byte, string, error) {
+	root, err := moduleRoot(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	dir, err := os.MkdirTemp("", "cairn-test-image-")
+	if err != nil {
+		return nil, "", err
+	}
+	defer os.RemoveAll(dir)
+
+	// -o into a directory lets go build name the binary.
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false",
+		"-ldflags=-s -w -buildid=", "-o", dir+string(filepath.Separator), pkg)
+	cmd.Dir = root
+	// GOAMD64=v1 runs on any x86-64 CPU QEMU emulates, and keeps the
+	// digest independent of the host's settings.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64", "GOAMD64=v1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, "", fmt.Errorf("go build %s in %s: %w\n%s", pkg, root, err, out)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(entries) != 1 {
+		return nil, "", fmt.Errorf("go build %s made %d files, want one binary: is it a single main package?", pkg, len(entries))
+	}
+	binName := entries[0].Name()
+	bin, err := os.ReadFile(filepath.Join(dir, binName))
+	if err != nil {
+		return nil, "", err
+	}
+	return bin, binName, nil
+}
+
+// moduleRoot returns the directory of the go.mod that holds the current
+// directory.
+func moduleRoot(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", fmt.Errorf("the current directory is not in a Go module: run from inside the Cairn repository")
+	}
+	return filepath.Dir(gomod), nil
+}
+
+// layerWith returns an uncompressed tar holding the file at abs (with its
+// parent directories), root-owned, with fixed times, mode 0755.
+func layerWith(abs string, content []byte) ([]byte, error) {
+	rel := strings.TrimPrefix(path.Clean(abs), "/")
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	var dirs []string
+	for d := path.Dir(rel); d != "."; d = path.Dir(d) {
+		dirs = append([]string{d}, dirs...)
+	}
+	for _, d := range dirs {
+		if err := tw.WriteHeader(&tar.Header{
+			Typeflag: tar.TypeDir,
+			Name:     d + "/",
+			Mode:     0o755,
+			ModTime:  epoch,
+			Format:   tar.FormatUSTAR,
+		}); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.WriteHeader(&tar.Header{
+		Typeflag: tar.TypeReg,
+		Name:     rel,
+		Mode:     0o755,
+		Size:     int64(len(content)),
+		ModTime:  epoch,
+		Format:   tar.FormatUSTAR,
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := tw.Write(content); err != nil {
+		return nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
