@@ -8,7 +8,7 @@ pkgs=(
   squashfs-tools cpio kmod dpkg        # root filesystem, modules.dep
   dosfstools mtools gdisk e2fsprogs    # ESP, GPT checks, STATE
   binutils ca-certificates             # objdump in tests, CA bundle
-  libseccomp-dev                       # runc with seccomp (components)
+  libseccomp-dev gcc libc6-dev pkg-config  # runc: cgo, static, with seccomp
 )
 missing=()
 for p in "${pkgs[@]}"; do

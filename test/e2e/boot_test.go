@@ -16,6 +16,7 @@ import (
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/qemu"
+	"github.com/cairn-os/cairn/test/registry"
 )
 
 // unmatchedMAC selects no link of the VM: the config asks for an interface
@@ -25,15 +26,29 @@ const unmatchedMAC = "02:00:00:00:00:99"
 // TestBoot builds an image with a non-default hostname and a static
 // address, boots it, and checks the node through its API only. The config
 // also names an interface the VM lacks: the node must boot anyway, report
-// it, and serve the API on the address it has.
+// it, and serve the API on the address it has. It declares two system
+// services: one whose image the guest pulls from a registry on the host,
+// one whose registry is unreachable.
 func TestBoot(t *testing.T) {
 	dir := t.TempDir()
 	port := freePort(t)
 	endpoint := fmt.Sprintf("127.0.0.1:%d", port)
+	reg := registry.Start(t)
+	if _, err := registry.BuildAndPush(context.Background(), reg, "./test/images/hello", "cairn-test/hello:v1"); err != nil {
+		t.Fatal(err)
+	}
+	guestRegistry := fmt.Sprintf("10.0.2.2:%d", reg.Port()) // the host's loopback, seen from the guest
 	cairn(t, "config", "gen", "--out", dir, "--hostname", "e2e-node", "--interface", "eth0",
 		"--address", "10.0.2.15/24", "--gateway", "10.0.2.2", "--nameserver", "10.0.2.3",
 		"--endpoint", endpoint)
-	addUnmatchedInterface(t, filepath.Join(dir, "machine.yaml"))
+	editConfig(t, filepath.Join(dir, "machine.yaml"), func(cfg *machineconfig.Config) {
+		cfg.Network.Interfaces = append(cfg.Network.Interfaces, machineconfig.Interface{MAC: unmatchedMAC, Addresses: []string{"192.0.2.10/24"}})
+		cfg.Containerd.Registries = []machineconfig.Registry{{Host: guestRegistry, Endpoints: []string{"http://" + guestRegistry}}}
+		cfg.Services = []machineconfig.Service{
+			{Name: "hello", Image: guestRegistry + "/cairn-test/hello:v1", Args: []string{"--from-config"}},
+			{Name: "unreachable", Image: "10.0.2.2:1/cairn-test/none:v1"},
+		}
+	})
 	cairn(t, "image", "build", "-c", filepath.Join(dir, "machine.yaml"), "-o", filepath.Join(dir, "node.raw"), "--assets", binDir)
 
 	cc, err := machineconfig.LoadClientConfig(filepath.Join(dir, "cairnconfig"))
@@ -100,6 +115,12 @@ func TestBoot(t *testing.T) {
 		if !strings.Contains(out, "e2e-node") || !strings.Contains(out, "mount STATE") {
 			t.Errorf("cairn node version printed:\n%s\nwant the hostname and the boot timeline", out)
 		}
+		out = cairn(t, "node", "--cairnconfig", filepath.Join(dir, "cairnconfig"), "services")
+		for _, want := range []string{"SERVICE", "containerd", "cairn-agent", "hello", "unreachable"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("cairn node services printed:\n%s\nwant %q in it", out, want)
+			}
+		}
 	})
 
 	t.Run("ForeignCARefused", func(t *testing.T) {
@@ -123,6 +144,8 @@ func TestBoot(t *testing.T) {
 			t.Logf("refused as expected: %v", err)
 		}
 	})
+
+	t.Run("Services", func(t *testing.T) { testServices(t, ctx, c) })
 
 	t.Run("Reboot", func(t *testing.T) {
 		if _, err := c.Reboot(ctx, &machine.RebootRequest{}); err != nil {
@@ -169,14 +192,14 @@ func TestBoot(t *testing.T) {
 	})
 }
 
-// addUnmatchedInterface adds an interface by MAC that no link has.
-func addUnmatchedInterface(t *testing.T, path string) {
+// editConfig changes the machine config at path.
+func editConfig(t *testing.T, path string, edit func(*machineconfig.Config)) {
 	t.Helper()
 	cfg, err := machineconfig.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Network.Interfaces = append(cfg.Network.Interfaces, machineconfig.Interface{MAC: unmatchedMAC, Addresses: []string{"192.0.2.10/24"}})
+	edit(cfg)
 	raw, err := cfg.Marshal()
 	if err != nil {
 		t.Fatal(err)

@@ -80,14 +80,12 @@ func (l *Launcher) launch(ctx context.Context, c *containerd.Client, opts superv
 		}
 	}
 	specOpts := []oci.SpecOpts{
-		oci.WithImageConfig(img),
+		// Args replace the image's CMD, after its ENTRYPOINT, as in a Pod.
+		oci.WithImageConfigArgs(img, s.Args),
 		oci.WithHostNamespace(specs.NetworkNamespace),
 		oci.WithHostHostsFile,
 		oci.WithHostResolvconf,
 		oci.WithEnv(s.Env),
-	}
-	if len(s.Args) > 0 {
-		specOpts = append(specOpts, oci.WithProcessArgs(s.Args...))
 	}
 	if rel, ok := strings.CutPrefix(opts.Cgroup, cgroupRoot); ok && rel != "" {
 		specOpts = append(specOpts, oci.WithCgroup(rel))
