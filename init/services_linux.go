@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/cairn-os/cairn/init/internal/containers"
 	"github.com/cairn-os/cairn/init/internal/runtime"
+	"github.com/cairn-os/cairn/internal/layout"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/supervisor"
 )
@@ -93,6 +95,8 @@ func (n *node) startServices() error {
 			LogFile:   s.Name + ".log",
 		})
 	}
+	events, _ := n.services.Subscribe() // for the node's lifetime
+	go n.importSandboxImage(events)
 	var errs []error
 	for _, svc := range services {
 		if err := n.services.Add(svc); err != nil {
@@ -121,3 +125,22 @@ func consoleLines(prefix string) io.Writer {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// importSandboxImage imports and pins the pod sandbox image each time
+// containerd becomes ready: its content lives on /var and a reset or a new
+// EPHEMERAL loses it.
+func (n *node) importSandboxImage(events <-chan supervisor.Event) {
+	for e := range events {
+		if e.Service != "containerd" || e.State != supervisor.StateReady {
+			continue
+		}
+		ctx, stop := context.WithTimeout(context.Background(), time.Minute)
+		err := containers.ImportPinned(ctx, runtime.Socket, layout.SandboxArchive, layout.SandboxImage)
+		stop()
+		if err != nil {
+			slog.Warn("sandbox image not imported", "image", layout.SandboxImage, "err", err)
+		} else {
+			slog.Info("sandbox image imported and pinned", "image", layout.SandboxImage)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"github.com/cairn-os/cairn/internal/layout"
 	"io"
 	"os"
 	"os/exec"
@@ -46,6 +47,7 @@ func testSpec(t *testing.T, k *Kernel) Spec {
 		Components:      fakeComponents(t, ""),
 		OSRelease:       []byte("ID=cairn\nNAME=Cairn\n"),
 		CABundle:        write("ca.pem", "-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n"),
+		SandboxImage:    write("pause.tar", "fake image archive\n"),
 		BootModules:     testBootModules,
 		SystemModules:   testSystemModules,
 		SourceDateEpoch: testEpoch,
@@ -122,7 +124,8 @@ func TestBuild(t *testing.T) {
 			"usr/bin/cairn-agent":               "-rwxr-xr-x",
 			"etc/os-release":                    "-rw-r--r--",
 			"etc/ssl/certs/ca-certificates.crt": "-rw-r--r--",
-			modDir + "/" + ModuleList:           "-rw-r--r--",
+			"usr/share/cairn/images/pause.tar":  "-rw-r--r--",
+			modDir + "/" + layout.ModuleList:    "-rw-r--r--",
 		}
 		for _, mod := range slices.Concat(boot, system) {
 			files[modDir+"/"+mod] = "-rw-r--r--"
@@ -175,11 +178,11 @@ func TestBuild(t *testing.T) {
 		}
 
 		for name, want := range map[string]string{
-			"sbin/init":               readFile(t, spec.Init),
-			"etc/os-release":          string(spec.OSRelease),
-			modDir + "/" + ModuleList: moduleList(system),
-			"usr/bin/runc":            readFile(t, filepath.Join(spec.Components, "runc")),
-			"opt/cni/bin/host-local":  readFile(t, filepath.Join(spec.Components, "cni", "host-local")),
+			"sbin/init":                      readFile(t, spec.Init),
+			"etc/os-release":                 string(spec.OSRelease),
+			modDir + "/" + layout.ModuleList: moduleList(system),
+			"usr/bin/runc":                   readFile(t, filepath.Join(spec.Components, "runc")),
+			"opt/cni/bin/host-local":         readFile(t, filepath.Join(spec.Components, "cni", "host-local")),
 		} {
 			got, err := exec.Command("unsquashfs", "-cat", res.SquashFS, name).Output()
 			if err != nil {
@@ -199,15 +202,15 @@ func TestBuild(t *testing.T) {
 			Rmajor, Rminor         uint64
 		}
 		wantContents := map[string]string{
-			"init":                    readFile(t, spec.Stage1),
-			"rootfs.sqsh":             readFile(t, res.SquashFS),
-			modDir + "/" + ModuleList: moduleList(boot),
+			"init":                           readFile(t, spec.Stage1),
+			"rootfs.sqsh":                    readFile(t, res.SquashFS),
+			modDir + "/" + layout.ModuleList: moduleList(boot),
 		}
 		want := []rec{
 			{Name: "dev/console", Mode: cpio.S_IFCHR | 0o600, Rmajor: 5, Rminor: 1},
 			{Name: "init", Mode: cpio.S_IFREG | 0o755},
 			{Name: "rootfs.sqsh", Mode: cpio.S_IFREG | 0o644},
-			{Name: modDir + "/" + ModuleList, Mode: cpio.S_IFREG | 0o644},
+			{Name: modDir + "/" + layout.ModuleList, Mode: cpio.S_IFREG | 0o644},
 		}
 		dirs := map[string]bool{"dev": true, "proc": true, "sys": true, "newroot": true}
 		for _, mod := range boot {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cairn-os/cairn/internal/layout"
 	"github.com/u-root/u-root/pkg/ldd"
 	"io"
 	"io/fs"
@@ -26,6 +27,9 @@ type Spec struct {
 	CABundle      string   // path to a PEM bundle for /etc/ssl/certs/ca-certificates.crt
 	BootModules   []string // loaded by init stage 1 from the initramfs (e.g. loop, squashfs, overlay)
 	SystemModules []string // loaded by init stage 2 from the squashfs (e.g. virtio_blk, virtio_net, ext4, vfat)
+	// SandboxImage is the image archive of the pod sandbox, placed at
+	// layout.SandboxArchive.
+	SandboxImage string
 	// HostTools are dynamically linked programs of the build host (e.g.
 	// /sbin/mke2fs) copied to the same paths, with the shared libraries
 	// they need.
@@ -38,11 +42,6 @@ type Result struct {
 	SquashFS  string // the root filesystem
 	Initramfs string // uncompressed newc cpio holding init, boot modules and the squashfs
 }
-
-// ModuleList is the file, in /lib/modules/<release> of both the initramfs
-// and the root filesystem, that lists the modules init loads from there:
-// paths relative to that directory, one per line, in load order.
-const ModuleList = "cairn.modules"
 
 // emptyDirs are the directories of the root filesystem that hold nothing
 // but mount points and runtime state.
@@ -124,6 +123,7 @@ func Build(ctx context.Context, spec Spec, workDir string, progress func(string)
 		{name: "usr/bin/cairn-agent", perm: 0o755, src: spec.Agent},
 		{name: "etc/os-release", perm: 0o644, data: spec.OSRelease},
 		{name: "etc/ssl/certs/ca-certificates.crt", perm: 0o644, src: spec.CABundle},
+		{name: strings.TrimPrefix(layout.SandboxArchive, "/"), perm: 0o644, src: spec.SandboxImage},
 	}, components, tools, moduleFiles(spec.Kernel, all, system))
 	progress(fmt.Sprintf("building root filesystem (%d modules)", len(all)))
 	if err := buildSquashFS(ctx, files, emptyDirs, res.SquashFS, spec.SourceDateEpoch, workDir); err != nil {
@@ -197,7 +197,7 @@ func moduleFiles(k *Kernel, mods, load []string) []file {
 	for _, mod := range load {
 		list.WriteString(mod + "\n")
 	}
-	return append(files, file{name: path.Join(dir, ModuleList), perm: 0o644, data: []byte(list.String())})
+	return append(files, file{name: path.Join(dir, layout.ModuleList), perm: 0o644, data: []byte(list.String())})
 }
 
 // writeTree creates files and the directories dirs below root with fixed

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/cairn-os/cairn/image"
+	"github.com/cairn-os/cairn/image/oci"
+	"github.com/cairn-os/cairn/internal/layout"
 	"github.com/cairn-os/cairn/internal/version"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/rootfs"
@@ -88,7 +90,8 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 		return nil, err
 	}
 	stage1Bin, initBin, agentBin := filepath.Join(o.Assets, "init-stage1"), filepath.Join(o.Assets, "init"), filepath.Join(o.Assets, "cairn-agent")
-	for _, f := range slices.Concat([]string{stage1Bin, initBin, agentBin, stubPath, bootloaderPath, caBundlePath}, HostTools) {
+	pauseBin := filepath.Join(o.Assets, "pause")
+	for _, f := range slices.Concat([]string{stage1Bin, initBin, agentBin, pauseBin, stubPath, bootloaderPath, caBundlePath}, HostTools) {
 		if _, err := os.Stat(f); err != nil {
 			return nil, fmt.Errorf("input missing: %w (node binaries and components come from `make build`; host files from the Debian packages systemd-boot-efi, ca-certificates and e2fsprogs)", err)
 		}
@@ -117,6 +120,12 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 	}
 	defer os.RemoveAll(work)
 
+	stage("build the pod sandbox image")
+	sandbox := filepath.Join(work, "pause.tar")
+	if err := sandboxImage(pauseBin, sandbox, epoch); err != nil {
+		return nil, err
+	}
+
 	stage("build root filesystem and initramfs")
 	osRelease := []byte(fmt.Sprintf("NAME=\"Cairn\"\nID=cairn\nVERSION_ID=%s\nIMAGE_VERSION=%s\nPRETTY_NAME=\"Cairn %s\"\n",
 		version.Version, version.Version, version.Version))
@@ -129,6 +138,7 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 		HostTools:       HostTools,
 		OSRelease:       osRelease,
 		CABundle:        caBundlePath,
+		SandboxImage:    sandbox,
 		BootModules:     BootModules,
 		SystemModules:   SystemModules,
 		SourceDateEpoch: epoch,
@@ -159,6 +169,7 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 		{"init-stage1", stage1Bin, ""},
 		{"init", initBin, ""},
 		{"cairn-agent", agentBin, ""},
+		{"pause", pauseBin, layout.SandboxImage},
 		{"ca-bundle", caBundlePath, "ca-certificates"},
 	}
 	for _, c := range rootfs.Components {
@@ -218,6 +229,20 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 	}
 	stage("done: " + o.Output)
 	return m, nil
+}
+
+// sandboxImage writes the pod sandbox image, the pause binary alone, as an
+// image archive named layout.SandboxImage.
+func sandboxImage(pauseBin, out string, epoch int64) error {
+	bin, err := os.ReadFile(pauseBin)
+	if err != nil {
+		return err
+	}
+	img, err := oci.BinaryImage(bin, "/pause", time.Unix(epoch, 0).UTC())
+	if err != nil {
+		return fmt.Errorf("sandbox image: %w", err)
+	}
+	return oci.WriteArchive(img, layout.SandboxImage, out)
 }
 
 // stager returns a func that reports each stage with the time since the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cairn-os/cairn/api/client"
 	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/internal/layout"
 )
 
 // testServices checks, on a booted node, the supervised services: states,
@@ -40,21 +41,19 @@ func testServices(t *testing.T, ctx context.Context, c *client.Client) {
 	})
 
 	t.Run("Containers", func(t *testing.T) {
-		resp, err := c.Containers(ctx, &machine.ContainersRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var found bool
-		for _, ns := range resp.Namespaces {
-			for _, ctr := range ns.Containers {
-				if ns.Name == "system" && ctr.Id == "hello" && ctr.Status == "running" && strings.Contains(ctr.Image, "cairn-test/hello:v1") {
-					found = true
-				}
+		// init imports the sandbox image once containerd is ready: allow it
+		// a moment.
+		var resp *machine.ContainersResponse
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+			var err error
+			if resp, err = c.Containers(ctx, &machine.ContainersRequest{}); err != nil {
+				t.Fatal(err)
+			}
+			if hasContainer(resp, "system", "hello", "cairn-test/hello:v1") && hasImage(resp, "k8s.io", layout.SandboxImage) {
+				return
 			}
 		}
-		if !found {
-			t.Errorf("Containers() = %v, want hello running in namespace system", resp.Namespaces)
-		}
+		t.Errorf("Containers() = %v, want hello running in namespace system and %s in k8s.io", resp.Namespaces, layout.SandboxImage)
 	})
 
 	t.Run("FollowLogs", func(t *testing.T) {
@@ -157,4 +156,26 @@ func logs(t *testing.T, ctx context.Context, c *client.Client, req *machine.Logs
 		}
 		b.Write(chunk.Data)
 	}
+}
+
+func hasContainer(resp *machine.ContainersResponse, ns, id, image string) bool {
+	for _, n := range resp.Namespaces {
+		for _, c := range n.Containers {
+			if n.Name == ns && c.Id == id && c.Status == "running" && strings.Contains(c.Image, image) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func hasImage(resp *machine.ContainersResponse, ns, name string) bool {
+	for _, n := range resp.Namespaces {
+		for _, img := range n.Images {
+			if n.Name == ns && img.Name == name {
+				return true
+			}
+		}
+	}
+	return false
 }

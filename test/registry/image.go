@@ -1,25 +1,18 @@
 package registry
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/cairn-os/cairn/image/oci"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // epoch is the time of every file and of the image config, so that the same
@@ -60,39 +53,9 @@ func buildImage(ctx context.Context, pkg string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	binPath := "/usr/bin/" + binName
-	layerTar, err := layerWith(binPath, bin)
-	if err != nil {
-		return nil, fmt.Errorf("layer for %s: %w", pkg, err)
-	}
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(layerTar)), nil
-	}, tarball.WithMediaType(types.OCILayer))
-	if err != nil {
-		return nil, fmt.Errorf("layer for %s: %w", pkg, err)
-	}
-	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-	img, err := mutate.AppendLayers(base, layer)
+	img, err := oci.BinaryImage(bin, "/usr/bin/"+binName, epoch)
 	if err != nil {
 		return nil, fmt.Errorf("image for %s: %w", pkg, err)
-	}
-	cfg, err := img.ConfigFile()
-	if err != nil {
-		return nil, fmt.Errorf("image config for %s: %w", pkg, err)
-	}
-	cfg = cfg.DeepCopy()
-	cfg.OS = "linux"
-	cfg.Architecture = "amd64"
-	cfg.Created = v1.Time{Time: epoch}
-	for i := range cfg.History {
-		cfg.History[i].Created = v1.Time{Time: epoch}
-		cfg.History[i].CreatedBy = "test/registry: go build, as " + binPath
-	}
-	cfg.Config.Entrypoint = []string{binPath}
-	cfg.Config.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-	img, err = mutate.ConfigFile(img, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("image config for %s: %w", pkg, err)
 	}
 	return img, nil
 }
@@ -148,44 +111,4 @@ func moduleRoot(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("the current directory is not in a Go module: run from inside the Cairn repository")
 	}
 	return filepath.Dir(gomod), nil
-}
-
-// layerWith returns an uncompressed tar holding the file at abs (with its
-// parent directories), root-owned, with fixed times, mode 0755.
-func layerWith(abs string, content []byte) ([]byte, error) {
-	rel := strings.TrimPrefix(path.Clean(abs), "/")
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	var dirs []string
-	for d := path.Dir(rel); d != "."; d = path.Dir(d) {
-		dirs = append([]string{d}, dirs...)
-	}
-	for _, d := range dirs {
-		if err := tw.WriteHeader(&tar.Header{
-			Typeflag: tar.TypeDir,
-			Name:     d + "/",
-			Mode:     0o755,
-			ModTime:  epoch,
-			Format:   tar.FormatUSTAR,
-		}); err != nil {
-			return nil, err
-		}
-	}
-	if err := tw.WriteHeader(&tar.Header{
-		Typeflag: tar.TypeReg,
-		Name:     rel,
-		Mode:     0o755,
-		Size:     int64(len(content)),
-		ModTime:  epoch,
-		Format:   tar.FormatUSTAR,
-	}); err != nil {
-		return nil, err
-	}
-	if _, err := tw.Write(content); err != nil {
-		return nil, err
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
 }

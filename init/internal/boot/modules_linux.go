@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/cairn-os/cairn/internal/layout"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,10 +12,6 @@ import (
 	"github.com/u-root/u-root/pkg/kmodule"
 	"golang.org/x/sys/unix"
 )
-
-// moduleList is the file, beside the modules, that lists them in load order
-// (written by the image build from modules.dep).
-const moduleList = "cairn.modules"
 
 // KernelRelease is the running kernel's release (uname -r).
 func KernelRelease() string {
@@ -29,7 +26,7 @@ func KernelRelease() string {
 // in order. Modules already loaded are skipped.
 func LoadModules() error {
 	dir := filepath.Join("/lib/modules", KernelRelease())
-	f, err := os.Open(filepath.Join(dir, moduleList))
+	f, err := os.Open(filepath.Join(dir, layout.ModuleList))
 	if err != nil {
 		return err
 	}

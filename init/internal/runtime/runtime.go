@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cairn-os/cairn/internal/layout"
 	"github.com/cairn-os/cairn/machineconfig"
 )
 
@@ -24,9 +25,6 @@ const (
 	HostsDir   = "/etc/containerd/certs.d"
 	CNIBinDir  = "/opt/cni/bin"
 	CNIConfDir = "/etc/cni/net.d"
-	// SandboxImage is the pause image the CRI uses for pod sandboxes; it
-	// must be present in the k8s.io namespace, nothing is pulled for it.
-	SandboxImage = "registry.k8s.io/pause:3.10"
 )
 
 // Files returns containerd's config files by absolute path.
@@ -58,7 +56,7 @@ state = %s
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = [%s]
     conf_dir = %s
-`, q(Root), q(State), q(Socket), q(SandboxImage), q(HostsDir), q(CNIBinDir), q(CNIConfDir))
+`, q(Root), q(State), q(Socket), q(layout.SandboxImage), q(HostsDir), q(CNIBinDir), q(CNIConfDir))
 }
 
 func hosts(r machineconfig.Registry) string {
