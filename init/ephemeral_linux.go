@@ -50,15 +50,17 @@ func (n *node) prepareEphemeral() error {
 	} else if err := n.fsck(dev); err != nil {
 		return err
 	}
-	if res.Change == ephemeral.Grown {
-		if err := n.run("/sbin/resize2fs", dev); err != nil {
-			return fmt.Errorf("grow the EPHEMERAL filesystem on %s: %w", dev, err)
-		}
-	}
 	if err := boot.MountAll([]boot.Mount{{Source: dev, Target: varDir, FSType: "ext4", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: ""}}); err != nil {
 		return err
 	}
 	n.disks = append(n.disks, varDir)
+	if res.Change == ephemeral.Grown {
+		// Online: resize2fs grows a mounted ext4 without the forced full
+		// check it wants offline.
+		if err := n.run("/sbin/resize2fs", dev); err != nil {
+			return fmt.Errorf("grow the EPHEMERAL filesystem on %s: %w", dev, err)
+		}
+	}
 	for _, d := range []string{"/var/log", "/var/lib", "/var/run"} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err

@@ -82,6 +82,10 @@ func stage2() error {
 }
 
 func mountSystem() error {
+	// Tools such as resize2fs look for mounts in /etc/mtab.
+	if err := os.Symlink("/proc/self/mounts", "/etc/mtab"); err != nil && !os.IsExist(err) {
+		return err
+	}
 	return boot.MountAll([]boot.Mount{
 		{Source: "tmpfs", Target: "/run", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=0755"},
 		{Source: "tmpfs", Target: "/tmp", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777"},

@@ -190,6 +190,57 @@ func TestBoot(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("GrowDisk", func(t *testing.T) {
+		// The disk grows by 1 GiB while the node is off: at the next boot
+		// EPHEMERAL grows into it, partition and filesystem.
+		disk := filepath.Join(dir, "node.raw")
+		st, err := os.Stat(disk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(disk, st.Size()+1<<30); err != nil {
+			t.Fatal(err)
+		}
+		vm, err := qemu.Start(qemu.Options{Disk: disk, APIPort: port})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			select {
+			case <-vm.Done():
+			default:
+				vm.Kill()
+			}
+		}()
+		if err := vm.WaitReady(ctx, ready, nil); err != nil {
+			t.Fatal(err)
+		}
+		v, err := c.Version(ctx, &machine.VersionRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range v.BootTimeline {
+			if s.Name == "prepare EPHEMERAL" && s.Error != "" {
+				t.Errorf("prepare EPHEMERAL failed after the disk grew: %s", s.Error)
+			}
+		}
+		log, _ := os.ReadFile(vm.Opts.ConsoleLog)
+		if !strings.Contains(string(log), "EPHEMERAL partition grown") {
+			t.Errorf("console log lacks %q:\n%s", "EPHEMERAL partition grown", log)
+		}
+		waitService(t, ctx, c, "containerd", "Ready on the grown EPHEMERAL", func(s map[string]*machine.ServiceStatus) bool {
+			return s["containerd"].GetState() == "Ready"
+		})
+		if _, err := c.Shutdown(ctx, &machine.ShutdownRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-vm.Done():
+		case <-time.After(60 * time.Second):
+			t.Fatal("QEMU still running 60s after Shutdown")
+		}
+	})
 }
 
 // editConfig changes the machine config at path.
