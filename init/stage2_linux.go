@@ -202,6 +202,7 @@ func (n *node) shutdown(cmd int) {
 		unix.Kill(-1, unix.SIGKILL)
 		unix.Sync()
 		for i := len(n.disks) - 1; i >= 0; i-- {
+			unmountBelow(n.disks[i])
 			if err := unix.Unmount(n.disks[i], 0); err != nil {
 				slog.Warn("unmount failed, detaching", "path", n.disks[i], "err", err)
 				unix.Unmount(n.disks[i], unix.MNT_DETACH)
@@ -216,4 +217,25 @@ func (n *node) shutdown(cmd int) {
 			time.Sleep(time.Second)
 		}
 	})
+}
+
+// unmountBelow unmounts what is mounted below dir (container root
+// filesystems, say), deepest first, so dir itself can be unmounted.
+func unmountBelow(dir string) {
+	raw, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return
+	}
+	var below []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 1 && strings.HasPrefix(f[1], dir+"/") {
+			below = append(below, f[1])
+		}
+	}
+	for i := len(below) - 1; i >= 0; i-- {
+		if err := unix.Unmount(below[i], 0); err != nil {
+			unix.Unmount(below[i], unix.MNT_DETACH)
+		}
+	}
 }

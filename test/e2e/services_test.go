@@ -25,7 +25,13 @@ func testServices(t *testing.T, ctx context.Context, c *client.Client) {
 	})
 
 	t.Run("ImageServiceLogs", func(t *testing.T) {
-		out := logs(t, ctx, c, &machine.LogsRequest{Service: "hello", TailLines: 20})
+		var out string
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+			out = logs(t, ctx, c, &machine.LogsRequest{Service: "hello", TailLines: 20})
+			if strings.Contains(out, "hello from cairn-test-image") {
+				break
+			}
+		}
 		if !strings.Contains(out, "hello from cairn-test-image") || !strings.Contains(out, "args=--from-config") {
 			t.Errorf("logs of hello = %q, want its first line with the config's args", out)
 		}

@@ -14,8 +14,9 @@ import (
 	"time"
 )
 
-// certLifetime covers any test run; the clock is not faked.
-const certLifetime = 24 * time.Hour
+// certLifetime covers any test run, and the one year that
+// kube-controller-manager signs certificates for by default.
+const certLifetime = 366 * 24 * time.Hour
 
 // ca is the cluster's certificate authority: it signs the API server's
 // serving certificate, every client certificate, and (through

@@ -1,0 +1,371 @@
+package proxy
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The model is the desired content of the table as plain data: chains of
+// rules, and sets and verdict maps with their elements. It knows nothing of
+// netlink; nft_linux.go compiles it. Its String form is nft's syntax, so a
+// golden file reads like `nft list table inet cairn`.
+
+type verdictKind uint8
+
+const (
+	vNone verdictKind = iota
+	vAccept
+	vDrop
+	vReturn
+	vJump
+	vGoto
+)
+
+type verdict struct {
+	kind  verdictKind
+	chain string
+}
+
+func jump(c string) verdict   { return verdict{vJump, c} }
+func goTo(c string) verdict   { return verdict{vGoto, c} }
+func (v verdict) isZero() bool { return v.kind == vNone }
+
+func (v verdict) String() string {
+	switch v.kind {
+	case vAccept:
+		return "accept"
+	case vDrop:
+		return "drop"
+	case vReturn:
+		return "return"
+	case vJump:
+		return "jump " + v.chain
+	case vGoto:
+		return "goto " + v.chain
+	}
+	return ""
+}
+
+// A term is one match, statement or verdict of a rule.
+type term interface{ String() string }
+
+// familyTerm is a term that reads an address, so its rule must first check
+// the packet's family (nft adds "meta nfproto" implicitly in inet tables).
+type familyTerm interface{ fam() family }
+
+type (
+	// tDaddr: ip daddr A
+	tDaddr struct {
+		f    family
+		addr netip.Addr
+	}
+	// tSaddr: ip saddr [!=] PREFIX
+	tSaddr struct {
+		f      family
+		prefix netip.Prefix
+		not    bool
+	}
+	// tL4proto: meta l4proto P
+	tL4proto struct{ p protocol }
+	// tDport: th dport N
+	tDport struct{ port uint16 }
+	// tDaddrInSet: ip daddr @S
+	tDaddrInSet struct {
+		f   family
+		set string
+	}
+	// tSaddrInSet: ip saddr @S
+	tSaddrInSet struct {
+		f   family
+		set string
+	}
+	// tCtStateNew: ct state new
+	tCtStateNew struct{}
+	// tFibSaddrLocal: fib saddr type local
+	tFibSaddrLocal struct{}
+	// tMarkClear: meta mark & M == 0
+	tMarkClear struct{ mask uint32 }
+	// sMarkOr: meta mark set meta mark | M
+	sMarkOr struct{ mask uint32 }
+	// sMarkXor: meta mark set meta mark ^ M
+	sMarkXor struct{ mask uint32 }
+	// sMasquerade: masquerade fully-random
+	sMasquerade struct{}
+	// sDNAT: dnat ip to A:N
+	sDNAT struct {
+		f    family
+		addr netip.Addr
+		port uint16
+	}
+	// sUpdateSaddr: update @S { ip saddr }
+	sUpdateSaddr struct {
+		f   family
+		set string
+	}
+	// sReject: reject with tcp reset | reject with icmpx port-unreachable
+	sReject struct{ tcpReset bool }
+	// tVerdict: a verdict
+	tVerdict struct{ v verdict }
+	// tVmapService: ip daddr . meta l4proto . th dport vmap @M
+	tVmapService struct {
+		f   family
+		set string
+	}
+	// tVmapNodePort: meta l4proto . th dport vmap @M
+	tVmapNodePort struct{ set string }
+	// tVmapNumgen: numgen random mod N vmap { 0 : goto C0, ... }
+	tVmapNumgen struct{ chains []string }
+)
+
+func (t tDaddr) fam() family       { return t.f }
+func (t tSaddr) fam() family       { return t.f }
+func (t tDaddrInSet) fam() family  { return t.f }
+func (t tSaddrInSet) fam() family  { return t.f }
+func (t sDNAT) fam() family        { return t.f }
+func (t sUpdateSaddr) fam() family { return t.f }
+func (t tVmapService) fam() family { return t.f }
+
+func prefixString(p netip.Prefix) string {
+	if p.IsSingleIP() {
+		return p.Addr().String()
+	}
+	return p.String()
+}
+
+func (t tDaddr) String() string { return t.f.nft() + " daddr " + t.addr.String() }
+func (t tSaddr) String() string {
+	op := " "
+	if t.not {
+		op = " != "
+	}
+	return t.f.nft() + " saddr" + op + prefixString(t.prefix)
+}
+func (t tL4proto) String() string       { return "meta l4proto " + t.p.String() }
+func (t tDport) String() string         { return "th dport " + strconv.Itoa(int(t.port)) }
+func (t tDaddrInSet) String() string    { return t.f.nft() + " daddr @" + t.set }
+func (t tSaddrInSet) String() string    { return t.f.nft() + " saddr @" + t.set }
+func (tCtStateNew) String() string      { return "ct state new" }
+func (tFibSaddrLocal) String() string   { return "fib saddr type local" }
+func (t tMarkClear) String() string     { return fmt.Sprintf("meta mark & %#08x == 0", t.mask) }
+func (t sMarkOr) String() string        { return fmt.Sprintf("meta mark set meta mark | %#08x", t.mask) }
+func (t sMarkXor) String() string       { return fmt.Sprintf("meta mark set meta mark ^ %#08x", t.mask) }
+func (sMasquerade) String() string      { return "masquerade fully-random" }
+func (t sDNAT) String() string          { return "dnat " + t.f.nft() + " to " + netip.AddrPortFrom(t.addr, t.port).String() }
+func (t sUpdateSaddr) String() string   { return "update @" + t.set + " { " + t.f.nft() + " saddr }" }
+func (t tVerdict) String() string       { return t.v.String() }
+func (t tVmapService) String() string   { return t.f.nft() + " daddr . meta l4proto . th dport vmap @" + t.set }
+func (t tVmapNodePort) String() string  { return "meta l4proto . th dport vmap @" + t.set }
+func (t sReject) String() string {
+	if t.tcpReset {
+		return "reject with tcp reset"
+	}
+	return "reject with icmpx port-unreachable"
+}
+func (t tVmapNumgen) String() string {
+	parts := make([]string, len(t.chains))
+	for i, c := range t.chains {
+		parts[i] = fmt.Sprintf("%d : goto %s", i, c)
+	}
+	return fmt.Sprintf("numgen random mod %d vmap { %s }", len(t.chains), strings.Join(parts, ", "))
+}
+
+type rule []term
+
+func (r rule) String() string {
+	s := make([]string, len(r))
+	for i, t := range r {
+		s[i] = t.String()
+	}
+	return strings.Join(s, " ")
+}
+
+func (r rule) family() (family, bool) {
+	for _, t := range r {
+		if ft, ok := t.(familyTerm); ok {
+			return ft.fam(), true
+		}
+	}
+	return 0, false
+}
+
+// hook makes a chain a base chain.
+type hook struct {
+	typ      string // nat or filter
+	hook     string // prerouting, output, postrouting
+	priority int32
+}
+
+type chain struct {
+	name  string
+	hook  *hook // nil: a regular chain
+	rules []rule
+}
+
+// sameRules tells whether two chains hold the same rules.
+func (c *chain) sameRules(o *chain) bool {
+	return slices.EqualFunc(c.rules, o.rules, func(a, b rule) bool { return a.String() == b.String() })
+}
+
+func (c *chain) sameHook(o *chain) bool {
+	if c.hook == nil || o.hook == nil {
+		return c.hook == o.hook
+	}
+	return *c.hook == *o.hook
+}
+
+// keyField is one part of a set's key.
+type keyField uint8
+
+const (
+	kAddr4 keyField = iota
+	kAddr6
+	kProto
+	kPort
+)
+
+func (k keyField) String() string {
+	return [...]string{"ipv4_addr", "ipv6_addr", "inet_proto", "inet_service"}[k]
+}
+
+func addrField(f family) keyField {
+	if f == ipv4 {
+		return kAddr4
+	}
+	return kAddr6
+}
+
+// elemKey is a set element's key; only the fields its set's key has count.
+type elemKey struct {
+	addr  netip.Addr
+	proto protocol
+	port  uint16
+}
+
+func (k elemKey) format(fields []keyField) string {
+	parts := make([]string, len(fields))
+	for i, f := range fields {
+		switch f {
+		case kAddr4, kAddr6:
+			parts[i] = k.addr.String()
+		case kProto:
+			parts[i] = k.proto.String()
+		case kPort:
+			parts[i] = strconv.Itoa(int(k.port))
+		}
+	}
+	return strings.Join(parts, " . ")
+}
+
+// set is a named set, or with isMap a verdict map. A set with a timeout is
+// dynamic: the ruleset adds its elements (session affinity) and the
+// programmer never writes them.
+type set struct {
+	name    string
+	key     []keyField
+	isMap   bool
+	timeout time.Duration
+	elems   map[elemKey]verdict
+}
+
+// sameType tells whether o can stand for s without being recreated.
+func (s *set) sameType(o *set) bool {
+	return slices.Equal(s.key, o.key) && s.isMap == o.isMap && s.timeout == o.timeout
+}
+
+// table is the whole desired (or last written) content of the table.
+type table struct {
+	chains map[string]*chain
+	sets   map[string]*set
+}
+
+func newTable() *table {
+	return &table{chains: map[string]*chain{}, sets: map[string]*set{}}
+}
+
+func (t *table) addChain(name string, h *hook, rules ...rule) *chain {
+	c := &chain{name: name, hook: h, rules: rules}
+	t.chains[name] = c
+	return c
+}
+
+func (t *table) addSet(name string, isMap bool, timeout time.Duration, key ...keyField) *set {
+	s := &set{name: name, key: key, isMap: isMap, timeout: timeout, elems: map[elemKey]verdict{}}
+	t.sets[name] = s
+	return s
+}
+
+// counts returns the number of rules and of static set elements.
+func (t *table) counts() (rules, elems int) {
+	for _, c := range t.chains {
+		rules += len(c.rules)
+	}
+	for _, s := range t.sets {
+		elems += len(s.elems)
+	}
+	return rules, elems
+}
+
+// String renders the table in nft's syntax, sorted, for golden files and
+// error messages.
+func (t *table) String() string {
+	var b strings.Builder
+	b.WriteString("table inet cairn {\n")
+	for _, name := range sortedKeys(t.sets) {
+		s := t.sets[name]
+		kind := "set"
+		if s.isMap {
+			kind = "map"
+		}
+		keys := make([]string, len(s.key))
+		for i, k := range s.key {
+			keys[i] = k.String()
+		}
+		fmt.Fprintf(&b, "\t%s %s {\n\t\ttype %s", kind, name, strings.Join(keys, " . "))
+		if s.isMap {
+			b.WriteString(" : verdict")
+		}
+		b.WriteString("\n")
+		if s.timeout > 0 {
+			fmt.Fprintf(&b, "\t\tflags dynamic,timeout\n\t\ttimeout %s\n", s.timeout)
+		}
+		if len(s.elems) > 0 {
+			var elems []string
+			for k, v := range s.elems {
+				e := k.format(s.key)
+				if s.isMap {
+					e += " : " + v.String()
+				}
+				elems = append(elems, e)
+			}
+			slices.Sort(elems)
+			fmt.Fprintf(&b, "\t\telements = {\n\t\t\t%s,\n\t\t}\n", strings.Join(elems, ",\n\t\t\t"))
+		}
+		b.WriteString("\t}\n")
+	}
+	for _, name := range sortedKeys(t.chains) {
+		c := t.chains[name]
+		fmt.Fprintf(&b, "\tchain %s {\n", name)
+		if c.hook != nil {
+			fmt.Fprintf(&b, "\t\ttype %s hook %s priority %d\n", c.hook.typ, c.hook.hook, c.hook.priority)
+		}
+		for _, r := range c.rules {
+			fmt.Fprintf(&b, "\t\t%s\n", r)
+		}
+		b.WriteString("\t}\n")
+	}
+	b.WriteString("}\n")
+	return b.String()
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
