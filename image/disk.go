@@ -23,7 +23,7 @@ import (
 // the STATE partition. The rest of the disk is left unpartitioned for the
 // EPHEMERAL partition that the first boot makes.
 type Disk struct {
-	Size            int64             // bytes, whole disk (default 4 GiB when 0)
+	Size            int64             // bytes, whole disk (default 2 GiB when 0)
 	Bootloader      string            // path to systemd-bootx64.efi
 	UKIs            map[string]string // name in EFI/Linux/ (e.g. "cairn-0.1.0.efi") -> path
 	State           map[string][]byte // files in the STATE filesystem: relative path -> content (mode 0600 for all)
@@ -35,7 +35,7 @@ type Disk struct {
 const (
 	sectorSize  = 512
 	mib         = 1 << 20
-	defaultSize = 4 << 30
+	defaultSize = 2 << 30
 	espStart    = 1 * mib
 	espSize     = 256 * mib
 	stateStart  = espStart + espSize

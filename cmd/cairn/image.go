@@ -43,7 +43,7 @@ func imageCmd() *cobra.Command {
 	b.Flags().StringVar(&o.Format, "format", "raw", "output format: raw or qcow2")
 	b.Flags().StringVar(&o.Assets, "assets", "", "directory with the node binaries init and cairn-agent (default: beside this program)")
 	b.Flags().StringVar(&o.CacheDir, "cache", "", "kernel download cache (default $CAIRN_CACHE or ~/.cache/cairn)")
-	b.Flags().StringVar(&size, "size", "", "disk size, e.g. 4GiB (default 4GiB)")
+	b.Flags().StringVar(&size, "size", "", "disk size, e.g. 8GiB (default 2GiB)")
 	b.MarkFlagRequired("config")
 	b.MarkFlagRequired("output")
 	cmd.AddCommand(b)
