@@ -5,7 +5,7 @@
 # Static (no cgo) and without paths. Versions come from test/cluster/go.mod;
 # bump them there and nowhere else.
 #
-# A cold build takes 15-25 minutes on 2 cores and links kube-apiserver in
+# A cold build takes 10-25 minutes on 2 cores and links kube-apiserver in
 # about 3 GB of memory; GOFLAGS=-p=2 (the default here) keeps the compile
 # from going past that. Set CLUSTER_GOFLAGS to change it.
 set -euo pipefail

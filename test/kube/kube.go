@@ -211,6 +211,9 @@ func Start(tb testing.TB, opts Options) *Cluster {
 			"--kubelet-client-certificate=" + files.kubeletClientCert,
 			"--kubelet-client-key=" + files.kubeletClientKey,
 			"--profiling=false",
+			// On SIGTERM, end watches after 1 s rather than wait for
+			// clients to close them: a graceful stop in seconds.
+			"--shutdown-watch-termination-grace-period=1s",
 		}, opts.APIServerFlags...),
 	}
 	ctrlArgs := []string{
@@ -468,13 +471,20 @@ func (c *Cluster) StartAPIServer() {
 	c.tb.Logf("kube: kube-apiserver ready in %v", time.Since(start).Round(time.Millisecond))
 }
 
-// StopAPIServer stops kube-apiserver (SIGTERM, then SIGKILL after 5 s) and
-// waits until it has exited; the rest keeps running.
+// StopAPIServer stops kube-apiserver and waits until it has exited; the
+// rest keeps running. It stops gracefully on SIGTERM (clients see their
+// watches end) in about a second, else by SIGKILL after 5 s.
 func (c *Cluster) StopAPIServer() {
 	c.tb.Helper()
+	start := time.Now()
 	if err := c.api.stop(stopGrace); err != nil {
 		c.tb.Fatal(err)
 	}
+	how := "on SIGTERM"
+	if c.api.killed {
+		how = "by SIGKILL"
+	}
+	c.tb.Logf("kube: kube-apiserver stopped %s in %v", how, time.Since(start).Round(time.Millisecond))
 }
 
 // RestartAPIServer stops and starts kube-apiserver.

@@ -19,9 +19,10 @@ type process struct {
 	args []string
 	log  string
 
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has been waited for
-	err  error         // cmd.Wait's result, set before done closes
+	cmd    *exec.Cmd
+	done   chan struct{} // closed when cmd has been waited for
+	err    error         // cmd.Wait's result, set before done closes
+	killed bool          // the last stop needed SIGKILL
 }
 
 func (p *process) start() error {
@@ -81,12 +82,14 @@ func (p *process) stop(grace time.Duration) error {
 	if !p.running() {
 		return nil
 	}
+	p.killed = false
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
 		return nil
 	case <-time.After(grace):
 	}
+	p.killed = true
 	p.cmd.Process.Kill()
 	select {
 	case <-p.done:
