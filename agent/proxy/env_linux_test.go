@@ -1,0 +1,371 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// The test topology: a "node" namespace runs the dataplane and routes
+// between a "client" namespace (outside the cluster) and one namespace per
+// backend (pods, inside the cluster CIDR 198.18.16.0/20).
+//
+//	client 198.18.0.2 ──veth── 198.18.0.1 node 198.18.(16+i).1 ──veth── 198.18.(16+i).2 backend i
+//
+// ClusterIPs are in 198.18.100.0/24 and external IPs in 198.18.200.0/24;
+// the client routes 198.18.0.0/15 to the node, so all of them reach it,
+// and the node routes them back toward the client as if to a gateway.
+const (
+	testNode       = "node-a"
+	testNodeIP     = "198.18.0.1"
+	testClusterNet = "198.18.16.0/20"
+	testNS         = "default"
+)
+
+type testEnv struct {
+	t        *testing.T
+	node     *netNS
+	client   *netNS
+	backends []*netNS
+	kube     kubernetes.Interface
+	cfg      Config
+}
+
+func backendIP(i int) string { return fmt.Sprintf("198.18.%d.2", 16+i) }
+
+func newEnv(t *testing.T, nBackends int) *testEnv {
+	t.Helper()
+	needRoot(t)
+	e := &testEnv{t: t}
+	e.node = newNS(t, "node")
+	e.node.sysctl(t, "net.ipv4.ip_forward", "1")
+	e.client = newNS(t, "client")
+	link(t, e.node, "cl0", testNodeIP+"/24", e.client, "eth0", "198.18.0.2/24")
+	ipCmd(t, "-n", e.client.name, "route", "add", "198.18.0.0/15", "via", testNodeIP)
+	// The node's routes to Service addresses stand in for a real node's
+	// default route: without one, the node's own packets to a ClusterIP
+	// would fail routing before the table sees them.
+	ipCmd(t, "-n", e.node.name, "route", "add", "198.18.100.0/24", "via", "198.18.0.2")
+	ipCmd(t, "-n", e.node.name, "route", "add", "198.18.200.0/24", "via", "198.18.0.2")
+	for i := range nBackends {
+		b := newNS(t, fmt.Sprintf("be%d", i))
+		link(t, e.node, fmt.Sprintf("be%d", i), fmt.Sprintf("198.18.%d.1/24", 16+i), b, "eth0", backendIP(i)+"/24")
+		ipCmd(t, "-n", b.name, "route", "add", "198.18.0.0/15", "via", fmt.Sprintf("198.18.%d.1", 16+i))
+		serve(t, b, fmt.Sprintf("be%d", i))
+		e.backends = append(e.backends, b)
+	}
+	e.kube = fake.NewClientset()
+	e.cfg = Config{
+		NodeName:        testNode,
+		NodeIPs:         []netip.Addr{netip.MustParseAddr(testNodeIP)},
+		ClusterCIDRs:    []netip.Prefix{netip.MustParsePrefix(testClusterNet)},
+		MinSyncInterval: 10 * time.Millisecond,
+		NetNS:           e.node.path,
+		Logger:          testLogger(t),
+	}
+	return e
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	level := slog.LevelWarn
+	if os.Getenv("PROXY_TEST_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
+
+// start runs a Proxier until the test ends (or stop is called) and waits for
+// its first sync. Cleanup deletes the table after the last proxier stopped.
+func (e *testEnv) start() (p *Proxier, stop func()) {
+	e.t.Helper()
+	p = New(e.cfg, e.kube)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				e.t.Errorf("Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			e.t.Errorf("Run did not return 10s after its context was cancelled")
+		}
+	}
+	e.t.Cleanup(func() {
+		stop()
+		if err := New(e.cfg, e.kube).Cleanup(); err != nil {
+			e.t.Errorf("Cleanup: %v", err)
+		}
+	})
+	eventually(e.t, "first sync", func() error {
+		if p.Stats().Syncs == 0 {
+			return fmt.Errorf("no sync yet (errors: %d)", p.Stats().Errors)
+		}
+		return nil
+	})
+	return p, stop
+}
+
+func (e *testEnv) ctx() context.Context { return context.Background() }
+
+func (e *testEnv) apply(objs ...any) {
+	e.t.Helper()
+	for _, o := range objs {
+		var err error
+		switch o := o.(type) {
+		case *v1.Service:
+			_, err = e.kube.CoreV1().Services(o.Namespace).Get(e.ctx(), o.Name, metav1.GetOptions{})
+			if err == nil {
+				_, err = e.kube.CoreV1().Services(o.Namespace).Update(e.ctx(), o, metav1.UpdateOptions{})
+			} else {
+				_, err = e.kube.CoreV1().Services(o.Namespace).Create(e.ctx(), o, metav1.CreateOptions{})
+			}
+		case *discovery.EndpointSlice:
+			_, err = e.kube.DiscoveryV1().EndpointSlices(o.Namespace).Get(e.ctx(), o.Name, metav1.GetOptions{})
+			if err == nil {
+				_, err = e.kube.DiscoveryV1().EndpointSlices(o.Namespace).Update(e.ctx(), o, metav1.UpdateOptions{})
+			} else {
+				_, err = e.kube.DiscoveryV1().EndpointSlices(o.Namespace).Create(e.ctx(), o, metav1.CreateOptions{})
+			}
+		default:
+			e.t.Fatalf("apply %T", o)
+		}
+		if err != nil {
+			e.t.Fatalf("apply: %v", err)
+		}
+	}
+}
+
+func (e *testEnv) deleteService(name string) {
+	e.t.Helper()
+	if err := e.kube.CoreV1().Services(testNS).Delete(e.ctx(), name, metav1.DeleteOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.kube.DiscoveryV1().EndpointSlices(testNS).Delete(e.ctx(), name+"-1", metav1.DeleteOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// Object builders.
+
+func service(name, clusterIP string, ports ...v1.ServicePort) *v1.Service {
+	return &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name},
+		Spec: v1.ServiceSpec{
+			Type:       v1.ServiceTypeClusterIP,
+			ClusterIP:  clusterIP,
+			ClusterIPs: []string{clusterIP},
+			Ports:      ports,
+		},
+	}
+}
+
+func svcPort(name string, proto v1.Protocol, port int32, target string) v1.ServicePort {
+	return v1.ServicePort{Name: name, Protocol: proto, Port: port, TargetPort: intstr.Parse(target)}
+}
+
+type epOpt func(*discovery.Endpoint)
+
+func onNode(n string) epOpt { return func(e *discovery.Endpoint) { e.NodeName = &n } }
+func notReady() epOpt {
+	return func(e *discovery.Endpoint) { e.Conditions.Ready = ptr(false); e.Conditions.Serving = ptr(false) }
+}
+func terminating(serving bool) epOpt {
+	return func(e *discovery.Endpoint) {
+		e.Conditions.Ready, e.Conditions.Serving, e.Conditions.Terminating = ptr(false), ptr(serving), ptr(true)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func ep(ip string, opts ...epOpt) discovery.Endpoint {
+	e := discovery.Endpoint{Addresses: []string{ip}, Conditions: discovery.EndpointConditions{Ready: ptr(true)}, NodeName: ptr("node-b")}
+	for _, o := range opts {
+		o(&e)
+	}
+	return e
+}
+
+func slicePort(name string, proto v1.Protocol, port int32) discovery.EndpointPort {
+	return discovery.EndpointPort{Name: &name, Protocol: &proto, Port: &port}
+}
+
+func endpointSlice(svc string, ports []discovery.EndpointPort, eps ...discovery.Endpoint) *discovery.EndpointSlice {
+	return &discovery.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: testNS, Name: svc + "-1",
+			Labels: map[string]string{discovery.LabelServiceName: svc},
+		},
+		AddressType: discovery.AddressTypeIPv4,
+		Ports:       ports,
+		Endpoints:   eps,
+	}
+}
+
+// Reading the kernel's table back, independently of the proxier.
+
+func nodeConn(t *testing.T, ns *netNS) *nftables.Conn {
+	t.Helper()
+	c, err := nftables.New(nftables.WithNetNSFd(int(ns.h)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// kernelElements returns the elements of the named static set in the
+// node's table, formatted as in the model ("198.18.100.10 . tcp . 80 : goto
+// svc4-…"); nil if the table or set is missing.
+func kernelElements(t *testing.T, ns *netNS, setName string) []string {
+	t.Helper()
+	n, err := newNFTProgrammer(defaultTable, int(ns.h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	skel := buildTable(modelConfig{}, nil)
+	got, err := n.observe(skel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, ok := got.sets[setName]
+	if !ok {
+		return nil
+	}
+	var out []string
+	for k, v := range s.elems {
+		e := k.format(skel.sets[setName].key)
+		if !v.isZero() {
+			e += " : " + v.String()
+		}
+		out = append(out, e)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// kernelChains lists the chain names of the node's table.
+func kernelChains(t *testing.T, ns *netNS) []string {
+	t.Helper()
+	chains, err := nodeConn(t, ns).ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, c := range chains {
+		if c.Table.Name == defaultTable {
+			out = append(out, c.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// dumpKernel renders the node's whole table from the kernel: every chain
+// with its rules' expressions, every set with its elements. Anonymous maps
+// (numgen) are shown inline by content, since the kernel names them by
+// allocation order. Dynamic sets show no elements.
+func dumpKernel(t *testing.T, ns *netNS) string {
+	t.Helper()
+	c := nodeConn(t, ns)
+	tbl := &nftables.Table{Name: defaultTable, Family: nftables.TableFamilyINet}
+	sets, err := c.GetSets(tbl)
+	if err != nil {
+		t.Fatalf("list sets: %v", err)
+	}
+	elemsOf := func(s *nftables.Set) string {
+		elems, err := c.GetSetElements(s)
+		if err != nil {
+			t.Fatalf("elements of %s: %v", s.Name, err)
+		}
+		var out []string
+		for _, e := range elems {
+			x := fmt.Sprintf("%x", e.Key)
+			if e.VerdictData != nil {
+				x += fmt.Sprintf(":%d/%s", e.VerdictData.Kind, e.VerdictData.Chain)
+			}
+			out = append(out, x)
+		}
+		sort.Strings(out)
+		return strings.Join(out, ",")
+	}
+	anon := map[string]string{}
+	var lines []string
+	for _, s := range sets {
+		if strings.HasPrefix(s.Name, "__") {
+			anon[s.Name] = elemsOf(s)
+			continue
+		}
+		l := fmt.Sprintf("set %s map=%v timeout=%v keylen=%d", s.Name, s.IsMap, s.Timeout, s.KeyType.Bytes)
+		if !s.HasTimeout {
+			l += " {" + elemsOf(s) + "}"
+		}
+		lines = append(lines, l)
+	}
+	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range chains {
+		if ch.Table.Name != defaultTable {
+			continue
+		}
+		l := "chain " + ch.Name
+		if ch.Hooknum != nil {
+			l += fmt.Sprintf(" type %s hook %d prio %d", ch.Type, *ch.Hooknum, *ch.Priority)
+		}
+		rules, err := c.GetRules(tbl, ch)
+		if err != nil {
+			t.Fatalf("rules of %s: %v", ch.Name, err)
+		}
+		for _, r := range rules {
+			var parts []string
+			for _, x := range r.Exprs {
+				if lk, ok := x.(*expr.Lookup); ok && strings.HasPrefix(lk.SetName, "__") {
+					parts = append(parts, fmt.Sprintf("lookup(sreg %d dreg %d {%s})", lk.SourceRegister, lk.DestRegister, anon[lk.SetName]))
+					continue
+				}
+				if lk, ok := x.(*expr.Lookup); ok {
+					lk.SetID = 0
+				}
+				if ds, ok := x.(*expr.Dynset); ok {
+					ds.SetID = 0
+				}
+				parts = append(parts, fmt.Sprintf("%T%+v", x, x))
+			}
+			l += "\n\t" + strings.Join(parts, " ")
+		}
+		lines = append(lines, l)
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}

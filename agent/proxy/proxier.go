@@ -1,0 +1,308 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Proxier keeps the table in step with the cluster's Services and
+// EndpointSlices. Create it with New, start it with Run, and remove its
+// table with Cleanup.
+type Proxier struct {
+	cfg     Config
+	client  kubernetes.Interface
+	log     *slog.Logger
+	metrics *metrics
+	trigger chan struct{}
+
+	services corelisters.ServiceLister
+	slices   discoverylisters.EndpointSliceLister
+
+	mu      sync.Mutex // one sync at a time; guards the fields below
+	dp      dataplane
+	applied *table // the kernel's table after the last successful transaction; nil: unknown
+	ports   map[string]portState
+}
+
+// Labels that take a Service or slice out of the proxy's hands, as for
+// kube-proxy: another proxy serves it, or it is headless.
+const (
+	labelServiceProxyName = "service.kubernetes.io/service-proxy-name"
+	labelHeadless         = "service.kubernetes.io/headless"
+)
+
+// New returns a Proxier for the node cfg describes, reading Services and
+// EndpointSlices through client. It touches nothing until Run.
+func New(cfg Config, client kubernetes.Interface) *Proxier {
+	cfg = cfg.withDefaults()
+	return &Proxier{
+		cfg:     cfg,
+		client:  client,
+		log:     cfg.Logger.With("component", "proxy"),
+		metrics: newMetrics(),
+		trigger: make(chan struct{}, 1),
+	}
+}
+
+// Stats returns a snapshot of the proxier's counters.
+func (p *Proxier) Stats() Stats { return p.metrics.snapshot() }
+
+// Describe implements prometheus.Collector.
+func (p *Proxier) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range p.metrics.collectors() {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (p *Proxier) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range p.metrics.collectors() {
+		c.Collect(ch)
+	}
+}
+
+func (p *Proxier) requestSync() {
+	select {
+	case p.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Run watches Services and EndpointSlices and syncs the table until ctx is
+// done. The first sync, once the informers have listed everything, is a
+// full one: it reads the kernel's table and removes whatever is stale, so a
+// restarted proxier converges to the same table. Later syncs write only
+// what changed; one runs at most every MinSyncInterval, and a full one every
+// ResyncPeriod. The table stays in place when Run returns: traffic keeps
+// flowing while the agent restarts. Use Cleanup to remove it.
+func (p *Proxier) Run(ctx context.Context) error {
+	if err := p.cfg.validate(); err != nil {
+		return err
+	}
+	if err := p.open(); err != nil {
+		return err
+	}
+	defer p.closeDataplane()
+
+	factory := informers.NewSharedInformerFactoryWithOptions(p.client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = "!" + labelServiceProxyName + ",!" + labelHeadless
+		}))
+	svcInformer := factory.Core().V1().Services()
+	sliceInformer := factory.Discovery().V1().EndpointSlices()
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { p.requestSync() },
+		UpdateFunc: func(any, any) { p.requestSync() },
+		DeleteFunc: func(any) { p.requestSync() },
+	}
+	if _, err := svcInformer.Informer().AddEventHandler(handler); err != nil {
+		return fmt.Errorf("watch Services: %w", err)
+	}
+	if _, err := sliceInformer.Informer().AddEventHandler(handler); err != nil {
+		return fmt.Errorf("watch EndpointSlices: %w", err)
+	}
+	p.services, p.slices = svcInformer.Lister(), sliceInformer.Lister()
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("list %v: informer did not sync", typ)
+		}
+	}
+	p.log.Info("informers synced; programming Services", "table", "inet "+p.cfg.Table)
+	return p.loop(ctx)
+}
+
+func (p *Proxier) open() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dp != nil {
+		return nil
+	}
+	dp, err := newDataplane(p.cfg)
+	if err != nil {
+		return err
+	}
+	p.dp = dp
+	return nil
+}
+
+func (p *Proxier) closeDataplane() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dp != nil {
+		p.dp.close()
+		p.dp, p.applied = nil, nil
+	}
+}
+
+// loop runs syncs: on changes, at most every MinSyncInterval; fully every
+// ResyncPeriod and after a failure; failures retried with backoff.
+func (p *Proxier) loop(ctx context.Context) error {
+	full := time.NewTicker(p.cfg.ResyncPeriod)
+	defer full.Stop()
+	var (
+		last    time.Time
+		backoff time.Duration
+		retry   <-chan time.Time
+	)
+	wantFull := true
+	for {
+		if !wantFull {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-p.trigger:
+			case <-retry:
+				wantFull = true
+			case <-full.C:
+				wantFull = true
+			}
+		}
+		if wait := p.cfg.MinSyncInterval - time.Since(last); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(wait):
+			}
+		}
+		select { // changes until now are part of this sync
+		case <-p.trigger:
+		default:
+		}
+		last = time.Now()
+		err := p.sync(wantFull)
+		wantFull = false
+		if err != nil {
+			backoff = min(max(2*backoff, p.cfg.MinSyncInterval), 30*time.Second)
+			p.log.Error("sync failed; retrying with a full sync", "err", err, "in", backoff)
+			retry = time.After(backoff)
+			continue
+		}
+		backoff, retry = 0, nil
+	}
+}
+
+// sync computes the desired table from the informers' caches and writes
+// the difference in one transaction.
+func (p *Proxier) sync(full bool) error {
+	start := time.Now()
+	ports, problems := p.collect()
+	for _, pr := range problems {
+		p.log.Warn("skipping part of a Service", "problem", pr)
+	}
+	want := buildTable(p.modelConfig(), ports)
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dp == nil {
+		return errors.New("proxy is not running")
+	}
+	old := p.applied
+	if full || old == nil {
+		full = true
+		var err error
+		if old, err = p.dp.observe(want); err != nil {
+			p.metrics.failed()
+			return err
+		}
+	}
+	pl := makePlan(old, want, full)
+	if !pl.empty() {
+		if err := p.dp.apply(pl); err != nil {
+			p.applied = nil
+			p.metrics.failed()
+			return err
+		}
+	}
+	p.applied = want
+	cur := portStates(ports)
+	if p.ports != nil || !full {
+		stale := staleFlows(p.ports, cur, p.cfg.NodeIPs)
+		n, err := p.dp.deleteFlows(stale)
+		if err != nil {
+			p.log.Warn("deleting stale UDP conntrack entries failed", "err", err)
+		}
+		if n > 0 {
+			p.metrics.conntrackDeleted(n)
+			p.log.Debug("deleted stale UDP conntrack entries", "count", n)
+		}
+	}
+	p.ports = cur
+	rules, elems := want.counts()
+	d := time.Since(start)
+	p.metrics.synced(full, d, len(want.chains), rules, elems)
+	p.log.Debug("synced", "full", full, "duration", d, "ops", len(pl.touched()), "rules", rules, "elements", elems)
+	return nil
+}
+
+func (p *Proxier) modelConfig() modelConfig {
+	return modelConfig{
+		clusterCIDRs: p.cfg.ClusterCIDRs,
+		nodeIPs:      p.cfg.NodeIPs,
+		masqAll:      p.cfg.MasqueradeAll,
+		mark:         p.cfg.MasqueradeMark,
+	}
+}
+
+// collect reads every Service and EndpointSlice from the caches and turns
+// them into service ports, in a stable order.
+func (p *Proxier) collect() ([]servicePort, []string) {
+	svcs, _ := p.services.List(labels.Everything())
+	sls, _ := p.slices.List(labels.Everything())
+	byService := map[string][]*discovery.EndpointSlice{}
+	for _, sl := range sls {
+		name := sl.Labels[discovery.LabelServiceName]
+		if name == "" {
+			continue
+		}
+		key := sl.Namespace + "/" + name
+		byService[key] = append(byService[key], sl)
+	}
+	slices.SortFunc(svcs, func(a, b *v1.Service) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	var ports []servicePort
+	var problems []string
+	for _, svc := range svcs {
+		key := svc.Namespace + "/" + svc.Name
+		ps, pr := servicePorts(svc, byService[key], p.cfg.NodeName, p.cfg.Hostname)
+		ports = append(ports, ps...)
+		for _, s := range pr {
+			problems = append(problems, key+": "+s)
+		}
+	}
+	return ports, problems
+}
+
+// Cleanup deletes the table. Call it after Run has returned, when the node
+// stops serving Services; it is safe when there is no table.
+func (p *Proxier) Cleanup() error {
+	if err := p.open(); err != nil {
+		return err
+	}
+	defer p.closeDataplane()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dp.deleteTable()
+}
