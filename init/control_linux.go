@@ -8,8 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"time"
 
 	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/init/internal/boot"
 	"github.com/cairn-os/cairn/init/internal/containers"
 	"github.com/cairn-os/cairn/init/internal/runtime"
 	"github.com/cairn-os/cairn/supervisor"
@@ -125,6 +127,7 @@ func (c *controlServer) Services(context.Context, *machine.ServicesRequest) (*ma
 		}
 		if !s.Since.IsZero() {
 			ps.Since = timestamppb.New(s.Since)
+			ps.SinceBoot = durationpb.New(boot.SinceBoot() - time.Since(s.Since))
 		}
 		if !s.StartedAt.IsZero() {
 			ps.StartedAt = timestamppb.New(s.StartedAt)

@@ -77,6 +77,7 @@ func (n *node) startServices() error {
 	services := []supervisor.Service{containerd, {
 		Name:    "cairn-agent",
 		Path:    agentPath,
+		Ready:   supervisor.TCPProbe(fmt.Sprintf("127.0.0.1:%d", n.cfg.Machine.API.Port)),
 		Args:    []string{"--config", configPath, "--init-socket", controlSock},
 		Env:     []string{"PATH=/usr/bin:/sbin"},
 		Cgroup:  "system/cairn-agent",

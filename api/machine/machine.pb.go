@@ -537,7 +537,10 @@ type ServiceStatus struct {
 	StartedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
 	Pid       int32                  `protobuf:"varint,9,opt,name=pid,proto3" json:"pid,omitempty"`
 	// The OCI image of a service run through containerd.
-	Image         string `protobuf:"bytes,10,opt,name=image,proto3" json:"image,omitempty"`
+	Image string `protobuf:"bytes,10,opt,name=image,proto3" json:"image,omitempty"`
+	// When the service entered its state, on the node's boot clock (time
+	// since the kernel started): comparable with the boot timeline.
+	SinceBoot     *durationpb.Duration `protobuf:"bytes,11,opt,name=since_boot,json=sinceBoot,proto3" json:"since_boot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -640,6 +643,13 @@ func (x *ServiceStatus) GetImage() string {
 		return x.Image
 	}
 	return ""
+}
+
+func (x *ServiceStatus) GetSinceBoot() *durationpb.Duration {
+	if x != nil {
+		return x.SinceBoot
+	}
+	return nil
 }
 
 type ServiceRestartRequest struct {
@@ -1212,7 +1222,7 @@ const file_machine_proto_rawDesc = "" +
 	"\x10ShutdownResponse\"\x11\n" +
 	"\x0fServicesRequest\"U\n" +
 	"\x10ServicesResponse\x12A\n" +
-	"\bservices\x18\x01 \x03(\v2%.cairn.machine.v1alpha1.ServiceStatusR\bservices\"\xb5\x02\n" +
+	"\bservices\x18\x01 \x03(\v2%.cairn.machine.v1alpha1.ServiceStatusR\bservices\"\xef\x02\n" +
 	"\rServiceStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
@@ -1225,7 +1235,9 @@ const file_machine_proto_rawDesc = "" +
 	"started_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12\x10\n" +
 	"\x03pid\x18\t \x01(\x05R\x03pid\x12\x14\n" +
 	"\x05image\x18\n" +
-	" \x01(\tR\x05image\"+\n" +
+	" \x01(\tR\x05image\x128\n" +
+	"\n" +
+	"since_boot\x18\v \x01(\v2\x19.google.protobuf.DurationR\tsinceBoot\"+\n" +
 	"\x15ServiceRestartRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x18\n" +
 	"\x16ServiceRestartResponse\"@\n" +
@@ -1330,46 +1342,47 @@ var file_machine_proto_depIdxs = []int32{
 	11, // 5: cairn.machine.v1alpha1.ServicesResponse.services:type_name -> cairn.machine.v1alpha1.ServiceStatus
 	24, // 6: cairn.machine.v1alpha1.ServiceStatus.since:type_name -> google.protobuf.Timestamp
 	24, // 7: cairn.machine.v1alpha1.ServiceStatus.started_at:type_name -> google.protobuf.Timestamp
-	20, // 8: cairn.machine.v1alpha1.ContainersResponse.namespaces:type_name -> cairn.machine.v1alpha1.ContainerNamespace
-	21, // 9: cairn.machine.v1alpha1.ContainerNamespace.containers:type_name -> cairn.machine.v1alpha1.Container
-	22, // 10: cairn.machine.v1alpha1.ContainerNamespace.images:type_name -> cairn.machine.v1alpha1.Image
-	0,  // 11: cairn.machine.v1alpha1.Machine.Version:input_type -> cairn.machine.v1alpha1.VersionRequest
-	5,  // 12: cairn.machine.v1alpha1.Machine.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
-	7,  // 13: cairn.machine.v1alpha1.Machine.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
-	9,  // 14: cairn.machine.v1alpha1.Machine.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
-	12, // 15: cairn.machine.v1alpha1.Machine.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
-	14, // 16: cairn.machine.v1alpha1.Machine.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
-	16, // 17: cairn.machine.v1alpha1.Machine.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
-	18, // 18: cairn.machine.v1alpha1.Machine.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
-	3,  // 19: cairn.machine.v1alpha1.Init.BootTimeline:input_type -> cairn.machine.v1alpha1.BootTimelineRequest
-	5,  // 20: cairn.machine.v1alpha1.Init.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
-	7,  // 21: cairn.machine.v1alpha1.Init.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
-	9,  // 22: cairn.machine.v1alpha1.Init.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
-	12, // 23: cairn.machine.v1alpha1.Init.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
-	14, // 24: cairn.machine.v1alpha1.Init.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
-	16, // 25: cairn.machine.v1alpha1.Init.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
-	18, // 26: cairn.machine.v1alpha1.Init.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
-	1,  // 27: cairn.machine.v1alpha1.Machine.Version:output_type -> cairn.machine.v1alpha1.VersionResponse
-	6,  // 28: cairn.machine.v1alpha1.Machine.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
-	8,  // 29: cairn.machine.v1alpha1.Machine.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
-	10, // 30: cairn.machine.v1alpha1.Machine.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
-	13, // 31: cairn.machine.v1alpha1.Machine.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
-	15, // 32: cairn.machine.v1alpha1.Machine.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
-	17, // 33: cairn.machine.v1alpha1.Machine.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	19, // 34: cairn.machine.v1alpha1.Machine.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
-	4,  // 35: cairn.machine.v1alpha1.Init.BootTimeline:output_type -> cairn.machine.v1alpha1.BootTimelineResponse
-	6,  // 36: cairn.machine.v1alpha1.Init.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
-	8,  // 37: cairn.machine.v1alpha1.Init.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
-	10, // 38: cairn.machine.v1alpha1.Init.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
-	13, // 39: cairn.machine.v1alpha1.Init.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
-	15, // 40: cairn.machine.v1alpha1.Init.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
-	17, // 41: cairn.machine.v1alpha1.Init.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	19, // 42: cairn.machine.v1alpha1.Init.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
-	27, // [27:43] is the sub-list for method output_type
-	11, // [11:27] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	23, // 8: cairn.machine.v1alpha1.ServiceStatus.since_boot:type_name -> google.protobuf.Duration
+	20, // 9: cairn.machine.v1alpha1.ContainersResponse.namespaces:type_name -> cairn.machine.v1alpha1.ContainerNamespace
+	21, // 10: cairn.machine.v1alpha1.ContainerNamespace.containers:type_name -> cairn.machine.v1alpha1.Container
+	22, // 11: cairn.machine.v1alpha1.ContainerNamespace.images:type_name -> cairn.machine.v1alpha1.Image
+	0,  // 12: cairn.machine.v1alpha1.Machine.Version:input_type -> cairn.machine.v1alpha1.VersionRequest
+	5,  // 13: cairn.machine.v1alpha1.Machine.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
+	7,  // 14: cairn.machine.v1alpha1.Machine.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
+	9,  // 15: cairn.machine.v1alpha1.Machine.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
+	12, // 16: cairn.machine.v1alpha1.Machine.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
+	14, // 17: cairn.machine.v1alpha1.Machine.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
+	16, // 18: cairn.machine.v1alpha1.Machine.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
+	18, // 19: cairn.machine.v1alpha1.Machine.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
+	3,  // 20: cairn.machine.v1alpha1.Init.BootTimeline:input_type -> cairn.machine.v1alpha1.BootTimelineRequest
+	5,  // 21: cairn.machine.v1alpha1.Init.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
+	7,  // 22: cairn.machine.v1alpha1.Init.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
+	9,  // 23: cairn.machine.v1alpha1.Init.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
+	12, // 24: cairn.machine.v1alpha1.Init.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
+	14, // 25: cairn.machine.v1alpha1.Init.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
+	16, // 26: cairn.machine.v1alpha1.Init.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
+	18, // 27: cairn.machine.v1alpha1.Init.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
+	1,  // 28: cairn.machine.v1alpha1.Machine.Version:output_type -> cairn.machine.v1alpha1.VersionResponse
+	6,  // 29: cairn.machine.v1alpha1.Machine.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
+	8,  // 30: cairn.machine.v1alpha1.Machine.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
+	10, // 31: cairn.machine.v1alpha1.Machine.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
+	13, // 32: cairn.machine.v1alpha1.Machine.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
+	15, // 33: cairn.machine.v1alpha1.Machine.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
+	17, // 34: cairn.machine.v1alpha1.Machine.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	19, // 35: cairn.machine.v1alpha1.Machine.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
+	4,  // 36: cairn.machine.v1alpha1.Init.BootTimeline:output_type -> cairn.machine.v1alpha1.BootTimelineResponse
+	6,  // 37: cairn.machine.v1alpha1.Init.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
+	8,  // 38: cairn.machine.v1alpha1.Init.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
+	10, // 39: cairn.machine.v1alpha1.Init.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
+	13, // 40: cairn.machine.v1alpha1.Init.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
+	15, // 41: cairn.machine.v1alpha1.Init.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
+	17, // 42: cairn.machine.v1alpha1.Init.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	19, // 43: cairn.machine.v1alpha1.Init.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
+	28, // [28:44] is the sub-list for method output_type
+	12, // [12:28] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_machine_proto_init() }
