@@ -7,25 +7,6 @@
 // node reboots.
 package main
 
-import (
-	"fmt"
-	"log/slog"
-	"os"
-	"runtime/debug"
+import "github.com/cairn-os/cairn/init/internal/boot"
 
-	"github.com/cairn-os/cairn/init/internal/boot"
-)
-
-func main() {
-	if os.Getpid() != 1 {
-		fmt.Fprintln(os.Stderr, "init: must run as PID 1 of a Cairn node")
-		os.Exit(2)
-	}
-	slog.SetDefault(slog.New(boot.NewConsoleHandler(os.Stdout)))
-	defer func() {
-		if r := recover(); r != nil {
-			boot.Fatal(fmt.Errorf("panic: %v\n%s", r, debug.Stack()))
-		}
-	}()
-	boot.Fatal(stage2())
-}
+func main() { boot.Main("init", stage2) }

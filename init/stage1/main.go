@@ -5,25 +5,6 @@
 // apart from init so the initramfs stays small.
 package main
 
-import (
-	"fmt"
-	"log/slog"
-	"os"
-	"runtime/debug"
+import "github.com/cairn-os/cairn/init/internal/boot"
 
-	"github.com/cairn-os/cairn/init/internal/boot"
-)
-
-func main() {
-	if os.Getpid() != 1 {
-		fmt.Fprintln(os.Stderr, "stage1: must run as PID 1 from a Cairn initramfs")
-		os.Exit(2)
-	}
-	slog.SetDefault(slog.New(boot.NewConsoleHandler(os.Stdout)))
-	defer func() {
-		if r := recover(); r != nil {
-			boot.Fatal(fmt.Errorf("panic: %v\n%s", r, debug.Stack()))
-		}
-	}()
-	boot.Fatal(stage1())
-}
+func main() { boot.Main("stage1", stage1) }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/cairn-os/cairn/api/client"
 	"github.com/cairn-os/cairn/api/machine"
-	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/qemu"
 )
 
@@ -71,15 +70,7 @@ func BenchmarkBoot(b *testing.B) {
 	endpoint := fmt.Sprintf("127.0.0.1:%d", port)
 	cairn(b, "config", "gen", "--out", dir, "--endpoint", endpoint)
 	cairn(b, "image", "build", "-c", filepath.Join(dir, "machine.yaml"), "-o", filepath.Join(dir, "node.raw"), "--assets", binDir)
-	cc, err := machineconfig.LoadClientConfig(filepath.Join(dir, "cairnconfig"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	c, err := client.Dial(cc, endpoint)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	c, _ := dialNode(b, dir, endpoint)
 	for b.Loop() {
 		vm, err := qemu.Start(qemu.Options{Disk: filepath.Join(dir, "node.raw"), APIPort: port})
 		if err != nil {

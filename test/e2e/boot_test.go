@@ -51,15 +51,7 @@ func TestBoot(t *testing.T) {
 	})
 	cairn(t, "image", "build", "-c", filepath.Join(dir, "machine.yaml"), "-o", filepath.Join(dir, "node.raw"), "--assets", binDir)
 
-	cc, err := machineconfig.LoadClientConfig(filepath.Join(dir, "cairnconfig"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.Dial(cc, endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, cc := dialNode(t, dir, endpoint)
 
 	vm, err := qemu.Start(qemu.Options{Disk: filepath.Join(dir, "node.raw"), APIPort: port})
 	if err != nil {

@@ -13,6 +13,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/cairn-os/cairn/api/client"
+	"github.com/cairn-os/cairn/machineconfig"
 )
 
 // binDir holds cairn, init and cairn-agent built for this test run.
@@ -87,4 +90,20 @@ func artifactSize(t testing.TB, manifest []byte, name string) int64 {
 	}
 	t.Fatalf("manifest has no output %q", name)
 	return 0
+}
+
+// dialNode connects to the node at endpoint with the client config that
+// `cairn config gen` wrote in dir; the connection closes with the test.
+func dialNode(t testing.TB, dir, endpoint string) (*client.Client, *machineconfig.ClientConfig) {
+	t.Helper()
+	cc, err := machineconfig.LoadClientConfig(filepath.Join(dir, "cairnconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(cc, endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, cc
 }

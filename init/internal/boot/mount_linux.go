@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -39,4 +40,20 @@ func Fatal(err error) {
 		unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
 		time.Sleep(time.Second)
 	}
+}
+
+// Main runs a stage of init as PID 1: the console as the log, and run's
+// error or panic ending in Fatal, never in an exit.
+func Main(name string, run func() error) {
+	if os.Getpid() != 1 {
+		fmt.Fprintf(os.Stderr, "%s: must run as PID 1 of a Cairn node\n", name)
+		os.Exit(2)
+	}
+	slog.SetDefault(slog.New(NewConsoleHandler(os.Stdout)))
+	defer func() {
+		if r := recover(); r != nil {
+			Fatal(fmt.Errorf("panic: %v\n%s", r, debug.Stack()))
+		}
+	}()
+	Fatal(run())
 }
