@@ -23,6 +23,9 @@ const (
 	runLogDir = "/run/log"
 )
 
+// systemOOMScore is the OOM score adjustment of the node's own services.
+var systemOOMScore = -999
+
 var restartPolicies = map[string]supervisor.Policy{
 	machineconfig.RestartAlways:    supervisor.RestartAlways,
 	machineconfig.RestartOnFailure: supervisor.RestartOnFailure,
@@ -60,13 +63,15 @@ func (n *node) startServices() error {
 		}
 	}
 	containerd := supervisor.Service{
-		Name:    "containerd",
-		Path:    "/usr/bin/containerd",
-		Args:    []string{"--config", runtime.ConfigPath},
-		Env:     []string{"PATH=/usr/bin:/sbin"},
-		Ready:   supervisor.UnixSocketProbe(runtime.Socket),
-		Cgroup:  "system/containerd",
-		LogFile: "containerd.log",
+		Name:  "containerd",
+		Path:  "/usr/bin/containerd",
+		Args:  []string{"--config", runtime.ConfigPath},
+		Env:   []string{"PATH=/usr/bin:/sbin"},
+		Ready: supervisor.UnixSocketProbe(runtime.Socket),
+		// The node's own services are the last the OOM killer picks.
+		OOMScoreAdj: &systemOOMScore,
+		Cgroup:      "system/containerd",
+		LogFile:     "containerd.log",
 	}
 	if n.varErr != nil {
 		// containerd keeps its data on /var: without EPHEMERAL it backs
@@ -75,14 +80,15 @@ func (n *node) startServices() error {
 		containerd.Launcher = unavailable{fmt.Errorf("EPHEMERAL is not mounted on %s: %w", varDir, n.varErr)}
 	}
 	services := []supervisor.Service{containerd, {
-		Name:    "cairn-agent",
-		Path:    agentPath,
-		Ready:   supervisor.TCPProbe(fmt.Sprintf("127.0.0.1:%d", n.cfg.Machine.API.Port)),
-		Args:    []string{"--config", configPath, "--init-socket", controlSock},
-		Env:     []string{"PATH=/usr/bin:/sbin"},
-		Cgroup:  "system/cairn-agent",
-		LogFile: "cairn-agent.log",
-		Output:  consoleLines("cairn-agent: "),
+		Name:        "cairn-agent",
+		Path:        agentPath,
+		Ready:       supervisor.TCPProbe(fmt.Sprintf("127.0.0.1:%d", n.cfg.Machine.API.Port)),
+		OOMScoreAdj: &systemOOMScore,
+		Args:        []string{"--config", configPath, "--init-socket", controlSock},
+		Env:         []string{"PATH=/usr/bin:/sbin"},
+		Cgroup:      "system/cairn-agent",
+		LogFile:     "cairn-agent.log",
+		Output:      consoleLines("cairn-agent: "),
 	}}
 	n.images = map[string]string{}
 	for _, s := range n.cfg.Services {
