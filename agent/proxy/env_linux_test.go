@@ -12,14 +12,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-os/cairn/test/kube"
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
 )
 
 // The test topology: a "node" namespace runs the dataplane and routes
@@ -31,11 +32,23 @@ import (
 // ClusterIPs are in 198.18.100.0/24 and external IPs in 198.18.200.0/24;
 // the client routes 198.18.0.0/15 to the node, so all of them reach it,
 // and the node routes them back toward the client as if to a gateway.
+//
+// The Services and EndpointSlices come from a real kube-apiserver, the
+// test/kube cluster that the package's tests share (TestMain), through
+// client-go as a user writes them: Services with their ClusterIPs set, in
+// the cluster's Service range (testServiceCIDR), and no selector, so that
+// the EndpointSlices, which the tests write too, are theirs alone; updates
+// and deletions go through the API as well. Each test works in a namespace
+// of its own and deletes its Services and slices when it ends, before the
+// next test's proxier lists the cluster.
 const (
 	testNode       = "node-a"
 	testNodeIP     = "198.18.0.1"
 	testClusterNet = "198.18.16.0/20"
-	testNS         = "default"
+	// testServiceCIDR is the cluster's: dual-stack, IPv4 primary. Its
+	// first address, 198.18.100.1, is the kubernetes Service's (which has no
+	// endpoints: every test's table rejects it).
+	testServiceCIDR = "198.18.100.0/24,fd00:18:100::/112"
 )
 
 type testEnv struct {
@@ -44,6 +57,7 @@ type testEnv struct {
 	client   *netNS
 	backends []*netNS
 	kube     kubernetes.Interface
+	ns       string // the test's namespace: apply puts every object there
 	cfg      Config
 }
 
@@ -52,7 +66,9 @@ func backendIP(i int) string { return fmt.Sprintf("198.18.%d.2", 16+i) }
 func newEnv(t *testing.T, nBackends int) *testEnv {
 	t.Helper()
 	needRoot(t)
-	e := &testEnv{t: t}
+	c := kube.Shared(t)
+	e := &testEnv{t: t, kube: c.Client, ns: c.Namespace()}
+	t.Cleanup(e.deleteObjects) // before the namespace's own cleanup
 	e.node = newNS(t, "node")
 	e.node.sysctl(t, "net.ipv4.ip_forward", "1")
 	e.client = newNS(t, "client")
@@ -70,7 +86,6 @@ func newEnv(t *testing.T, nBackends int) *testEnv {
 		serve(t, b, fmt.Sprintf("be%d", i))
 		e.backends = append(e.backends, b)
 	}
-	e.kube = fake.NewClientset()
 	e.cfg = Config{
 		NodeName:        testNode,
 		NodeIPs:         []netip.Addr{netip.MustParseAddr(testNodeIP)},
@@ -138,49 +153,99 @@ func (e *testEnv) start() (p *Proxier, stop func()) {
 
 func (e *testEnv) ctx() context.Context { return context.Background() }
 
+// apply creates each object in the test's namespace, or replaces it there
+// if it exists, as kubectl create or replace would. A Service's status
+// (load balancer ingress) is written through its status subresource.
 func (e *testEnv) apply(objs ...any) {
 	e.t.Helper()
+	ctx := e.ctx()
 	for _, o := range objs {
 		var err error
 		switch o := o.(type) {
 		case *v1.Service:
-			_, err = e.kube.CoreV1().Services(o.Namespace).Get(e.ctx(), o.Name, metav1.GetOptions{})
-			if err == nil {
-				_, err = e.kube.CoreV1().Services(o.Namespace).Update(e.ctx(), o, metav1.UpdateOptions{})
-			} else {
-				_, err = e.kube.CoreV1().Services(o.Namespace).Create(e.ctx(), o, metav1.CreateOptions{})
+			o.Namespace = e.ns
+			api := e.kube.CoreV1().Services(e.ns)
+			var cur *v1.Service
+			if cur, err = api.Get(ctx, o.Name, metav1.GetOptions{}); err == nil {
+				o.ResourceVersion = cur.ResourceVersion
+				cur, err = api.Update(ctx, o, metav1.UpdateOptions{})
+			} else if apierrors.IsNotFound(err) {
+				cur, err = api.Create(ctx, o, metav1.CreateOptions{})
+			}
+			if err == nil && len(cur.Status.LoadBalancer.Ingress)+len(o.Status.LoadBalancer.Ingress) > 0 {
+				cur.Status = o.Status
+				_, err = api.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 			}
 		case *discovery.EndpointSlice:
-			_, err = e.kube.DiscoveryV1().EndpointSlices(o.Namespace).Get(e.ctx(), o.Name, metav1.GetOptions{})
-			if err == nil {
-				_, err = e.kube.DiscoveryV1().EndpointSlices(o.Namespace).Update(e.ctx(), o, metav1.UpdateOptions{})
-			} else {
-				_, err = e.kube.DiscoveryV1().EndpointSlices(o.Namespace).Create(e.ctx(), o, metav1.CreateOptions{})
+			o.Namespace = e.ns
+			api := e.kube.DiscoveryV1().EndpointSlices(e.ns)
+			var cur *discovery.EndpointSlice
+			if cur, err = api.Get(ctx, o.Name, metav1.GetOptions{}); err == nil {
+				o.ResourceVersion = cur.ResourceVersion
+				_, err = api.Update(ctx, o, metav1.UpdateOptions{})
+			} else if apierrors.IsNotFound(err) {
+				_, err = api.Create(ctx, o, metav1.CreateOptions{})
 			}
 		default:
 			e.t.Fatalf("apply %T", o)
 		}
 		if err != nil {
-			e.t.Fatalf("apply: %v", err)
+			e.t.Fatalf("apply %T: %v", o, err)
 		}
 	}
 }
 
 func (e *testEnv) deleteService(name string) {
 	e.t.Helper()
-	if err := e.kube.CoreV1().Services(testNS).Delete(e.ctx(), name, metav1.DeleteOptions{}); err != nil {
+	if err := e.kube.CoreV1().Services(e.ns).Delete(e.ctx(), name, metav1.DeleteOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
-	if err := e.kube.DiscoveryV1().EndpointSlices(testNS).Delete(e.ctx(), name+"-1", metav1.DeleteOptions{}); err != nil {
+	if err := e.kube.DiscoveryV1().EndpointSlices(e.ns).Delete(e.ctx(), name+"-1", metav1.DeleteOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
+}
+
+// deleteObjects deletes the test's Services and EndpointSlices and waits
+// until they are gone, so that their ClusterIPs and NodePorts are free and
+// the next test's proxier does not see them.
+func (e *testEnv) deleteObjects() {
+	ctx := e.ctx()
+	svcs := e.kube.CoreV1().Services(e.ns)
+	sls := e.kube.DiscoveryV1().EndpointSlices(e.ns)
+	list, err := svcs.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		e.t.Errorf("list Services in %s: %v", e.ns, err)
+		return
+	}
+	for _, s := range list.Items {
+		if err := svcs.Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			e.t.Errorf("delete Service %s/%s: %v", e.ns, s.Name, err)
+		}
+	}
+	if err := sls.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		e.t.Errorf("delete EndpointSlices in %s: %v", e.ns, err)
+	}
+	eventually(e.t, "Services and EndpointSlices of "+e.ns+" gone", func() error {
+		s, err := svcs.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		l, err := sls.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if n := len(s.Items) + len(l.Items); n > 0 {
+			return fmt.Errorf("%d Services and %d EndpointSlices left", len(s.Items), len(l.Items))
+		}
+		return nil
+	})
 }
 
 // Object builders.
 
 func service(name, clusterIP string, ports ...v1.ServicePort) *v1.Service {
 	return &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1.ServiceSpec{
 			Type:       v1.ServiceTypeClusterIP,
 			ClusterIP:  clusterIP,
@@ -223,7 +288,7 @@ func slicePort(name string, proto v1.Protocol, port int32) discovery.EndpointPor
 func endpointSlice(svc string, ports []discovery.EndpointPort, eps ...discovery.Endpoint) *discovery.EndpointSlice {
 	return &discovery.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: testNS, Name: svc + "-1",
+			Name:   svc + "-1",
 			Labels: map[string]string{discovery.LabelServiceName: svc},
 		},
 		AddressType: discovery.AddressTypeIPv4,

@@ -13,7 +13,7 @@ import (
 
 // IPv6 on top of the IPv4 topology: fd00:18::/64 between client and node,
 // fd00:18:bI::/64 to backend I (cluster CIDR fd00:18:b0::/44), Services in
-// fd00:18:100::/64.
+// fd00:18:100::/64 (the cluster's IPv6 Service range is fd00:18:100::/112).
 const (
 	nodeIP6   = "fd00:18::1"
 	clientIP6 = "fd00:18::2"
@@ -44,6 +44,7 @@ func TestDualStackService(t *testing.T) {
 	e.start()
 	svc := service("dual", webIP, svcPort("http", v1.ProtocolTCP, 80, "http"))
 	svc.Spec.ClusterIPs = []string{webIP, "fd00:18:100::10"}
+	svc.Spec.IPFamilyPolicy = ptr(v1.IPFamilyPolicyRequireDualStack)
 	svc.Spec.Type = v1.ServiceTypeNodePort
 	svc.Spec.Ports[0].NodePort = 30080
 	v6 := endpointSlice("dual", httpPort, ep(backendIP6(0)), ep(backendIP6(1)))

@@ -3,6 +3,8 @@ package proxy
 import (
 	"fmt"
 	"net"
+	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,18 +15,23 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// TestWithRealAPIServer feeds the proxier from a real kube-apiserver (the
-// test/kube harness; skipped without its binaries): the API server
-// allocates the ClusterIP, informers list and watch for real.
-func TestWithRealAPIServer(t *testing.T) {
-	needRoot(t)
-	c := kube.Start(t, kube.Options{ServiceCIDR: "198.18.100.0/24"})
+// TestMain runs the tests under kube.Main: the traffic tests share one real
+// control plane (test/kube; without its binaries they skip, or fail with
+// CAIRN_REQUIRE_CLUSTER set), started by the first of them and stopped
+// after the last, whatever the outcome. The unit tests start nothing.
+func TestMain(m *testing.M) {
+	os.Exit(kube.Main(m, kube.Options{ServiceCIDR: testServiceCIDR}))
+}
+
+// TestClusterIPAllocatedByTheAPIServer leaves the ClusterIP to the API
+// server, as most users do: the proxier serves whichever address of the
+// Service range it got.
+func TestClusterIPAllocatedByTheAPIServer(t *testing.T) {
 	e := newEnv(t, 2)
-	e.kube = c.Client
 	e.start()
 
-	svc, err := c.Client.CoreV1().Services(testNS).Create(e.ctx(), &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "web"},
+	svc, err := e.kube.CoreV1().Services(e.ns).Create(e.ctx(), &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec: v1.ServiceSpec{Ports: []v1.ServicePort{{
 			Name: "http", Protocol: v1.ProtocolTCP, Port: 80, TargetPort: intstr.FromString("http"),
 		}}},
@@ -32,10 +39,12 @@ func TestWithRealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create Service: %v", err)
 	}
+	ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+	if err != nil || !netip.MustParsePrefix("198.18.100.0/24").Contains(ip) {
+		t.Fatalf("allocated ClusterIP %q, want one of the primary Service range 198.18.100.0/24", svc.Spec.ClusterIP)
+	}
 	addr := net.JoinHostPort(svc.Spec.ClusterIP, "80")
-	// A Service without selector: its slices are ours to write.
 	sl := endpointSlice("web", httpPort, ep(backendIP(0)), ep(backendIP(1)))
-	sl.Labels["endpointslice.kubernetes.io/managed-by"] = "cairn.test"
 	e.apply(sl)
 	waitAnswers(t, e.client, addr)
 	if seen := backendsOf(getN(t, e.client, addr, 30)); seen["be0"] == 0 || seen["be1"] == 0 {

@@ -30,7 +30,12 @@ func (e *testEnv) applyMixedServices() {
 		endpointSlice("dns", []discovery.EndpointPort{slicePort("dns", v1.ProtocolUDP, 5353)}, ep(backendIP(1))),
 		service("empty", "198.18.100.13", svcPort("http", v1.ProtocolTCP, 80, "http")),
 	)
-	np, _ := e.kube.CoreV1().Services(testNS).Get(e.ctx(), "np", metav1.GetOptions{})
+	// np becomes a NodePort Service by an update of what the API server
+	// made of it.
+	np, err := e.kube.CoreV1().Services(e.ns).Get(e.ctx(), "np", metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	np.Spec.Type = v1.ServiceTypeNodePort
 	np.Spec.Ports[0].NodePort = 30080
 	np.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
@@ -201,7 +206,7 @@ func TestChangeIsOneTransactionOnItsOwnObjects(t *testing.T) {
 			t.Errorf("the transaction for a change to np touched %q", x)
 		}
 	}
-	if !slices.Contains(touched, "chain ep4-default/np/tcp/http/198.18.18.2:8080") {
+	if !slices.Contains(touched, "chain ep4-"+e.ns+"/np/tcp/http/198.18.18.2:8080") {
 		t.Errorf("the transaction did not add be2's endpoint chain; it touched:\n%s", strings.Join(touched, "\n"))
 	}
 	select {

@@ -8,6 +8,10 @@
 //	c := kube.Start(t, kube.Options{})
 //	c.Client.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{})
 //
+// The tests of a package may instead share one cluster, started by the
+// first that needs it and stopped after the last (Main, Shared), each in a
+// namespace of its own (Namespace).
+//
 // The binaries are looked up in $CAIRN_CLUSTER_BIN, or else in
 // _out/cluster/bin of the repository. Without them the test is skipped
 // with "run make cluster", unless CAIRN_REQUIRE_CLUSTER is set: then it
@@ -50,7 +54,10 @@ import (
 
 // Options shape the cluster; the zero value is a working cluster.
 type Options struct {
-	// ServiceCIDR is the service IP range; default 10.96.0.0/16.
+	// ServiceCIDR is the service IP range; default 10.96.0.0/16. Two
+	// ranges separated by a comma, one IPv4 and one IPv6, make the cluster
+	// dual-stack: the first is the primary family, the one the kubernetes
+	// Service and single-stack Services without an IP family get.
 	ServiceCIDR string
 	// PodCIDR, if set, makes kube-controller-manager give each Node a pod
 	// range from it (spec.podCIDR), as kube-proxy and CNI plugins expect.
@@ -64,7 +71,8 @@ type Options struct {
 }
 
 // Cluster is a running control plane. Its methods must be called from the
-// test's goroutine, like testing.TB's Fatal.
+// test's goroutine, like testing.TB's Fatal; for the shared cluster, from
+// the goroutine of the test that Shared returned it to.
 type Cluster struct {
 	// URL is the API server's, https://127.0.0.1:PORT; it stays the same
 	// across RestartAPIServer.
@@ -96,6 +104,7 @@ type Cluster struct {
 	ctrl     *process
 	sched    *process
 	stopped  bool
+	shared   bool // a test's view of the shared cluster: see Shared
 }
 
 // Environment variables read by Start.
@@ -120,53 +129,68 @@ const stopGrace = 5 * time.Second
 // kube-scheduler if asked), and returns when the API server is ready, the
 // bootstrap token authenticates and the default ServiceAccount exists, so
 // that Pods can be created. Everything is stopped and removed in
-// tb.Cleanup.
+// tb.Cleanup. Tests of a package may share one cluster instead: see Shared.
 func Start(tb testing.TB, opts Options) *Cluster {
 	tb.Helper()
 	started := time.Now()
 	bin := binaries(tb, opts)
+	c, err := newCluster(bin, tb.TempDir(), opts)
+	if err != nil {
+		tb.Fatalf("kube: %v", err)
+	}
+	c.tb = tb
+	tb.Cleanup(c.cleanup)
+	if err := c.boot(); err != nil {
+		tb.Fatalf("kube: %v", err)
+	}
+	tb.Logf("kube: control plane at %s usable %v after Start", c.URL, time.Since(started).Round(time.Millisecond))
+	return c
+}
+
+// newCluster writes the certificates and kubeconfigs into dir and sets up
+// the processes, starting none of them.
+func newCluster(bin, dir string, opts Options) (*Cluster, error) {
 	if opts.ServiceCIDR == "" {
 		opts.ServiceCIDR = "10.96.0.0/16"
 	}
-	dir := tb.TempDir()
-	c := &Cluster{tb: tb, Dir: dir}
+	c := &Cluster{Dir: dir}
 	pki := filepath.Join(dir, "pki")
 	for _, d := range []string{pki, filepath.Join(dir, "etcd"), filepath.Join(dir, "logs")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
-			tb.Fatal(err)
+			return nil, err
 		}
 	}
 
 	files, err := c.writePKI(pki, opts.ServiceCIDR)
 	if err != nil {
-		tb.Fatalf("kube: certificates: %v", err)
+		return nil, fmt.Errorf("certificates: %w", err)
 	}
 	ports, err := freePorts(3)
 	if err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
 	c.etcdPort, c.port = ports[0], ports[2]
 	etcdPort, peerPort := ports[0], ports[1]
 	c.URL = "https://127.0.0.1:" + strconv.Itoa(c.port)
 	if c.BootstrapToken, err = newBootstrapToken(); err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
 	c.AdminKubeconfig = filepath.Join(dir, "admin.kubeconfig")
 	c.BootstrapKubeconfig = filepath.Join(dir, "bootstrap.kubeconfig")
 	if err := c.writeKubeconfig(c.AdminKubeconfig, &clientcmdapi.AuthInfo{
 		ClientCertificate: files.adminCert, ClientKey: files.adminKey,
 	}); err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
 	if err := c.writeKubeconfig(c.BootstrapKubeconfig, &clientcmdapi.AuthInfo{Token: c.BootstrapToken}); err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
 	if c.AdminConfig, err = clientcmd.BuildConfigFromFlags("", c.AdminKubeconfig); err != nil {
-		tb.Fatalf("kube: %s: %v", c.AdminKubeconfig, err)
+		return nil, fmt.Errorf("%s: %w", c.AdminKubeconfig, err)
 	}
 	c.AdminConfig.QPS, c.AdminConfig.Burst = 100, 200
 	if c.Client, err = kubernetes.NewForConfig(c.AdminConfig); err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
 
 	logs := filepath.Join(dir, "logs")
@@ -251,28 +275,30 @@ func Start(tb testing.TB, opts Options) *Cluster {
 			},
 		}
 	}
-	tb.Cleanup(c.cleanup)
+	return c, nil
+}
 
+// boot starts the processes that newCluster set up and waits until the
+// cluster is usable. On an error, some may run: stop them with stop.
+func (c *Cluster) boot() error {
 	if err := c.etcd.start(); err != nil {
-		tb.Fatal(err)
+		return err
 	}
-	if err := c.waitEtcd(etcdPort, 30*time.Second); err != nil {
-		tb.Fatal(err)
+	if err := c.waitEtcd(c.etcdPort, 30*time.Second); err != nil {
+		return err
 	}
-	c.StartAPIServer()
+	if err := c.startAPIServer(); err != nil {
+		return err
+	}
 	if err := c.bootstrapObjects(); err != nil {
-		tb.Fatalf("kube: %v", err)
+		return err
 	}
 	for _, p := range c.processes()[2:] {
 		if err := p.start(); err != nil {
-			tb.Fatal(err)
+			return err
 		}
 	}
-	if err := c.waitUsable(60 * time.Second); err != nil {
-		tb.Fatalf("kube: %v", err)
-	}
-	tb.Logf("kube: control plane at %s usable %v after Start", c.URL, time.Since(started).Round(time.Millisecond))
-	return c
+	return c.waitUsable(60 * time.Second)
 }
 
 // binaries returns the directory of the binaries, or skips or fails tb.
@@ -361,7 +387,8 @@ func (c *Cluster) writePKI(dir, serviceCIDR string) (pkiFiles, error) {
 	if f.caCert, f.caKey, err = writeKeyPair(dir, "ca", c.ca.certPEM, c.ca.keyPEM); err != nil {
 		return f, err
 	}
-	_, svc, err := net.ParseCIDR(serviceCIDR)
+	primary, _, _ := strings.Cut(serviceCIDR, ",")
+	_, svc, err := net.ParseCIDR(primary)
 	if err != nil {
 		return f, fmt.Errorf("service CIDR: %w", err)
 	}
@@ -462,13 +489,17 @@ func (c *Cluster) BootstrapConfig() *rest.Config {
 func (c *Cluster) StartAPIServer() {
 	c.tb.Helper()
 	start := time.Now()
-	if err := c.api.start(); err != nil {
-		c.tb.Fatal(err)
-	}
-	if err := c.waitReady(90 * time.Second); err != nil {
+	if err := c.startAPIServer(); err != nil {
 		c.tb.Fatalf("kube: %v", err)
 	}
 	c.tb.Logf("kube: kube-apiserver ready in %v", time.Since(start).Round(time.Millisecond))
+}
+
+func (c *Cluster) startAPIServer() error {
+	if err := c.api.start(); err != nil {
+		return err
+	}
+	return c.waitReady(90 * time.Second)
 }
 
 // StopAPIServer stops kube-apiserver and waits until it has exited; the
@@ -495,9 +526,13 @@ func (c *Cluster) RestartAPIServer() {
 }
 
 // Stop stops every process and waits until each has exited. tb.Cleanup
-// calls it too; calling it more than once does nothing.
+// calls it too; calling it more than once does nothing. The shared cluster
+// cannot be stopped by a test: Main stops it after the tests.
 func (c *Cluster) Stop() {
 	c.tb.Helper()
+	if c.shared {
+		c.tb.Fatal("kube: Stop on the shared cluster; kube.Main stops it after the last test")
+	}
 	if err := c.stop(); err != nil {
 		c.tb.Error(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,6 +26,18 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
+
+// TestMain runs the tests under Main, with a dual-stack Service range for
+// the shared cluster, and then checks that no process is left: neither the
+// clusters of Start nor the shared one.
+func TestMain(m *testing.M) {
+	code := Main(m, Options{ServiceCIDR: "10.102.0.0/24,fd00:10:102::/112"})
+	if kids := children(nil); len(kids) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: processes left running after the tests: %v\n", kids)
+		code = 1
+	}
+	os.Exit(code)
+}
 
 // TestCluster starts the control plane and checks what node agent tests
 // rely on: objects round-trip, kube-controller-manager runs, the bootstrap
@@ -242,7 +255,7 @@ func TestCluster(t *testing.T) {
 				t.Errorf("port %d still accepts connections after Stop", port)
 			}
 		}
-		if kids := children(t); len(kids) > 0 {
+		if kids := children(sharedPIDs()); len(kids) > 0 {
 			t.Errorf("processes left behind by Stop: %v", kids)
 		}
 		c.Stop() // a second Stop, and the one in Cleanup, do nothing
@@ -268,13 +281,9 @@ func kubeconfigConfig(t *testing.T, path string) *rest.Config {
 }
 
 // children returns the "pid comm" of each live process whose parent is
-// this test binary.
-func children(t *testing.T) []string {
-	t.Helper()
-	stats, err := filepath.Glob("/proc/[0-9]*/stat")
-	if err != nil {
-		t.Fatal(err)
-	}
+// this test binary, but for those in except.
+func children(except map[int]bool) []string {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	self := strconv.Itoa(os.Getpid())
 	var kids []string
 	for _, s := range stats {
@@ -289,7 +298,7 @@ func children(t *testing.T) []string {
 			continue
 		}
 		f := strings.Fields(line[i+1:])
-		if len(f) > 1 && f[1] == self {
+		if pid, _ := strconv.Atoi(strings.Fields(line)[0]); len(f) > 1 && f[1] == self && !except[pid] {
 			kids = append(kids, line[:i+1])
 		}
 	}
@@ -331,3 +340,63 @@ func TestOptions(t *testing.T) {
 		t.Errorf("kube-scheduler: %v", err)
 	}
 }
+
+// TestShared checks the cluster that tests share: the same one for every
+// test, a namespace of its own for each that goes when the test ends, and
+// the dual-stack Service range of Main's options.
+func TestShared(t *testing.T) {
+	c := Shared(t)
+	ctx := t.Context()
+	var urls, namespaces []string
+	for _, name := range []string{"first", "second"} {
+		t.Run(name, func(t *testing.T) {
+			c := Shared(t)
+			ns := c.Namespace()
+			urls, namespaces = append(urls, c.URL), append(namespaces, ns)
+			if _, err := c.Client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Name: "config"}, Data: map[string]string{"test": name},
+			}, metav1.CreateOptions{}); err != nil {
+				t.Fatalf("create configmap in %s: %v", ns, err)
+			}
+		})
+	}
+	if len(urls) != 2 {
+		t.Fatalf("the subtests did not run: %v", urls)
+	}
+	if urls[0] != urls[1] || urls[0] != c.URL {
+		t.Errorf("the tests got clusters at %v and this test at %s, want one shared cluster", urls, c.URL)
+	}
+	if namespaces[0] == namespaces[1] || !strings.HasPrefix(namespaces[0], "testshared-first-") {
+		t.Errorf("namespaces of the subtests = %v, want two named after the tests", namespaces)
+	}
+	for _, ns := range namespaces {
+		got, err := c.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if err == nil && got.DeletionTimestamp == nil {
+			t.Errorf("namespace %s of an ended test is not being deleted", ns)
+		}
+	}
+
+	ns := c.Namespace()
+	svc, err := c.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "dual"},
+		Spec: corev1.ServiceSpec{
+			IPFamilyPolicy: ptr(corev1.IPFamilyPolicyRequireDualStack),
+			Ports:          []corev1.ServicePort{{Port: 80}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create a dual-stack Service: %v", err)
+	}
+	if ips := svc.Spec.ClusterIPs; len(ips) != 2 || !strings.HasPrefix(ips[0], "10.102.0.") || !strings.HasPrefix(ips[1], "fd00:10:102::") {
+		t.Errorf("dual-stack Service got ClusterIPs %v, want one of 10.102.0.0/24 and one of fd00:10:102::/112", ips)
+	}
+	k, err := c.Client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get the kubernetes Service: %v", err)
+	}
+	if k.Spec.ClusterIP != "10.102.0.1" {
+		t.Errorf("kubernetes Service IP = %s, want 10.102.0.1 (first of the primary range)", k.Spec.ClusterIP)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
