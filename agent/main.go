@@ -1,9 +1,13 @@
 // Command cairn-agent is the node agent of Cairn. It serves the management
 // API over mutual TLS and asks init, over its control socket, for what only
-// PID 1 may do (reboot, shutdown).
+// PID 1 may do (reboot, shutdown). When the machine config has a cluster
+// section, it also joins the node to that Kubernetes cluster (the kubelet
+// part); that never holds up or stops the management API.
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -13,21 +17,24 @@ import (
 	"syscall"
 
 	"github.com/cairn-os/cairn/agent/api"
+	"github.com/cairn-os/cairn/agent/kubelet"
+	"github.com/cairn-os/cairn/internal/version"
 	"github.com/cairn-os/cairn/machineconfig"
 )
 
 func main() {
 	configPath := flag.String("config", "/system/state/config.yaml", "machine config")
 	initSocket := flag.String("init-socket", "/run/cairn/init.sock", "init's control socket")
+	kubeletDir := flag.String("kubelet-dir", "/var/lib/cairn/kubelet", "the kubelet part's state: client certificate")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
-	if err := run(*configPath, *initSocket); err != nil {
+	if err := run(*configPath, *initSocket, *kubeletDir); err != nil {
 		slog.Error("cairn-agent failed", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(configPath, initSocket string) error {
+func run(configPath, initSocket, kubeletDir string) error {
 	cfg, err := machineconfig.Load(configPath)
 	if err != nil {
 		return err
@@ -46,13 +53,53 @@ func run(configPath, initSocket string) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	kubeletDone := startKubelet(ctx, cfg, kubeletDir)
 	go func() {
-		<-sigs
+		<-ctx.Done()
 		slog.Info("stopping: finishing calls in flight")
 		srv.GracefulStop()
 	}()
 	slog.Info("management API listening", "addr", addr)
-	return srv.Serve(l)
+	err = srv.Serve(l)
+	stop()
+	<-kubeletDone
+	return err
+}
+
+// errNoCRI is what the node reports of its container runtime until
+// cairn-agent has a CRI client: the Node stays NotReady rather than claim
+// it can run pods.
+var errNoCRI = errors.New("cairn-agent has no CRI client yet")
+
+// startKubelet runs the kubelet part if cfg has a cluster section, until
+// ctx ends; the channel closes when it has stopped. It retries what fails
+// on its own and only logs.
+func startKubelet(ctx context.Context, cfg *machineconfig.Config, dir string) <-chan struct{} {
+	done := make(chan struct{})
+	if cfg.Cluster == nil {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		err := kubelet.Run(ctx, kubelet.Config{
+			NodeName: cfg.Machine.Hostname,
+			Cluster:  *cfg.Cluster,
+			Dir:      dir,
+			RuntimeInfo: kubelet.RuntimeInfoFunc(func(context.Context) (string, error) {
+				return "", errNoCRI
+			}),
+			RuntimeStatus: kubelet.RuntimeStatusFunc(func(context.Context) (bool, bool, string, error) {
+				return false, false, "", errNoCRI
+			}),
+			Version: version.Version,
+			Log:     slog.Default().With("component", "kubelet"),
+		})
+		if err != nil {
+			slog.Error("kubelet part not started", "err", err)
+		}
+	}()
+	return done
 }

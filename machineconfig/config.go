@@ -34,6 +34,7 @@ type Config struct {
 	Network    Network    `json:"network"`
 	Containerd Containerd `json:"containerd,omitempty"`
 	Services   []Service  `json:"services,omitempty"`
+	Cluster    *Cluster   `json:"cluster,omitempty"`
 }
 
 // Machine holds the node's identity and API settings.
@@ -146,6 +147,7 @@ func (c *Config) SetDefaults() {
 	for i := range c.Services {
 		c.Services[i].setDefaults()
 	}
+	c.Cluster.setDefaults()
 }
 
 // Marshal encodes c as YAML with keys in sorted order.

@@ -60,6 +60,7 @@ func (c *Config) Validate() error {
 	v.network(&c.Network)
 	v.containerd(&c.Containerd)
 	v.services(c.Services)
+	v.cluster(c.Cluster)
 	return v.err("machine config")
 }
 

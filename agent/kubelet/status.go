@@ -1,0 +1,284 @@
+package kubelet
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+
+	"github.com/cairn-os/cairn/agent/kubelet/host"
+)
+
+// Thresholds of the pressure conditions. Memory and disk are the
+// kubelet's default hard eviction thresholds.
+const (
+	memoryPressureBelow  = 100 << 20 // bytes of available memory
+	diskPressurePercent  = 10        // free space of the state's filesystem
+	inodePressurePercent = 5         // free inodes of it
+	pidPressurePercent   = 10        // process IDs left of kernel.pid_max
+)
+
+// observation is one look at what the conditions report.
+type observation struct {
+	runtimeReady, networkReady bool
+	runtimeReason              string
+	runtimeErr                 error
+
+	memory    host.Memory
+	memoryErr error
+	disk      host.Filesystem
+	diskErr   error
+	pids      host.PIDs
+	pidsErr   error
+}
+
+func (k *kubelet) observe(ctx context.Context) observation {
+	var o observation
+	o.runtimeReady, o.networkReady, o.runtimeReason, o.runtimeErr = k.cfg.RuntimeStatus.RuntimeStatus(ctx)
+	o.memory, o.memoryErr = host.ReadMemory()
+	o.disk, o.diskErr = host.StatFS(k.cfg.Dir)
+	o.pids, o.pidsErr = host.ReadPIDs()
+	return o
+}
+
+// ourConditions are the condition types the node reports, in order.
+var ourConditions = []corev1.NodeConditionType{
+	corev1.NodeReady, corev1.NodeMemoryPressure, corev1.NodeDiskPressure,
+	corev1.NodePIDPressure, corev1.NodeNetworkUnavailable,
+}
+
+// conditions returns the Node's conditions after o: those of ourConditions
+// computed from o with heartbeat now, keeping the transition time of prev
+// when the status stays, and then the other conditions of prev as they
+// are, for others own them.
+func conditions(prev []corev1.NodeCondition, o *observation, now metav1.Time) []corev1.NodeCondition {
+	cs := []corev1.NodeCondition{
+		readyCondition(o), memoryCondition(o), diskCondition(o), pidCondition(o), networkCondition(o),
+	}
+	for i := range cs {
+		c := &cs[i]
+		c.LastHeartbeatTime, c.LastTransitionTime = now, now
+		if p := findCondition(prev, c.Type); p != nil && p.Status == c.Status {
+			c.LastTransitionTime = p.LastTransitionTime
+		}
+	}
+	for _, p := range prev {
+		if !slices.Contains(ourConditions, p.Type) {
+			cs = append(cs, p)
+		}
+	}
+	return cs
+}
+
+func findCondition(cs []corev1.NodeCondition, t corev1.NodeConditionType) *corev1.NodeCondition {
+	for i := range cs {
+		if cs[i].Type == t {
+			return &cs[i]
+		}
+	}
+	return nil
+}
+
+func condition(t corev1.NodeConditionType, s corev1.ConditionStatus, reason, message string) corev1.NodeCondition {
+	return corev1.NodeCondition{Type: t, Status: s, Reason: reason, Message: message}
+}
+
+func readyCondition(o *observation) corev1.NodeCondition {
+	const t = corev1.NodeReady
+	switch {
+	case o.runtimeErr != nil:
+		return condition(t, corev1.ConditionFalse, "RuntimeStatusUnknown", "cannot get the container runtime's status: "+o.runtimeErr.Error())
+	case !o.runtimeReady:
+		return condition(t, corev1.ConditionFalse, "RuntimeNotReady", "container runtime not ready: "+o.runtimeReason)
+	case !o.networkReady:
+		return condition(t, corev1.ConditionFalse, "NetworkNotReady", "container runtime network not ready: "+o.runtimeReason)
+	}
+	return condition(t, corev1.ConditionTrue, "KubeletReady", "cairn-agent is posting ready status")
+}
+
+func networkCondition(o *observation) corev1.NodeCondition {
+	const t = corev1.NodeNetworkUnavailable
+	switch {
+	case o.runtimeErr != nil:
+		return condition(t, corev1.ConditionUnknown, "RuntimeStatusUnknown", "cannot get the container runtime's status: "+o.runtimeErr.Error())
+	case !o.networkReady:
+		return condition(t, corev1.ConditionTrue, "NetworkPluginNotReady", "pod network not ready: "+o.runtimeReason)
+	}
+	return condition(t, corev1.ConditionFalse, "NetworkReady", "pod network is ready")
+}
+
+// Messages say the threshold, not the measurement, so that they change
+// only with the status.
+
+func memoryCondition(o *observation) corev1.NodeCondition {
+	const t = corev1.NodeMemoryPressure
+	switch {
+	case o.memoryErr != nil:
+		return condition(t, corev1.ConditionUnknown, "MemoryNotMeasured", o.memoryErr.Error())
+	case o.memory.Available < memoryPressureBelow:
+		return condition(t, corev1.ConditionTrue, "KubeletHasInsufficientMemory",
+			fmt.Sprintf("available memory is below %d MiB", memoryPressureBelow>>20))
+	}
+	return condition(t, corev1.ConditionFalse, "KubeletHasSufficientMemory", "node has sufficient memory available")
+}
+
+func diskCondition(o *observation) corev1.NodeCondition {
+	const t = corev1.NodeDiskPressure
+	d := &o.disk
+	switch {
+	case o.diskErr != nil:
+		return condition(t, corev1.ConditionUnknown, "DiskNotMeasured", o.diskErr.Error())
+	case d.Free < d.Size/100*diskPressurePercent:
+		return condition(t, corev1.ConditionTrue, "KubeletHasDiskPressure",
+			fmt.Sprintf("free space of the node's filesystem is below %d %%", diskPressurePercent))
+	case d.Inodes > 0 && d.InodesFree < d.Inodes/100*inodePressurePercent:
+		return condition(t, corev1.ConditionTrue, "KubeletHasDiskPressure",
+			fmt.Sprintf("free inodes of the node's filesystem are below %d %%", inodePressurePercent))
+	}
+	return condition(t, corev1.ConditionFalse, "KubeletHasNoDiskPressure", "node has no disk pressure")
+}
+
+func pidCondition(o *observation) corev1.NodeCondition {
+	const t = corev1.NodePIDPressure
+	switch {
+	case o.pidsErr != nil:
+		return condition(t, corev1.ConditionUnknown, "PIDsNotMeasured", o.pidsErr.Error())
+	case o.pids.Max-min(o.pids.Used, o.pids.Max) < o.pids.Max/100*pidPressurePercent:
+		return condition(t, corev1.ConditionTrue, "KubeletHasInsufficientPID",
+			fmt.Sprintf("process IDs left are below %d %% of kernel.pid_max", pidPressurePercent))
+	}
+	return condition(t, corev1.ConditionFalse, "KubeletHasSufficientPID", "node has sufficient PID available")
+}
+
+// nodeStatus measures the node: the status it would report now, prev
+// being the conditions it reports so far.
+func (k *kubelet) nodeStatus(ctx context.Context, prev []corev1.NodeCondition, now metav1.Time) corev1.NodeStatus {
+	o := k.observe(ctx)
+	var mem *host.Memory
+	if o.memoryErr == nil {
+		mem = &o.memory
+	}
+	var disk *host.Filesystem
+	if o.diskErr == nil {
+		disk = &o.disk
+	}
+	c := capacity(runtime.NumCPU(), mem, disk)
+	return corev1.NodeStatus{
+		Capacity:    c,
+		Allocatable: allocatable(c),
+		Conditions:  conditions(prev, &o, now),
+		Addresses:   k.addresses(),
+		NodeInfo:    k.nodeInfo(ctx),
+	}
+}
+
+// addresses returns the node's InternalIPs and its Hostname.
+func (k *kubelet) addresses() []corev1.NodeAddress {
+	ips, err := host.Addresses()
+	if err != nil {
+		k.log.Warn("cannot read the node's addresses", "err", err)
+	}
+	var as []corev1.NodeAddress
+	for _, ip := range ips {
+		as = append(as, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip.String()})
+	}
+	return append(as, corev1.NodeAddress{Type: corev1.NodeHostName, Address: k.cfg.NodeName})
+}
+
+// sameStatus reports whether a and b differ in nothing that nodeStatus
+// sets but heartbeat times.
+func sameStatus(a, b *corev1.NodeStatus) bool {
+	noHeartbeat := func(cs []corev1.NodeCondition) []corev1.NodeCondition {
+		cs = slices.Clone(cs)
+		for i := range cs {
+			cs[i].LastHeartbeatTime = metav1.Time{}
+		}
+		return cs
+	}
+	eq := apiequality.Semantic.DeepEqual
+	return eq(a.Addresses, b.Addresses) && eq(a.Capacity, b.Capacity) && eq(a.Allocatable, b.Allocatable) &&
+		eq(a.NodeInfo, b.NodeInfo) && eq(noHeartbeat(a.Conditions), noHeartbeat(b.Conditions))
+}
+
+// reportStatus measures the node every StatusInterval and patches the
+// Node's status when it differs from what the Node says, or when
+// StatusReportInterval passed since the last patch, until ctx ends.
+func (k *kubelet) reportStatus(ctx context.Context) {
+	nodes := k.client.CoreV1().Nodes()
+	lastPatch := time.Now() // registration wrote a status
+	b := backoff{min: 200 * time.Millisecond, max: k.cfg.StatusInterval}
+	wait := k.cfg.StatusInterval
+	for sleep(ctx, wait) {
+		patched, err := k.updateStatus(ctx, nodes, time.Since(lastPatch) >= k.cfg.StatusReportInterval)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			wait = b.next()
+			k.log.Warn("cannot update the node status; retrying", "err", err, "in", wait.Round(time.Millisecond))
+			continue
+		}
+		if b.reset() {
+			k.log.Info("updating the node status again")
+		}
+		if patched {
+			lastPatch = time.Now()
+		}
+		wait = k.cfg.StatusInterval
+	}
+}
+
+// updateStatus reads the Node and patches its status if it differs from
+// the node's measurement, or if force is set; it reports whether it
+// patched. The patch carries the resourceVersion read: if someone changed
+// the Node in between, the API server refuses it, and the next try starts
+// from their version rather than overwrite their conditions.
+func (k *kubelet) updateStatus(ctx context.Context, nodes corev1client.NodeInterface, force bool) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	node, err := nodes.Get(ctx, k.cfg.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Errorf("get Node: %w", err)
+	}
+	status := k.nodeStatus(ctx, node.Status.Conditions, metav1.Now())
+	if !force && sameStatus(&node.Status, &status) {
+		return false, nil
+	}
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": node.ResourceVersion},
+		"status": map[string]any{
+			"capacity":    status.Capacity,
+			"allocatable": status.Allocatable,
+			"conditions":  status.Conditions,
+			"addresses":   status.Addresses,
+			"nodeInfo":    status.NodeInfo,
+		},
+	})
+	if err != nil {
+		return false, err
+	}
+	if _, err := nodes.Patch(ctx, k.cfg.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		return false, fmt.Errorf("patch Node status: %w", err)
+	}
+	k.logConditions(node.Status.Conditions, status.Conditions)
+	return true, nil
+}
+
+// logConditions logs those of ourConditions in cs whose status or reason
+// differs from prev.
+func (k *kubelet) logConditions(prev, cs []corev1.NodeCondition) {
+	for _, c := range cs {
+		if p := findCondition(prev, c.Type); slices.Contains(ourConditions, c.Type) &&
+			(p == nil || p.Status != c.Status || p.Reason != c.Reason) {
+			k.log.Info("node condition", "type", c.Type, "status", c.Status, "reason", c.Reason, "message", c.Message)
+		}
+	}
+}
