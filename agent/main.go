@@ -6,10 +6,16 @@
 package main
 
 import (
+	"net/netip"
+	"time"
+
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/cairn-os/cairn/agent/proxy"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 	"log/slog"
 	"net"
 	"os"
@@ -94,6 +100,9 @@ func startKubelet(ctx context.Context, cfg *machineconfig.Config, dir string) <-
 			RuntimeStatus: kubelet.RuntimeStatusFunc(func(context.Context) (bool, bool, string, error) {
 				return false, false, "", errNoCRI
 			}),
+			OnJoined: func(ctx context.Context, client kubernetes.Interface, node *corev1.Node) {
+				runProxy(ctx, cfg.Cluster, client, node)
+			},
 			Version: version.Version,
 			Log:     slog.Default().With("component", "kubelet"),
 		})
@@ -102,4 +111,49 @@ func startKubelet(ctx context.Context, cfg *machineconfig.Config, dir string) <-
 		}
 	}()
 	return done
+}
+
+// runProxy programs the node's Services into nftables with the node's own
+// credentials until ctx ends, restarting the proxier if it fails.
+func runProxy(ctx context.Context, cluster *machineconfig.Cluster, client kubernetes.Interface, node *corev1.Node) {
+	cfg, err := proxyConfig(cluster, node)
+	if err != nil {
+		slog.Error("Service dataplane not started", "err", err)
+		return
+	}
+	cfg.Logger = slog.Default().With("component", "proxy")
+	for delay := time.Second; ; delay = min(2*delay, 30*time.Second) {
+		err := proxy.New(cfg, client).Run(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		slog.Error("Service dataplane stopped, restarting", "err", err, "in", delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
+}
+
+// proxyConfig is the proxier's view of this node: its name and addresses
+// as registered, and the cluster's pod networks.
+func proxyConfig(cluster *machineconfig.Cluster, node *corev1.Node) (proxy.Config, error) {
+	cfg := proxy.Config{NodeName: node.Name, Hostname: node.Labels[corev1.LabelHostname]}
+	for _, a := range node.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil {
+			cfg.NodeIPs = append(cfg.NodeIPs, ip)
+		}
+	}
+	for _, c := range cluster.ClusterCIDRs {
+		pfx, err := netip.ParsePrefix(c)
+		if err != nil {
+			return cfg, fmt.Errorf("cluster.clusterCIDRs: %w", err)
+		}
+		cfg.ClusterCIDRs = append(cfg.ClusterCIDRs, pfx)
+	}
+	return cfg, nil
 }

@@ -51,6 +51,9 @@ type Cluster struct {
 	// PodCIDR, if set, is the Node's pod range when it registers; leave it
 	// empty when kube-controller-manager allocates pod ranges.
 	PodCIDR string `json:"podCIDR,omitempty"`
+	// ClusterCIDRs are the pod networks of the whole cluster, one per IP
+	// family: Service traffic from outside them is masqueraded.
+	ClusterCIDRs []string `json:"clusterCIDRs,omitempty"`
 	// ClusterDNS are the IP addresses of the cluster's DNS service, for the
 	// pods' resolv.conf.
 	ClusterDNS []string `json:"clusterDNS,omitempty"`
@@ -161,6 +164,15 @@ func (v *validator) cluster(c *Cluster) {
 			v.add(p+".podCIDR", "%q is not a CIDR", c.PodCIDR)
 		case pfx.Masked() != pfx:
 			v.add(p+".podCIDR", "%q has host bits set; use %q", c.PodCIDR, pfx.Masked())
+		}
+	}
+	for i, s := range c.ClusterCIDRs {
+		pfx, err := netip.ParsePrefix(s)
+		switch {
+		case err != nil:
+			v.add(fmt.Sprintf("%s.clusterCIDRs[%d]", p, i), "%q is not a CIDR", s)
+		case pfx.Masked() != pfx:
+			v.add(fmt.Sprintf("%s.clusterCIDRs[%d]", p, i), "%q has host bits set; use %q", s, pfx.Masked())
 		}
 	}
 	for i, s := range c.ClusterDNS {

@@ -221,11 +221,14 @@ func TestClusterInvalid(t *testing.T) {
 		{
 			name: "networking",
 			section: "cluster:\n" + tokenServer + `  podCIDR: 10.244.3.1/24
+  clusterCIDRs: ["10.244.0.0/16", "10.245.1.0/16", "pods"]
   clusterDNS: ["10.96.0.10", "dns"]
   clusterDomain: Cluster.Local.
 `,
 			want: []FieldError{
 				{"cluster.podCIDR", `"10.244.3.1/24" has host bits set; use "10.244.3.0/24"`},
+				{"cluster.clusterCIDRs[1]", `"10.245.1.0/16" has host bits set; use "10.245.0.0/16"`},
+				{"cluster.clusterCIDRs[2]", `"pods" is not a CIDR`},
 				{"cluster.clusterDNS[1]", `"dns" is not an IP address`},
 				{"cluster.clusterDomain", `"Cluster.Local." is not a DNS domain: use lowercase letters, digits, '-' and '.', without a trailing dot`},
 			},

@@ -48,6 +48,10 @@ type Config struct {
 	// RuntimeInfo and RuntimeStatus tell about the container runtime.
 	RuntimeInfo   RuntimeInfo
 	RuntimeStatus RuntimeStatus
+	// OnJoined, if set, runs once the Node is registered, with the node's
+	// own client, until ctx ends: the agent starts its Service dataplane
+	// there.
+	OnJoined func(ctx context.Context, client kubernetes.Interface, node *corev1.Node)
 	// Version is Cairn's version.
 	Version string
 	// Log receives what happens; nil means slog.Default().
@@ -204,6 +208,9 @@ func (k *kubelet) run(ctx context.Context) {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { k.renewLease(ctx, node) })
+	if k.cfg.OnJoined != nil {
+		wg.Go(func() { k.cfg.OnJoined(ctx, k.client, node) })
+	}
 	wg.Go(func() { k.reportStatus(ctx) })
 	if k.creds.rotates() {
 		wg.Go(func() { k.creds.rotate(ctx, k.client) })

@@ -213,6 +213,44 @@ func TestKubelet(t *testing.T) {
 	t.Run("status", func(t *testing.T) { testStatus(t, c) })
 	t.Run("no needless writes", func(t *testing.T) { testQuiet(t, c) })
 	t.Run("lease", func(t *testing.T) { testLease(t, c) })
+	t.Run("joined", func(t *testing.T) { testJoined(t, c) })
+}
+
+// testJoined wants OnJoined to get the registered Node and a client with
+// the node's own credentials that may read what the Service dataplane
+// needs.
+func testJoined(t *testing.T, c *kube.Cluster) {
+	const name = "joined-1"
+	cfg := testConfig(t, c, name, t.TempDir())
+	type joined struct {
+		client kubernetes.Interface
+		node   *corev1.Node
+	}
+	got := make(chan joined, 1)
+	cfg.OnJoined = func(ctx context.Context, client kubernetes.Interface, node *corev1.Node) {
+		got <- joined{client, node}
+		<-ctx.Done()
+	}
+	start(t, cfg)
+	var j joined
+	select {
+	case j = <-got:
+	case <-time.After(30 * time.Second):
+		t.Fatal("OnJoined not called within 30 s")
+	}
+	if j.node.Name != name || len(j.node.Status.Addresses) == 0 {
+		t.Errorf("OnJoined node = %s with addresses %v, want %s as registered", j.node.Name, j.node.Status.Addresses, name)
+	}
+	ctx := context.Background()
+	if _, err := j.client.CoreV1().Services("").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("node client lists Services: %v", err)
+	}
+	if _, err := j.client.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("node client lists EndpointSlices: %v", err)
+	}
+	if _, err := j.client.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{}); err == nil {
+		t.Error("node client lists kube-system Secrets, want it forbidden: the client must be the node's, not an admin's")
+	}
 }
 
 func testBootstrap(t *testing.T, c *kube.Cluster) {

@@ -120,6 +120,7 @@ const (
 	bindingBootstrapper = "cairn:kubelet-bootstrap"
 	bindingAutoApprove  = "cairn:node-autoapprove-bootstrap"
 	bindingAutoRenew    = "cairn:node-autoapprove-certificate-rotation"
+	bindingNodeProxier  = "cairn:node-proxier"
 )
 
 // stopGrace is how long a process gets after SIGTERM before SIGKILL.
@@ -689,6 +690,9 @@ func (c *Cluster) bootstrapObjects() error {
 			"system:certificates.k8s.io:certificatesigningrequests:nodeclient"),
 		c.bindGroup(bindingAutoRenew, "system:nodes",
 			"system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"),
+		// Cairn nodes program Services themselves, with their own
+		// credentials: they read Services and EndpointSlices as kube-proxy.
+		c.bindGroup(bindingNodeProxier, "system:nodes", "system:node-proxier"),
 		func(ctx context.Context) error {
 			kubeconfig, err := clientcmd.Write(clientcmdapi.Config{
 				Clusters: map[string]*clientcmdapi.Cluster{"": {Server: c.URL, CertificateAuthorityData: c.CAPEM}},
