@@ -1,0 +1,146 @@
+package pods
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// CPU share and quota arithmetic, the kernel's and the kubelet's: 1024
+// shares per CPU, at least 2; quota per 100 ms period, at least 1 ms.
+const (
+	sharesPerCPU = 1024
+	minShares    = 2
+	cfsPeriod    = 100000 // µs
+	minQuota     = 1000   // µs
+)
+
+// containerConfig is the CRI container for c, the attempt-th of its name
+// in the pod's sandbox; image is the reference the runtime resolved.
+func containerConfig(pod *corev1.Pod, c *corev1.Container, attempt uint32, image string) *criv1.ContainerConfig {
+	var env []*criv1.KeyValue
+	for _, e := range c.Env {
+		if e.ValueFrom != nil {
+			continue // references need the API server: not in this slice
+		}
+		env = append(env, &criv1.KeyValue{Key: e.Name, Value: []byte(e.Value)})
+	}
+	return &criv1.ContainerConfig{
+		Metadata:   &criv1.ContainerMetadata{Name: c.Name, Attempt: attempt},
+		Image:      &criv1.ImageSpec{Image: image, UserSpecifiedImage: c.Image},
+		Command:    c.Command,
+		Args:       c.Args,
+		WorkingDir: c.WorkingDir,
+		Envs:       env,
+		Labels: map[string]string{
+			LabelPodName:       pod.Name,
+			LabelPodNamespace:  pod.Namespace,
+			LabelPodUID:        string(pod.UID),
+			LabelContainerName: c.Name,
+		},
+		LogPath: logPath(c.Name, attempt),
+		Stdin:   c.Stdin,
+		Tty:     c.TTY,
+		Linux: &criv1.LinuxContainerConfig{
+			Resources:       resources(c.Resources),
+			SecurityContext: securityContext(pod, c),
+		},
+	}
+}
+
+// logPath is the container's log file relative to the sandbox's log
+// directory, the kubelet's layout: <name>/<attempt>.log.
+func logPath(name string, attempt uint32) string {
+	return filepath.Join(name, strconv.FormatUint(uint64(attempt), 10)+".log")
+}
+
+// resources turns requests and limits into cgroup settings: CPU requests
+// into shares, CPU limits into a CFS quota, the memory limit into a memory
+// limit. A CPU limit without a request gets shares for the limit, as the
+// API server defaults the request to the limit.
+func resources(r corev1.ResourceRequirements) *criv1.LinuxContainerResources {
+	out := &criv1.LinuxContainerResources{}
+	cpuReq, hasReq := r.Requests[corev1.ResourceCPU]
+	cpuLim, hasLim := r.Limits[corev1.ResourceCPU]
+	switch {
+	case hasReq:
+		out.CpuShares = max(cpuReq.MilliValue()*sharesPerCPU/1000, minShares)
+	case hasLim:
+		out.CpuShares = max(cpuLim.MilliValue()*sharesPerCPU/1000, minShares)
+	default:
+		out.CpuShares = minShares
+	}
+	if hasLim {
+		out.CpuPeriod = cfsPeriod
+		out.CpuQuota = max(cpuLim.MilliValue()*cfsPeriod/1000, minQuota)
+	}
+	if mem, ok := r.Limits[corev1.ResourceMemory]; ok {
+		out.MemoryLimitInBytes = mem.Value()
+	}
+	return out
+}
+
+// securityContext is the container's, falling back to the pod's for the
+// user and group.
+func securityContext(pod *corev1.Pod, c *corev1.Container) *criv1.LinuxContainerSecurityContext {
+	out := &criv1.LinuxContainerSecurityContext{
+		NamespaceOptions: &criv1.NamespaceOption{Network: criv1.NamespaceMode_POD, Pid: criv1.NamespaceMode_CONTAINER, Ipc: criv1.NamespaceMode_POD},
+	}
+	if pod.Spec.HostNetwork {
+		out.NamespaceOptions.Network = criv1.NamespaceMode_NODE
+	}
+	if pod.Spec.HostPID {
+		out.NamespaceOptions.Pid = criv1.NamespaceMode_NODE
+	} else if pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace {
+		out.NamespaceOptions.Pid = criv1.NamespaceMode_POD
+	}
+	if pod.Spec.HostIPC {
+		out.NamespaceOptions.Ipc = criv1.NamespaceMode_NODE
+	}
+	if psc := pod.Spec.SecurityContext; psc != nil {
+		if psc.RunAsUser != nil {
+			out.RunAsUser = &criv1.Int64Value{Value: *psc.RunAsUser}
+		}
+		if psc.RunAsGroup != nil {
+			out.RunAsGroup = &criv1.Int64Value{Value: *psc.RunAsGroup}
+		}
+		out.SupplementalGroups = psc.SupplementalGroups
+	}
+	sc := c.SecurityContext
+	if sc == nil {
+		return out
+	}
+	if sc.RunAsUser != nil {
+		out.RunAsUser = &criv1.Int64Value{Value: *sc.RunAsUser}
+	}
+	if sc.RunAsGroup != nil {
+		out.RunAsGroup = &criv1.Int64Value{Value: *sc.RunAsGroup}
+	}
+	if sc.Privileged != nil {
+		out.Privileged = *sc.Privileged
+	}
+	if sc.ReadOnlyRootFilesystem != nil {
+		out.ReadonlyRootfs = *sc.ReadOnlyRootFilesystem
+	}
+	if caps := sc.Capabilities; caps != nil {
+		out.Capabilities = &criv1.Capability{}
+		for _, a := range caps.Add {
+			out.Capabilities.AddCapabilities = append(out.Capabilities.AddCapabilities, string(a))
+		}
+		for _, d := range caps.Drop {
+			out.Capabilities.DropCapabilities = append(out.Capabilities.DropCapabilities, string(d))
+		}
+	}
+	if sc.AllowPrivilegeEscalation != nil {
+		out.NoNewPrivs = !*sc.AllowPrivilegeEscalation
+	}
+	return out
+}
+
+// containerName is how errors name a container of a pod.
+func containerName(pod *corev1.Pod, c *corev1.Container) string {
+	return fmt.Sprintf("container %s of pod %s/%s", c.Name, pod.Namespace, pod.Name)
+}

@@ -1,0 +1,144 @@
+package pods
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Status is what the runtime holds for a pod, as the worker last saw it.
+type Status struct {
+	Phase     corev1.PodPhase
+	SandboxID string
+	// PodIP is the sandbox's primary IP; empty on the host network.
+	PodIP          string
+	InitContainers []ContainerStatus
+	Containers     []ContainerStatus
+}
+
+// State is a container's state, the API's three.
+type State string
+
+const (
+	Waiting    State = "Waiting"
+	Running    State = "Running"
+	Terminated State = "Terminated"
+)
+
+// Reasons for a container waiting, the kubelet's words.
+const (
+	ReasonPodInitializing   = "PodInitializing"
+	ReasonContainerCreating = "ContainerCreating"
+	ReasonCrashLoopBackOff  = "CrashLoopBackOff"
+)
+
+// ContainerStatus is one container of the pod: its latest CRI container.
+type ContainerStatus struct {
+	Name string
+	// ID is the runtime's ID of the latest container, empty if none was
+	// made.
+	ID    string
+	State State
+	// Reason says why it waits or how it ended (Completed, Error,
+	// OOMKilled).
+	Reason       string
+	ExitCode     int32
+	RestartCount int32
+	Image        string
+	ImageID      string
+	StartedAt    time.Time
+	FinishedAt   time.Time
+	// LogPath is the absolute path of the latest container's log file.
+	LogPath string
+}
+
+// containerStatus describes the latest CRI container of a pod container
+// (nil if none yet) with the restarts before it.
+func containerStatus(name string, cs *criv1.ContainerStatus) ContainerStatus {
+	out := ContainerStatus{Name: name, State: Waiting, Reason: ReasonContainerCreating}
+	if cs == nil {
+		return out
+	}
+	out.ID = cs.Id
+	out.RestartCount = int32(cs.GetMetadata().GetAttempt())
+	out.Image = cs.GetImage().GetImage()
+	out.ImageID = cs.ImageRef
+	out.LogPath = cs.LogPath
+	out.StartedAt = unixNano(cs.StartedAt)
+	out.FinishedAt = unixNano(cs.FinishedAt)
+	switch cs.State {
+	case criv1.ContainerState_CONTAINER_RUNNING:
+		out.State, out.Reason = Running, ""
+	case criv1.ContainerState_CONTAINER_EXITED:
+		out.State, out.ExitCode, out.Reason = Terminated, cs.ExitCode, cs.Reason
+		if out.Reason == "" {
+			out.Reason = "Error"
+			if cs.ExitCode == 0 {
+				out.Reason = "Completed"
+			}
+		}
+	case criv1.ContainerState_CONTAINER_UNKNOWN:
+		out.Reason = "Unknown"
+	}
+	return out
+}
+
+// phase sums the containers up as the pod's phase. Init containers that
+// have not all completed keep the pod Pending, or make it Failed when one
+// failed for good; then the pod runs while any app container runs or will
+// restart, and ends Succeeded or Failed when all have ended for good.
+func phase(pod *corev1.Pod, inits, apps []ContainerStatus) corev1.PodPhase {
+	initPolicy := initRestartPolicy(pod.Spec.RestartPolicy)
+	for _, c := range inits {
+		if c.State == Terminated && c.ExitCode != 0 && !Restarts(initPolicy, c.ExitCode) {
+			return corev1.PodFailed
+		}
+		if c.State != Terminated || c.ExitCode != 0 {
+			return corev1.PodPending
+		}
+	}
+	var running, waiting, failed, ended int
+	for _, c := range apps {
+		switch {
+		case c.State == Running:
+			running++
+		case c.State == Terminated && !Restarts(pod.Spec.RestartPolicy, c.ExitCode):
+			ended++
+			if c.ExitCode != 0 {
+				failed++
+			}
+		case c.State == Waiting && c.ID == "":
+			waiting++ // never made
+		default:
+			running++ // exited, to restart
+		}
+	}
+	switch {
+	case waiting > 0:
+		return corev1.PodPending
+	case running > 0:
+		return corev1.PodRunning
+	case failed > 0:
+		return corev1.PodFailed
+	case ended == len(apps):
+		return corev1.PodSucceeded
+	}
+	return corev1.PodPending
+}
+
+// initRestartPolicy is how init containers restart: a completed one never
+// runs again, so Always means OnFailure.
+func initRestartPolicy(p corev1.RestartPolicy) corev1.RestartPolicy {
+	if p == corev1.RestartPolicyNever {
+		return p
+	}
+	return corev1.RestartPolicyOnFailure
+}
+
+func unixNano(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
