@@ -12,6 +12,7 @@ import (
 
 	"github.com/cairn-os/cairn/init/internal/containers"
 	"github.com/cairn-os/cairn/init/internal/runtime"
+	"github.com/cairn-os/cairn/internal/criimage"
 	"github.com/cairn-os/cairn/internal/layout"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/supervisor"
@@ -142,7 +143,7 @@ func (n *node) importSandboxImage(events <-chan supervisor.Event) {
 			continue
 		}
 		ctx, stop := context.WithTimeout(context.Background(), time.Minute)
-		err := containers.ImportPinned(ctx, runtime.Socket, layout.SandboxArchive, layout.SandboxImage)
+		err := criimage.ImportPinned(ctx, runtime.Socket, layout.SandboxArchive, layout.SandboxImage)
 		stop()
 		if err != nil {
 			slog.Warn("sandbox image not imported", "image", layout.SandboxImage, "err", err)

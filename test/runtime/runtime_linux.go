@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/cairn-os/cairn/internal/criimage"
 	"net"
 	"os"
 	"os/exec"
@@ -21,7 +22,6 @@ import (
 	"github.com/cairn-os/cairn/image/oci"
 	"github.com/cairn-os/cairn/internal/layout"
 	containerd "github.com/containerd/containerd/v2/client"
-	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/vishvananda/netlink"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -33,12 +33,6 @@ const (
 	EnvBin     = "CAIRN_BIN"             // directory of the binaries
 	EnvRequire = "CAIRN_REQUIRE_CLUSTER" // non-empty: missing binaries fail the test
 )
-
-// CRINamespace is the containerd namespace the CRI keeps its images in.
-const CRINamespace = "k8s.io"
-
-// pinnedLabel keeps an image from the CRI's image garbage collection.
-const pinnedLabel = "io.cri-containerd.pinned"
 
 // Paths that containerd and the CNI plugins write whatever their config.
 const (
@@ -83,7 +77,7 @@ func Start(tb testing.TB) *Runtime {
 	}
 	dir := tb.TempDir()
 	r := &Runtime{tb: tb, Dir: dir, Socket: filepath.Join(dir, "containerd.sock")}
-	for _, d := range []string{"/run/containerd", shimSocketDir, fifoDir, runcRoot, runcRoot + "/" + CRINamespace} {
+	for _, d := range []string{"/run/containerd", shimSocketDir, fifoDir, runcRoot, runcRoot + "/" + criimage.CRINamespace} {
 		if _, err := os.Stat(d); os.IsNotExist(err) {
 			r.made = append(r.made, d)
 		}
@@ -296,17 +290,17 @@ func (r *Runtime) waitReady(ctx context.Context) error {
 	}
 }
 
-// importPinned imports the image archive into the CRI's namespace, unpacks
-// it and pins it, as init does on a node.
+// importPinned waits for containerd's socket, then imports, unpacks and
+// pins the sandbox image as init does on a node.
 func importPinned(ctx context.Context, socket, archive, ref string) error {
-	var c *containerd.Client
-	var err error
 	for { // the socket appears a moment after containerd starts
-		if c, err = containerd.New(socket); err == nil {
-			if _, err = c.Version(ctx); err == nil {
-				break
-			}
+		c, err := containerd.New(socket)
+		if err == nil {
+			_, err = c.Version(ctx)
 			c.Close()
+		}
+		if err == nil {
+			return criimage.ImportPinned(ctx, socket, archive, ref)
 		}
 		select {
 		case <-ctx.Done():
@@ -314,26 +308,6 @@ func importPinned(ctx context.Context, socket, archive, ref string) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	defer c.Close()
-	ctx = namespaces.WithNamespace(ctx, CRINamespace)
-	f, err := os.Open(archive)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	imgs, err := c.Import(ctx, f, containerd.WithImageLabels(map[string]string{pinnedLabel: "pinned"}))
-	if err != nil {
-		return fmt.Errorf("import %s: %w", archive, err)
-	}
-	for _, img := range imgs {
-		if img.Name == ref {
-			if err := containerd.NewImage(c, img).Unpack(ctx, ""); err != nil {
-				return fmt.Errorf("unpack %s: %w", ref, err)
-			}
-			return nil
-		}
-	}
-	return fmt.Errorf("%s does not hold %s", archive, ref)
 }
 
 // pauseArchive builds rootfs/pause and writes it as the sandbox image

@@ -1,4 +1,8 @@
-package containers
+// Package criimage puts images that a node ships into the CRI's containerd
+// namespace: the pod sandbox image is imported from its archive, unpacked
+// and pinned, never pulled. Init does it on the node; host tests do it for
+// their own containerd.
+package criimage
 
 import (
 	"context"
