@@ -56,12 +56,13 @@ image: deps build $(OUT)/machine.yaml
 run: image
 	$(BIN)/cairn qemu run --cairnconfig $(OUT)/cairnconfig $(OUT)/node.raw
 
-# The control plane of test/cluster is built first (cold: 10-25 min, warm:
-# nothing to do), and the tests that use it must run, not skip.
-test: deps cluster
+# The control plane of test/cluster and the node's components are built
+# first (cold: 10-25 min, warm: nothing to do), and the tests that use them
+# must run, not skip.
+test: deps cluster components
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt: files above need formatting'; exit 1; }
-	CAIRN_CLUSTER_BIN=$(abspath $(CLUSTER_BIN)) CAIRN_REQUIRE_CLUSTER=1 $(GO) test -timeout 20m ./...
+	CAIRN_CLUSTER_BIN=$(abspath $(CLUSTER_BIN)) CAIRN_BIN=$(abspath $(BIN)) CAIRN_REQUIRE_CLUSTER=1 $(GO) test -timeout 20m ./...
 	$(GO) test -tags e2e -timeout 30m -v -count=1 ./test/e2e/
 
 test-unit:

@@ -13,7 +13,7 @@ import (
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/init/internal/boot"
 	"github.com/cairn-os/cairn/init/internal/containers"
-	"github.com/cairn-os/cairn/init/internal/runtime"
+	"github.com/cairn-os/cairn/internal/containerdconfig"
 	"github.com/cairn-os/cairn/supervisor"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
@@ -199,7 +199,7 @@ func (c *controlServer) Logs(req *machine.LogsRequest, stream grpc.ServerStreami
 }
 
 func (c *controlServer) Containers(ctx context.Context, _ *machine.ContainersRequest) (*machine.ContainersResponse, error) {
-	nss, err := containers.List(ctx, runtime.Socket)
+	nss, err := containers.List(ctx, containerdconfig.Node.Socket)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}

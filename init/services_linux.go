@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/cairn-os/cairn/init/internal/containers"
-	"github.com/cairn-os/cairn/init/internal/runtime"
+	"github.com/cairn-os/cairn/internal/containerdconfig"
 	"github.com/cairn-os/cairn/internal/criimage"
 	"github.com/cairn-os/cairn/internal/layout"
 	"github.com/cairn-os/cairn/machineconfig"
@@ -54,8 +54,8 @@ func (n *node) startServices() error {
 	if err := os.MkdirAll(filepath.Join(cgroupRoot, containers.ShimCgroup), 0o755); err != nil {
 		return err
 	}
-	files := runtime.Files(n.cfg)
-	for _, p := range runtime.SortedPaths(files) {
+	files := containerdconfig.Files(n.cfg)
+	for _, p := range containerdconfig.SortedPaths(files) {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
@@ -66,9 +66,9 @@ func (n *node) startServices() error {
 	containerd := supervisor.Service{
 		Name:  "containerd",
 		Path:  "/usr/bin/containerd",
-		Args:  []string{"--config", runtime.ConfigPath},
+		Args:  []string{"--config", containerdconfig.ConfigPath},
 		Env:   []string{"PATH=/usr/bin:/sbin"},
-		Ready: supervisor.UnixSocketProbe(runtime.Socket),
+		Ready: supervisor.UnixSocketProbe(containerdconfig.Node.Socket),
 		// The node's own services are the last the OOM killer picks.
 		OOMScoreAdj: &systemOOMScore,
 		Cgroup:      "system/containerd",
@@ -96,7 +96,7 @@ func (n *node) startServices() error {
 		n.images[s.Name] = s.Image
 		services = append(services, supervisor.Service{
 			Name:      s.Name,
-			Launcher:  &containers.Launcher{Socket: runtime.Socket, HostsDir: runtime.HostsDir, Service: s},
+			Launcher:  &containers.Launcher{Socket: containerdconfig.Node.Socket, HostsDir: containerdconfig.Node.HostsDir, Service: s},
 			DependsOn: []string{"containerd"},
 			Restart:   restartPolicies[s.Restart],
 			Cgroup:    "system/" + s.Name,
@@ -143,7 +143,7 @@ func (n *node) importSandboxImage(events <-chan supervisor.Event) {
 			continue
 		}
 		ctx, stop := context.WithTimeout(context.Background(), time.Minute)
-		err := criimage.ImportPinned(ctx, runtime.Socket, layout.SandboxArchive, layout.SandboxImage)
+		err := criimage.ImportPinned(ctx, containerdconfig.Node.Socket, layout.SandboxArchive, layout.SandboxImage)
 		stop()
 		if err != nil {
 			slog.Warn("sandbox image not imported", "image", layout.SandboxImage, "err", err)

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/cairn-os/cairn/internal/containerdconfig"
 	"github.com/cairn-os/cairn/internal/criimage"
 	"net"
 	"os"
@@ -167,34 +168,16 @@ func (r *Runtime) writeConfig(bin string) error {
 	if err := os.WriteFile(filepath.Join(cniConf, "10-"+r.network+".conflist"), b, 0o644); err != nil {
 		return err
 	}
-	q := strconv.Quote
-	// NRI, the opt directory and the image verifier would write under
-	// /var/run/nri and /opt/containerd; the tests need none of them.
-	cfg := fmt.Sprintf(`version = 3
-root = %s
-state = %s
-disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.opt", "io.containerd.image-verifier.v1.bindir"]
-
-[grpc]
-  address = %s
-
-[plugins."io.containerd.cri.v1.images"]
-  [plugins."io.containerd.cri.v1.images".pinned_images]
-    sandbox = %s
-  [plugins."io.containerd.cri.v1.images".registry]
-    config_path = %s
-
-[plugins."io.containerd.cri.v1.runtime"]
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.cri.v1.runtime".cni]
-    bin_dirs = [%s]
-    conf_dir = %s
-    max_conf_num = 1
-`, q(filepath.Join(r.Dir, "root")), q(filepath.Join(r.Dir, "state")), q(r.Socket),
-		q(layout.SandboxImage), q(filepath.Join(r.Dir, "certs.d")),
-		q(filepath.Join(bin, "cni")), q(cniConf))
-	// Network namespaces under the state directory rather than /var/run/netns.
-	cfg = strings.Replace(cfg, "  restrict_oom_score_adj = true\n", "  restrict_oom_score_adj = true\n  netns_mounts_under_state_dir = true\n", 1)
+	// The node's config, with this runtime's paths; root here lacks
+	// CAP_SYS_RESOURCE, hence restrict_oom_score_adj.
+	cfg := containerdconfig.Config(containerdconfig.Paths{
+		Root:       filepath.Join(r.Dir, "root"),
+		State:      filepath.Join(r.Dir, "state"),
+		Socket:     r.Socket,
+		HostsDir:   filepath.Join(r.Dir, "certs.d"),
+		CNIBinDir:  filepath.Join(bin, "cni"),
+		CNIConfDir: cniConf,
+	}, true)
 	return os.WriteFile(filepath.Join(r.Dir, "config.toml"), []byte(cfg), 0o644)
 }
 

@@ -1,4 +1,4 @@
-package runtime
+package containerdconfig
 
 import (
 	"flag"
@@ -19,7 +19,7 @@ func TestFilesGolden(t *testing.T) {
 		{Host: "docker.io", Endpoints: []string{"https://mirror.example", "https://registry-1.docker.io"}, InsecureSkipVerify: true},
 	}}}
 	files := Files(cfg)
-	want := []string{HostsDir + "/10.0.2.2:5000/hosts.toml", HostsDir + "/docker.io/hosts.toml", ConfigPath}
+	want := []string{Node.HostsDir + "/10.0.2.2:5000/hosts.toml", Node.HostsDir + "/docker.io/hosts.toml", ConfigPath}
 	if diff := cmp.Diff(want, SortedPaths(files)); diff != "" {
 		t.Fatalf("Files() paths (-want +got):\n%s", diff)
 	}
