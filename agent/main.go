@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"github.com/cairn-os/cairn/agent/proxy"
@@ -24,6 +23,8 @@ import (
 
 	"github.com/cairn-os/cairn/agent/api"
 	"github.com/cairn-os/cairn/agent/kubelet"
+	"github.com/cairn-os/cairn/agent/kubelet/cri"
+	"github.com/cairn-os/cairn/agent/kubelet/pods"
 	"github.com/cairn-os/cairn/internal/version"
 	"github.com/cairn-os/cairn/machineconfig"
 )
@@ -74,10 +75,12 @@ func run(configPath, initSocket, kubeletDir string) error {
 	return err
 }
 
-// errNoCRI is what the node reports of its container runtime until
-// cairn-agent has a CRI client: the Node stays NotReady rather than claim
-// it can run pods.
-var errNoCRI = errors.New("cairn-agent has no CRI client yet")
+// Where the kubelet part finds the container runtime and puts the pods'
+// container logs.
+const (
+	criSocket  = cri.DefaultSocket
+	podLogRoot = "/var/log/pods"
+)
 
 // startKubelet runs the kubelet part if cfg has a cluster section, until
 // ctx ends; the channel closes when it has stopped. It retries what fails
@@ -90,16 +93,22 @@ func startKubelet(ctx context.Context, cfg *machineconfig.Config, dir string) <-
 	}
 	go func() {
 		defer close(done)
-		err := kubelet.Run(ctx, kubelet.Config{
-			NodeName: cfg.Machine.Hostname,
-			Cluster:  *cfg.Cluster,
-			Dir:      dir,
-			RuntimeInfo: kubelet.RuntimeInfoFunc(func(context.Context) (string, error) {
-				return "", errNoCRI
-			}),
-			RuntimeStatus: kubelet.RuntimeStatusFunc(func(context.Context) (bool, bool, string, error) {
-				return false, false, "", errNoCRI
-			}),
+		// The client connects lazily and again whenever containerd is
+		// away: until it answers, the Node reports NotReady and pod syncs
+		// fail and are retried.
+		rt, err := cri.New(criSocket)
+		if err != nil {
+			slog.Error("kubelet part not started: CRI client", "err", err)
+			return
+		}
+		defer rt.Close()
+		err = kubelet.Run(ctx, kubelet.Config{
+			NodeName:      cfg.Machine.Hostname,
+			Cluster:       *cfg.Cluster,
+			Dir:           dir,
+			RuntimeInfo:   rt,
+			RuntimeStatus: rt,
+			Pods:          newPodWorker(cfg.Cluster, rt),
 			OnJoined: func(ctx context.Context, client kubernetes.Interface, node *corev1.Node) {
 				runProxy(ctx, cfg.Cluster, client, node)
 			},
@@ -111,6 +120,15 @@ func startKubelet(ctx context.Context, cfg *machineconfig.Config, dir string) <-
 		}
 	}()
 	return done
+}
+
+// newPodWorker is the worker that runs the node's pods through rt.
+func newPodWorker(cluster *machineconfig.Cluster, rt *cri.Client) *pods.Worker {
+	w := &pods.Worker{Runtime: rt.Runtime, Images: rt.Images, LogRoot: podLogRoot}
+	if len(cluster.ClusterDNS) > 0 {
+		w.ClusterDNS = &pods.ClusterDNS{Servers: cluster.ClusterDNS, Domain: cluster.ClusterDomain}
+	}
+	return w
 }
 
 // runProxy programs the node's Services into nftables with the node's own

@@ -1,6 +1,6 @@
 // Package kubelet is the part of cairn-agent that does the kubelet's work
-// for a Kubernetes cluster. For now it joins the cluster and keeps the node
-// alive there; it runs no pods yet.
+// for a Kubernetes cluster: it joins the cluster, keeps the node alive
+// there and, given a pod worker (Config.Pods), runs the Pods bound to it.
 //
 // Run gets the node's credentials — a client certificate by TLS
 // bootstrapping with a bootstrap token, stored and rotated before it
@@ -29,6 +29,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/cairn-os/cairn/agent/kubelet/pods"
 	"github.com/cairn-os/cairn/machineconfig"
 )
 
@@ -52,6 +53,13 @@ type Config struct {
 	// own client, until ctx ends: the agent starts its Service dataplane
 	// there.
 	OnJoined func(ctx context.Context, client kubernetes.Interface, node *corev1.Node)
+	// Pods, if set, runs the Pods bound to the node once it joined: they
+	// are watched with the node's client and synced with this worker, and
+	// their status is reported (see syncPods). Nil runs no pods.
+	Pods *pods.Worker
+	// PodResync is how often each pod is synced when nothing changed; 0
+	// means 1 s.
+	PodResync time.Duration
 	// Version is Cairn's version.
 	Version string
 	// Log receives what happens; nil means slog.Default().
@@ -116,6 +124,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.StatusReportInterval == 0 {
 		c.StatusReportInterval = 5 * time.Minute
+	}
+	if c.PodResync == 0 {
+		c.PodResync = time.Second
 	}
 	if c.now == nil {
 		c.now = time.Now
@@ -212,6 +223,9 @@ func (k *kubelet) run(ctx context.Context) {
 		wg.Go(func() { k.cfg.OnJoined(ctx, k.client, node) })
 	}
 	wg.Go(func() { k.reportStatus(ctx) })
+	if k.cfg.Pods != nil {
+		wg.Go(func() { k.syncPods(ctx, node) })
+	}
 	if k.creds.rotates() {
 		wg.Go(func() { k.creds.rotate(ctx, k.client) })
 	}

@@ -1,0 +1,221 @@
+package kubelet
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cairn-os/cairn/agent/kubelet/pods"
+)
+
+// podStatus is the Pod status that st shows, on top of what the API holds
+// (pod.Status): the fields the node owns are set, the others kept. Times
+// are whole seconds, as the API stores them, so that an unchanged status
+// compares equal.
+func (s *podSyncer) podStatus(pod *corev1.Pod, st *pods.Status, now metav1.Time) corev1.PodStatus {
+	now = metav1.NewTime(now.Truncate(time.Second))
+	out := *pod.Status.DeepCopy()
+	out.Phase = st.Phase
+	if out.StartTime == nil {
+		out.StartTime = &now
+	}
+	out.HostIP, out.HostIPs = "", nil
+	for _, a := range s.node.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP {
+			continue
+		}
+		if out.HostIP == "" {
+			out.HostIP = a.Address
+		}
+		if !slices.ContainsFunc(out.HostIPs, func(h corev1.HostIP) bool { return family(h.IP) == family(a.Address) }) {
+			out.HostIPs = append(out.HostIPs, corev1.HostIP{IP: a.Address})
+		}
+	}
+	switch {
+	case pod.Spec.HostNetwork:
+		out.PodIP = out.HostIP
+		out.PodIPs = nil
+		for _, h := range out.HostIPs {
+			out.PodIPs = append(out.PodIPs, corev1.PodIP(h))
+		}
+	case st.PodIP != "":
+		out.PodIP, out.PodIPs = st.PodIP, []corev1.PodIP{{IP: st.PodIP}}
+	}
+
+	prev := map[string]corev1.ContainerStatus{}
+	for _, c := range append(append([]corev1.ContainerStatus(nil), pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+		prev[c.Name] = c
+	}
+	out.InitContainerStatuses = nil
+	initialized, initPending := true, []string{}
+	for i, c := range st.InitContainers {
+		cs := s.containerStatus(c, prev[c.Name], pod.Spec.InitContainers[i].Image)
+		cs.Ready = c.State == pods.Terminated && c.ExitCode == 0
+		if !cs.Ready {
+			initialized = false
+			initPending = append(initPending, c.Name)
+		}
+		out.InitContainerStatuses = append(out.InitContainerStatuses, cs)
+	}
+	out.ContainerStatuses = nil
+	allReady, unready := true, []string{}
+	for i, c := range st.Containers {
+		cs := s.containerStatus(c, prev[c.Name], pod.Spec.Containers[i].Image)
+		cs.Ready = c.State == pods.Running // no probes yet: running is ready
+		if !cs.Ready {
+			allReady = false
+			unready = append(unready, c.Name)
+		}
+		out.ContainerStatuses = append(out.ContainerStatuses, cs)
+	}
+
+	conds := []corev1.PodCondition{
+		{Type: corev1.PodReadyToStartContainers, Status: boolStatus(st.SandboxID != "" && (pod.Spec.HostNetwork || st.PodIP != "") && !terminal(st.Phase))},
+		{Type: corev1.PodInitialized, Status: boolStatus(initialized)},
+	}
+	if !initialized {
+		conds[1].Reason, conds[1].Message = "ContainersNotInitialized", fmt.Sprintf("containers with incomplete status: [%s]", strings.Join(initPending, " "))
+	}
+	ready := corev1.PodCondition{Type: corev1.ContainersReady, Status: boolStatus(allReady)}
+	switch {
+	case terminal(st.Phase):
+		ready.Status, ready.Reason = corev1.ConditionFalse, "PodCompleted"
+	case !allReady:
+		ready.Reason, ready.Message = "ContainersNotReady", fmt.Sprintf("containers with unready status: [%s]", strings.Join(unready, " "))
+	}
+	podReady := ready
+	podReady.Type = corev1.PodReady
+	conds = append(conds, ready, podReady)
+	for _, c := range conds {
+		setCondition(&out.Conditions, c, now)
+	}
+	return out
+}
+
+func family(ip string) int {
+	a, err := netip.ParseAddr(ip)
+	if err != nil || a.Is4() {
+		return 4
+	}
+	return 6
+}
+
+func boolStatus(b bool) corev1.ConditionStatus {
+	if b {
+		return corev1.ConditionTrue
+	}
+	return corev1.ConditionFalse
+}
+
+// setCondition sets c in cs, keeping the transition time of the
+// condition there if its status stays. Other conditions, such as
+// PodScheduled that the scheduler sets, stay as they are.
+func setCondition(cs *[]corev1.PodCondition, c corev1.PodCondition, now metav1.Time) {
+	c.LastTransitionTime = now
+	for i := range *cs {
+		p := &(*cs)[i]
+		if p.Type != c.Type {
+			continue
+		}
+		if p.Status == c.Status {
+			c.LastTransitionTime = p.LastTransitionTime
+		}
+		c.LastProbeTime = p.LastProbeTime
+		*p = c
+		return
+	}
+	*cs = append(*cs, c)
+}
+
+// containerStatus is the API's status of one container; prev is what the
+// API held, whose state becomes lastState when a new container replaced
+// the one it described.
+func (s *podSyncer) containerStatus(c pods.ContainerStatus, prev corev1.ContainerStatus, specImage string) corev1.ContainerStatus {
+	out := corev1.ContainerStatus{
+		Name:                 c.Name,
+		Image:                c.Image,
+		ImageID:              c.ImageID,
+		RestartCount:         c.RestartCount,
+		LastTerminationState: prev.LastTerminationState,
+	}
+	if out.Image == "" {
+		out.Image = specImage
+	}
+	if c.ID != "" {
+		out.ContainerID = s.scheme + "://" + c.ID
+	}
+	if prev.ContainerID != "" && prev.ContainerID != out.ContainerID {
+		// A new container replaced the one prev described: that one's
+		// end is the last termination (prev was Terminated, or waiting
+		// for its restart with its end as lastState already).
+		out.LastTerminationState = prev.LastTerminationState
+		if prev.State.Terminated != nil {
+			out.LastTerminationState = corev1.ContainerState{Terminated: prev.State.Terminated}
+		}
+	}
+	secs := func(t time.Time) metav1.Time { return metav1.NewTime(t.Truncate(time.Second)) }
+	if c.State == pods.Waiting && c.ID != "" && !c.FinishedAt.IsZero() {
+		// Exited and waiting to be restarted (CrashLoopBackOff): the
+		// run that ended is the last termination.
+		reason := "Error"
+		if c.ExitCode == 0 {
+			reason = "Completed"
+		}
+		out.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: c.ExitCode, Reason: reason,
+			StartedAt: secs(c.StartedAt), FinishedAt: secs(c.FinishedAt), ContainerID: out.ContainerID,
+		}}
+	}
+	switch c.State {
+	case pods.Running:
+		out.State.Running = &corev1.ContainerStateRunning{StartedAt: secs(c.StartedAt)}
+	case pods.Terminated:
+		out.State.Terminated = &corev1.ContainerStateTerminated{
+			ExitCode: c.ExitCode, Reason: c.Reason,
+			StartedAt: secs(c.StartedAt), FinishedAt: secs(c.FinishedAt), ContainerID: out.ContainerID,
+		}
+	default:
+		reason := c.Reason
+		if reason == "" {
+			reason = pods.ReasonContainerCreating
+		}
+		out.State.Waiting = &corev1.ContainerStateWaiting{Reason: reason}
+	}
+	started := c.State == pods.Running
+	out.Started = &started
+	return out
+}
+
+// writeStatus writes status as the Pod's if it differs from what the API
+// holds, and keeps the Pod the API server returns.
+func (s *podSyncer) writeStatus(ctx context.Context, w *podWorker, pod *corev1.Pod, status corev1.PodStatus) error {
+	if apiequality.Semantic.DeepEqual(pod.Status, status) {
+		return nil
+	}
+	p := pod.DeepCopy()
+	p.Status = status
+	uctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	got, err := s.k.client.CoreV1().Pods(p.Namespace).UpdateStatus(uctx, p, metav1.UpdateOptions{})
+	switch {
+	case apierrors.IsConflict(err):
+		// A newer Pod is on its way through the watch; the next sync
+		// builds on it.
+		w.poke()
+		return nil
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("update the Pod's status: %w", err)
+	}
+	w.setLatest(got)
+	return nil
+}
