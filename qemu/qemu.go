@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -119,6 +120,9 @@ func Start(o Options) (*VM, error) {
 	)
 	vm.cmd = exec.Command(qemu, args...)
 	vm.cmd.Stderr = &vm.stderr
+	// Its own process group: Ctrl-C in the terminal reaches the caller,
+	// which shuts the node down cleanly, not QEMU, which would stop at once.
+	vm.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := vm.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start qemu: %w", err)
 	}
