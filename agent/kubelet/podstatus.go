@@ -69,7 +69,11 @@ func (s *podSyncer) podStatus(pod *corev1.Pod, st *pods.Status, now metav1.Time)
 	allReady, unready := true, []string{}
 	for i, c := range st.Containers {
 		cs := s.containerStatus(c, prev[c.Name], pod.Spec.Containers[i].Image)
-		cs.Ready = c.State == pods.Running // no probes yet: running is ready
+		cs.Ready = c.State == pods.Running && s.probes.Ready(pod, c.Name, c.ID)
+		if c.State == pods.Running {
+			started := s.probes.Started(pod, c.Name, c.ID)
+			cs.Started = &started
+		}
 		if !cs.Ready {
 			allReady = false
 			unready = append(unready, c.Name)

@@ -18,6 +18,7 @@ import (
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cairn-os/cairn/agent/kubelet/pods"
+	"github.com/cairn-os/cairn/agent/kubelet/probe"
 )
 
 // The pod sync loop. The node watches the Pods bound to it (the Node
@@ -42,6 +43,7 @@ type podSyncer struct {
 	node   *corev1.Node
 	store  cache.Store
 	scheme string // of container IDs: "containerd"
+	probes *probe.Manager
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
@@ -62,10 +64,13 @@ type podWorker struct {
 	// syncing cancels the Sync in flight, if any: a pod being deleted
 	// need not wait for an image pull.
 	syncing context.CancelFunc
+	// probed says a probe's result changed: sync without waiting.
+	probed bool
 }
 
 func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) {
 	s := &podSyncer{k: k, node: node, workers: map[types.UID]*podWorker{}, killed: map[types.UID]bool{}, scheme: "containerd"}
+	s.probes = &probe.Manager{Runtime: k.cfg.Pods.Runtime, Log: k.log, Changed: s.probed}
 	if v, err := k.cfg.RuntimeInfo.RuntimeVersion(ctx); err == nil {
 		if i := indexScheme(v); i > 0 {
 			s.scheme = v[:i]
@@ -100,6 +105,21 @@ func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) {
 	<-ctx.Done()
 	factory.Shutdown()
 	s.wg.Wait()
+	s.probes.RemoveAll()
+}
+
+// probed wakes a pod's goroutine for a changed probe result.
+func (s *podSyncer) probed(uid types.UID) {
+	s.mu.Lock()
+	w := s.workers[uid]
+	s.mu.Unlock()
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	w.probed = true
+	w.mu.Unlock()
+	w.poke()
 }
 
 func indexScheme(v string) int {
@@ -183,10 +203,11 @@ func (w *podWorker) poke() {
 	}
 }
 
-func (w *podWorker) latest() (*corev1.Pod, bool) {
+func (w *podWorker) latest() (pod *corev1.Pod, gone, probed bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.pod, w.gone
+	probed, w.probed = w.probed, false
+	return w.pod, w.gone, probed
 }
 
 // setLatest keeps pod, as the API server returned it after a write, unless
@@ -211,6 +232,7 @@ func newerOrSame(a, b string) bool {
 // runWorker syncs one pod until it is gone or ctx ends; killed says it
 // killed the pod and deleted its object.
 func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) (killed bool) {
+	defer s.probes.Remove(w.uid)
 	log := s.k.log
 	errBackoff := backoff{min: time.Second, max: 30 * time.Second}
 	var synced *corev1.Pod // the pod as last synced, to tell spec changes from status writes
@@ -224,7 +246,7 @@ func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) (killed bool) {
 		case <-w.wake:
 		case <-timer.C:
 		}
-		pod, gone := w.latest()
+		pod, gone, probed := w.latest()
 		if pod == nil {
 			continue
 		}
@@ -232,13 +254,14 @@ func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) (killed bool) {
 		// A wake by an update that changed only the status (our own
 		// writes) waits for the timer, which keeps the error backoff.
 		deleting := gone || pod.DeletionTimestamp != nil
-		changed := synced == nil || deleting || pod.Generation != synced.Generation
+		changed := synced == nil || deleting || probed || pod.Generation != synced.Generation
 		if !changed && time.Now().Before(next) {
 			continue
 		}
 		var err error
 		if deleting {
 			var done bool
+			s.probes.Remove(pod.UID)
 			done, err = s.terminate(ctx, w, pod, gone, log)
 			if done {
 				return !gone
@@ -291,6 +314,15 @@ func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod,
 		return nil
 	}
 	status := s.podStatus(pod, st, metav1.Now())
+	var running []probe.Running
+	if !terminal(status.Phase) {
+		for _, c := range st.Containers {
+			if c.State == pods.Running {
+				running = append(running, probe.Running{Name: c.Name, ContainerID: c.ID})
+			}
+		}
+	}
+	s.probes.Update(pod, status.PodIP, running)
 	if terminal(status.Phase) && st.SandboxID != "" {
 		// Nothing will run again: release the pod's network, keeping
 		// the exited containers and their logs until the pod is deleted.

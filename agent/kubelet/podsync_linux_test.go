@@ -33,6 +33,7 @@ type podEnv struct {
 	rt          *runtime.Runtime
 	node        string
 	hello, echo string // image references
+	probee      string
 }
 
 // TestPodSync runs Pods created through the API on a node of the real
@@ -52,13 +53,17 @@ func TestPodSync(t *testing.T) {
 	if _, err := registry.BuildAndPush(ctx, reg, "./agent/kubelet/pods/testdata/echoexit", "cairn-test/echoexit:v1"); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := registry.BuildAndPush(ctx, reg, "./agent/kubelet/testdata/probee", "cairn-test/probee:v1"); err != nil {
+		t.Fatal(err)
+	}
 	client, err := cri.New(rt.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
 
-	e := &podEnv{c: c, rt: rt, node: "pods-1", hello: reg.Addr + "/cairn-test/hello:v1", echo: reg.Addr + "/cairn-test/echoexit:v1"}
+	e := &podEnv{c: c, rt: rt, node: "pods-1", hello: reg.Addr + "/cairn-test/hello:v1", echo: reg.Addr + "/cairn-test/echoexit:v1",
+		probee: reg.Addr + "/cairn-test/probee:v1"}
 	cfg := testConfig(t, c, e.node, t.TempDir())
 	cfg.RuntimeInfo, cfg.RuntimeStatus = client, client
 	cfg.Pods = &pods.Worker{Runtime: client.Runtime, Images: client.Images, LogRoot: filepath.Join(t.TempDir(), "pods")}
@@ -68,6 +73,8 @@ func TestPodSync(t *testing.T) {
 	t.Run("pod runs and is deleted", func(t *testing.T) { e.testRunDelete(t) })
 	t.Run("pod fails", func(t *testing.T) { e.testFails(t) })
 	t.Run("container restarts", func(t *testing.T) { e.testRestarts(t) })
+	t.Run("readiness probe", func(t *testing.T) { e.testReadinessProbe(t) })
+	t.Run("liveness probe restarts", func(t *testing.T) { e.testLivenessProbe(t) })
 }
 
 func (e *podEnv) testNodeReady(t *testing.T) {
