@@ -1,11 +1,9 @@
 package kubelet
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -199,7 +197,7 @@ func (e *podEnv) testRunDelete(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CRI status of the container: %v", err)
 	}
-	lines := criLogLines(t, crs.Status.LogPath, 1)
+	lines := runtime.LogLines(t, crs.Status.LogPath, 1)
 	if len(lines) == 0 || !strings.HasPrefix(lines[0], "hello from cairn-test-image") || !strings.HasSuffix(lines[0], "args=a b") {
 		t.Errorf("log %s = %q, want the hello line with args=a b", crs.Status.LogPath, lines)
 	}
@@ -228,7 +226,7 @@ func (e *podEnv) testRunDelete(t *testing.T) {
 	t.Logf("Pod object gone %v after Delete", time.Since(deleted).Round(time.Millisecond))
 	// The node deletes the object only once it killed the pod.
 	e.wantNoSandboxes(t, string(pod.UID))
-	if lines := criLogLines(t, crs.Status.LogPath, 2); len(lines) < 2 || lines[len(lines)-1] != "bye" {
+	if lines := runtime.LogLines(t, crs.Status.LogPath, 2); len(lines) < 2 || lines[len(lines)-1] != "bye" {
 		t.Errorf("log after delete = %q, want it to end with bye (stopped with SIGTERM)", lines)
 	}
 }
@@ -355,27 +353,4 @@ func (e *podEnv) testRestarts(t *testing.T) {
 		return fmt.Errorf("still there (err %v)", err)
 	})
 	e.wantNoSandboxes(t, string(pod.UID))
-}
-
-// criLogLines reads a CRI log file ("<time> <stream> <tag> <line>") back as
-// the lines the container printed, waiting up to 10 s for at least n.
-func criLogLines(t *testing.T, path string, n int) []string {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var lines []string
-		if f, err := os.Open(path); err == nil {
-			s := bufio.NewScanner(f)
-			for s.Scan() {
-				if f := strings.SplitN(s.Text(), " ", 4); len(f) == 4 {
-					lines = append(lines, f[3])
-				}
-			}
-			f.Close()
-		}
-		if len(lines) >= n || time.Now().After(deadline) {
-			return lines
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

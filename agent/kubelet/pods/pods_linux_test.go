@@ -1,11 +1,9 @@
 package pods_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -81,29 +79,6 @@ func (e *env) syncUntil(t *testing.T, pod *corev1.Pod, what string, done func(*p
 	}
 }
 
-// logLines reads a CRI log file ("<time> <stream> <tag> <line>") back as
-// the lines the container printed, waiting for at least n.
-func logLines(t *testing.T, path string, n int) []string {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var lines []string
-		if f, err := os.Open(path); err == nil {
-			s := bufio.NewScanner(f)
-			for s.Scan() {
-				if f := strings.SplitN(s.Text(), " ", 4); len(f) == 4 {
-					lines = append(lines, f[3])
-				}
-			}
-			f.Close()
-		}
-		if len(lines) >= n || time.Now().After(deadline) {
-			return lines
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func phaseIs(p corev1.PodPhase) func(*pods.Status) bool {
 	return func(st *pods.Status) bool { return st.Phase == p }
 }
@@ -128,7 +103,7 @@ func TestPodRuns(t *testing.T) {
 	if c.State != pods.Running || c.ImageID == "" || c.StartedAt.IsZero() || c.RestartCount != 0 {
 		t.Errorf("container status %+v, want Running with an image ID, a start time and no restarts", c)
 	}
-	lines := logLines(t, c.LogPath, 1)
+	lines := runtime.LogLines(t, c.LogPath, 1)
 	if len(lines) == 0 || !strings.HasPrefix(lines[0], "hello from cairn-test-image pid=1 ") {
 		t.Errorf("log %s = %q, want the hello line first", c.LogPath, lines)
 	}
@@ -171,7 +146,7 @@ func TestInitContainerFirst(t *testing.T) {
 	if app.StartedAt.Before(ic.FinishedAt) {
 		t.Errorf("app started at %v, before the init container finished at %v", app.StartedAt, ic.FinishedAt)
 	}
-	if lines := logLines(t, ic.LogPath, 1); len(lines) == 0 || lines[0] != "args=init" {
+	if lines := runtime.LogLines(t, ic.LogPath, 1); len(lines) == 0 || lines[0] != "args=init" {
 		t.Errorf("init container log = %q, want args=init", lines)
 	}
 }
@@ -185,7 +160,7 @@ func TestEnvAndArgs(t *testing.T) {
 	})
 	st := e.syncUntil(t, pod, "Succeeded", phaseIs(corev1.PodSucceeded))
 	want := []string{"args=one two words", "CAIRN_A=a=b c", "CAIRN_B=bee"}
-	if diff := cmp.Diff(want, logLines(t, st.Containers[0].LogPath, 3)); diff != "" {
+	if diff := cmp.Diff(want, runtime.LogLines(t, st.Containers[0].LogPath, 3)); diff != "" {
 		t.Errorf("container output (-want +got):\n%s", diff)
 	}
 }
@@ -287,7 +262,7 @@ func TestSecurityContext(t *testing.T) {
 	})
 	st := e.syncUntil(t, pod, "Succeeded", phaseIs(corev1.PodSucceeded))
 	want := []string{"uid=1000 gid=2000", "root=read-only", "args="}
-	if diff := cmp.Diff(want, logLines(t, st.Containers[0].LogPath, 3)); diff != "" {
+	if diff := cmp.Diff(want, runtime.LogLines(t, st.Containers[0].LogPath, 3)); diff != "" {
 		t.Errorf("container output (-want +got):\n%s", diff)
 	}
 }
@@ -318,7 +293,7 @@ func TestKillGracePeriod(t *testing.T) {
 		Name: "stubborn", Image: e.echo, Env: []corev1.EnvVar{{Name: "IGNORE_TERM", Value: "1"}},
 	})
 	st := e.syncUntil(t, pod, "Running", phaseIs(corev1.PodRunning))
-	logLines(t, st.Containers[0].LogPath, 2) // "waiting": SIGTERM is ignored from here on
+	runtime.LogLines(t, st.Containers[0].LogPath, 2) // "waiting": SIGTERM is ignored from here on
 	const grace = 2 * time.Second
 	start := time.Now()
 	if err := e.w.Kill(e.ctx, pod, grace); err != nil {
