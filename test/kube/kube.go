@@ -25,17 +25,16 @@
 package kube
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/cairn-os/cairn/test/repo"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -307,7 +306,7 @@ func binaries(tb testing.TB, opts Options) string {
 	tb.Helper()
 	dir := os.Getenv(EnvBin)
 	if dir == "" {
-		root, err := repoRoot()
+		root, err := repo.Root()
 		if err != nil {
 			tb.Fatalf("kube: %v; set %s", err, EnvBin)
 		}
@@ -327,44 +326,6 @@ func binaries(tb testing.TB, opts Options) string {
 		}
 	}
 	return dir
-}
-
-// repoRoot finds the main module's directory: up from the working
-// directory (a test's package directory), else from this file's.
-func repoRoot() (string, error) {
-	var starts []string
-	if wd, err := os.Getwd(); err == nil {
-		starts = append(starts, wd)
-	}
-	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
-		starts = append(starts, filepath.Dir(file))
-	}
-	for _, d := range starts {
-		for ; ; d = filepath.Dir(d) {
-			if isRepoRoot(d) {
-				return d, nil
-			}
-			if d == filepath.Dir(d) {
-				break
-			}
-		}
-	}
-	return "", errors.New("cannot find the cairn repository (go.mod of github.com/cairn-os/cairn)")
-}
-
-func isRepoRoot(dir string) bool {
-	f, err := os.Open(filepath.Join(dir, "go.mod"))
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if f := strings.Fields(s.Text()); len(f) == 2 && f[0] == "module" {
-			return f[1] == "github.com/cairn-os/cairn"
-		}
-	}
-	return false
 }
 
 func httpURL(port int) string { return "http://127.0.0.1:" + strconv.Itoa(port) }

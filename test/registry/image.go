@@ -3,10 +3,10 @@ package registry
 import (
 	"context"
 	"fmt"
+	"github.com/cairn-os/cairn/test/repo"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/cairn-os/cairn/image/oci"
@@ -64,7 +64,7 @@ func buildImage(ctx context.Context, pkg string) (v1.Image, error) {
 // paths, no build ID, no VCS stamp) for linux/amd64 and returns the binary
 // and the name go build gave it.
 func goBuild(ctx context.Context, pkg string) ([]byte, string, error) {
-	root, err := moduleRoot(ctx)
+	root, err := repo.Root()
 	if err != nil {
 		return nil, "", err
 	}
@@ -97,18 +97,4 @@ func goBuild(ctx context.Context, pkg string) ([]byte, string, error) {
 		return nil, "", err
 	}
 	return bin, binName, nil
-}
-
-// moduleRoot returns the directory of the go.mod that holds the current
-// directory.
-func moduleRoot(ctx context.Context) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", fmt.Errorf("the current directory is not in a Go module: run from inside the Cairn repository")
-	}
-	return filepath.Dir(gomod), nil
 }

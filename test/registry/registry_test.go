@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"context"
 	"errors"
+	"github.com/cairn-os/cairn/test/repo"
 	"io"
 	"os"
 	"os/exec"
@@ -183,7 +184,7 @@ func readLayer(t *testing.T, l v1.Layer, want string) ([]tarEntry, []byte) {
 // moduleDir returns the root of the module holding this package.
 func moduleDir(t *testing.T) string {
 	t.Helper()
-	root, err := moduleRoot(t.Context())
+	root, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

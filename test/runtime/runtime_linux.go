@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"github.com/cairn-os/cairn/internal/containerdconfig"
 	"github.com/cairn-os/cairn/internal/criimage"
+	"github.com/cairn-os/cairn/test/repo"
 	"net"
 	"os"
 	"os/exec"
@@ -112,7 +113,7 @@ func binaries(tb testing.TB) string {
 	tb.Helper()
 	dir := os.Getenv(EnvBin)
 	if dir == "" {
-		root, err := repoRoot()
+		root, err := repo.Root()
 		if err != nil {
 			tb.Fatalf("runtime: %v; set %s", err, EnvBin)
 		}
@@ -296,7 +297,7 @@ func importPinned(ctx context.Context, socket, archive, ref string) error {
 // pauseArchive builds rootfs/pause and writes it as the sandbox image
 // archive into dir.
 func pauseArchive(dir string) (string, error) {
-	root, err := repoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return "", err
 	}
@@ -456,21 +457,4 @@ func (r *Runtime) logTail() string {
 		b = b[len(b)-4000:]
 	}
 	return string(b)
-}
-
-// repoRoot finds the main module's directory, up from the working
-// directory (a test's package directory).
-func repoRoot() (string, error) {
-	d, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for ; ; d = filepath.Dir(d) {
-		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && bytes.HasPrefix(b, []byte("module github.com/cairn-os/cairn\n")) {
-			return d, nil
-		}
-		if d == filepath.Dir(d) {
-			return "", fmt.Errorf("no github.com/cairn-os/cairn go.mod above the working directory")
-		}
-	}
 }
