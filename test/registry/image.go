@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cairn-os/cairn/image/oci"
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -21,8 +22,9 @@ var epoch = time.Unix(0, 0).UTC()
 
 // BuildAndPush builds the Go main package pkg as a static linux/amd64
 // binary, makes it a single-layer OCI image whose entrypoint is
-// /usr/bin/<name>, pushes the image to r as repoTag (such as
-// "cairn-test/hello:v1") and returns the manifest digest ("sha256:…").
+// /usr/bin/<name>, pushes the image to r (with its credentials, if it
+// has any) as repoTag (such as "cairn-test/hello:v1") and returns the
+// manifest digest ("sha256:…").
 //
 // pkg is an import path or a directory relative to the root of the module
 // that holds the current directory, such as "./test/images/hello". The
@@ -37,7 +39,11 @@ func BuildAndPush(ctx context.Context, r *Registry, pkg, repoTag string) (string
 	if err != nil {
 		return "", fmt.Errorf("image reference %q: %w", repoTag, err)
 	}
-	if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
+	auth := authn.Anonymous
+	if r.Username != "" {
+		auth = &authn.Basic{Username: r.Username, Password: r.Password}
+	}
+	if err := remote.Write(ref, img, remote.WithContext(ctx), remote.WithAuth(auth)); err != nil {
 		return "", fmt.Errorf("push %s: %w", ref, err)
 	}
 	digest, err := img.Digest()

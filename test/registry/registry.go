@@ -11,6 +11,9 @@
 //	digest, err := registry.BuildAndPush(ctx, r, "./test/images/hello", "cairn-test/hello:v1")
 //	// the node pulls fmt.Sprintf("10.0.2.2:%d/cairn-test/hello:v1", r.Port())
 //
+// WithBasicAuth makes it a private registry that serves only requests with
+// the given user and password, as a node pulls with imagePullSecrets.
+//
 // Set CAIRN_REGISTRY_LOG=1 to log every request through t.Logf.
 package registry
 
@@ -37,6 +40,18 @@ const LogEnv = "CAIRN_REGISTRY_LOG"
 type Registry struct {
 	// Addr is where it listens, 127.0.0.1:<port>.
 	Addr string
+	// Username and Password, if set, are the only credentials it
+	// accepts (WithBasicAuth); BuildAndPush pushes with them.
+	Username, Password string
+}
+
+// Option changes how Start serves.
+type Option func(*Registry)
+
+// WithBasicAuth requires HTTP basic authentication as user with password
+// on every request; others get 401 with a Basic challenge.
+func WithBasicAuth(user, password string) Option {
+	return func(r *Registry) { r.Username, r.Password = user, password }
 }
 
 // Port returns the TCP port the registry listens on.
@@ -52,8 +67,12 @@ func (r *Registry) Port() int {
 // Start starts an empty registry on a free port of 127.0.0.1, serving plain
 // HTTP, and stops it when the test ends. It listens on loopback only: a
 // QEMU guest on user networking still reaches it, at 10.0.2.2.
-func Start(t testing.TB) *Registry {
+func Start(t testing.TB, opts ...Option) *Registry {
 	t.Helper()
+	r := &Registry{}
+	for _, o := range opts {
+		o(r)
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("registry: listen on 127.0.0.1: %v", err)
@@ -62,8 +81,12 @@ func Start(t testing.TB) *Registry {
 	if on, _ := strconv.ParseBool(os.Getenv(LogEnv)); on {
 		logger = log.New(tlogWriter{t}, "registry: ", 0)
 	}
+	handler := ggcrregistry.New(ggcrregistry.Logger(logger))
+	if r.Username != "" {
+		handler = basicAuth(r.Username, r.Password, handler)
+	}
 	srv := &http.Server{
-		Handler:           ggcrregistry.New(ggcrregistry.Logger(logger)),
+		Handler:           handler,
 		ErrorLog:          logger,
 		ReadHeaderTimeout: 10 * time.Second,
 	}
@@ -83,9 +106,21 @@ func Start(t testing.TB) *Registry {
 		}
 		<-done
 	})
-	r := &Registry{Addr: l.Addr().String()}
+	r.Addr = l.Addr().String()
 	logger.Printf("serving on http://%s", r.Addr)
 	return r
+}
+
+// basicAuth serves next only the requests with user and password.
+func basicAuth(user, password string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if u, p, ok := req.BasicAuth(); !ok || u != user || p != password {
+			w.Header().Set("WWW-Authenticate", `Basic realm="cairn-test"`)
+			http.Error(w, "authentication required", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, req)
+	})
 }
 
 // tlogWriter sends each line the registry logs to t.Logf.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"github.com/cairn-os/cairn/test/repo"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,9 +16,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -189,4 +192,35 @@ func moduleDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return root
+}
+
+func TestBasicAuth(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	r := Start(t, WithBasicAuth("puller", "s3cret"))
+	if _, err := BuildAndPush(ctx, r, helloPkg, "cairn-test/private:v1"); err != nil {
+		t.Fatalf("BuildAndPush with the registry's credentials: %v", err)
+	}
+	ref, err := name.ParseReference(r.Addr+"/cairn-test/private:v1", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		auth authn.Authenticator
+		ok   bool
+	}{
+		{"anonymous", authn.Anonymous, false},
+		{"wrong password", &authn.Basic{Username: "puller", Password: "guess"}, false},
+		{"right password", &authn.Basic{Username: "puller", Password: "s3cret"}, true},
+	} {
+		_, err := remote.Image(ref, remote.WithContext(ctx), remote.WithAuth(tc.auth))
+		var terr *transport.Error
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("pull %s: %v, want it pulled", tc.name, err)
+		case !tc.ok && (!errors.As(err, &terr) || terr.StatusCode != http.StatusUnauthorized):
+			t.Errorf("pull %s: %v, want 401 Unauthorized", tc.name, err)
+		}
+	}
 }
