@@ -1,0 +1,219 @@
+// Package volumes prepares the volumes of a node's pods on the host, for
+// the container runtime to bind-mount: the kube-api-access projected
+// volume the API server adds to every Pod (a service-account token from
+// TokenRequest, the kube-root-ca.crt ConfigMap, the namespace) and the
+// volumes made of the same parts — projected, configMap, secret and
+// downwardAPI volumes — plus emptyDir.
+//
+// A volume lives in Root/<pod UID>/volumes/<plugin>/<name>, its files
+// written atomically (see writeAtomic) and rewritten only when their
+// content changes. Setup makes a pod's volumes the first time and returns
+// their paths; Refresh, called now and then by the pod sync loop, renews
+// tokens before they expire and reads ConfigMaps, Secrets and the pod's
+// metadata again every Resync; TearDown removes a pod's directory once
+// its containers are gone.
+//
+//	m := &volumes.Manager{Root: "/var/lib/cairn/kubelet/pods", Client: nodeClient}
+//	paths, err := m.Setup(ctx, pod) // paths["kube-api-access-xyz"] = ".../kubernetes.io~projected/kube-api-access-xyz"
+//
+// Everything goes through the node's client, as the Node authorizer
+// allows: tokens of the service accounts of pods bound to the node, and
+// the ConfigMaps and Secrets those pods refer to.
+//
+// Not yet here: other volume types (hostPath, PVCs, CSI…), fsGroup
+// ownership, resourceFieldRef and clusterTrustBundle sources; files live
+// on the node's disk, not in a tmpfs as the kubelet keeps secrets, and an
+// emptyDir of medium Memory is a plain directory too.
+package volumes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Defaults of Manager's timings.
+const (
+	DefaultResync = time.Minute
+	retryAfter    = 10 * time.Second // a failed refresh
+)
+
+// Manager prepares pods' volumes. Its fields are set before the first
+// call and not changed after; its methods may be called from many
+// goroutines.
+type Manager struct {
+	// Root holds a directory per pod, named by its UID.
+	Root string
+	// Client is the node's.
+	Client kubernetes.Interface
+	// Resync is how often Refresh reads ConfigMaps, Secrets and the pod's
+	// metadata again; DefaultResync if 0.
+	Resync time.Duration
+	// Now is the clock of token renewals; time.Now if nil.
+	Now func() time.Time
+
+	mu   sync.Mutex
+	pods map[types.UID]*podVolumes
+}
+
+// podVolumes is what the manager knows of one pod's volumes.
+type podVolumes struct {
+	mu     sync.Mutex // one writer per pod
+	paths  map[string]string
+	tokens map[string]*token // by volume name and path
+	next   time.Time         // when Refresh writes the volumes again
+}
+
+func (m *Manager) now() time.Time {
+	if m.Now != nil {
+		return m.Now()
+	}
+	return time.Now()
+}
+
+func (m *Manager) state(uid types.UID) *podVolumes {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.pods == nil {
+		m.pods = map[types.UID]*podVolumes{}
+	}
+	pv := m.pods[uid]
+	if pv == nil {
+		pv = &podVolumes{tokens: map[string]*token{}}
+		m.pods[uid] = pv
+	}
+	return pv
+}
+
+// Setup makes the pod's volumes, unless it did already, and returns the
+// host path of each by the volume's name. A volume of a type not supported
+// yet, or whose ConfigMap, Secret or token cannot be had, is an error that
+// names it.
+func (m *Manager) Setup(ctx context.Context, pod *corev1.Pod) (map[string]string, error) {
+	return m.ensure(ctx, pod, false)
+}
+
+// Refresh writes the pod's volumes again if they are due: a token is to
+// be renewed, or Resync has passed since they were last written. It also
+// sets up the volumes of a pod that this manager has not set up: one whose
+// containers were started before the agent restarted.
+func (m *Manager) Refresh(ctx context.Context, pod *corev1.Pod) error {
+	_, err := m.ensure(ctx, pod, true)
+	return err
+}
+
+// ensure writes the pod's volumes if Setup has not yet, or, for Refresh,
+// if they are due.
+func (m *Manager) ensure(ctx context.Context, pod *corev1.Pod, refresh bool) (map[string]string, error) {
+	pv := m.state(pod.UID)
+	pv.mu.Lock()
+	defer pv.mu.Unlock()
+	now := m.now()
+	if refresh && now.Before(pv.next) || !refresh && pv.paths != nil {
+		return maps.Clone(pv.paths), nil
+	}
+	paths, next, err := m.write(ctx, pod, pv, now)
+	if err != nil {
+		// Refresh tries again after a while; Setup, which a container
+		// waits for, whenever it is called.
+		pv.next = now.Add(retryAfter)
+		return nil, err
+	}
+	pv.paths, pv.next = paths, next
+	return maps.Clone(paths), nil
+}
+
+// write writes every volume of pod and returns their paths and when they
+// are next due.
+func (m *Manager) write(ctx context.Context, pod *corev1.Pod, pv *podVolumes, now time.Time) (map[string]string, time.Time, error) {
+	resync := m.Resync
+	if resync == 0 {
+		resync = DefaultResync
+	}
+	next := now.Add(resync)
+	paths := map[string]string{}
+	var errs []error
+	for i := range pod.Spec.Volumes {
+		v := &pod.Spec.Volumes[i]
+		plugin, err := pluginOf(v)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		dir := filepath.Join(m.Root, string(pod.UID), "volumes", plugin, v.Name)
+		if v.EmptyDir != nil {
+			// 0777 as the kubelet makes it: any user of the pod writes.
+			if err := os.MkdirAll(dir, 0o777); err == nil {
+				err = os.Chmod(dir, 0o777)
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("volume %q: %w", v.Name, err))
+				continue
+			}
+			paths[v.Name] = dir
+			continue
+		}
+		files, due, err := m.files(ctx, pod, v, pv, now)
+		if err == nil {
+			_, err = writeAtomic(dir, files)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("volume %q: %w", v.Name, err))
+			continue
+		}
+		if !due.IsZero() && due.Before(next) {
+			// Not sooner than a retry, should the API server's clock
+			// be far behind the node's.
+			next = due
+			if soonest := now.Add(retryAfter); next.Before(soonest) {
+				next = soonest
+			}
+		}
+		paths[v.Name] = dir
+	}
+	if len(errs) > 0 {
+		return nil, time.Time{}, errors.Join(errs...)
+	}
+	return paths, next, nil
+}
+
+// pluginOf names the directory of v's type, as the kubelet does, or says
+// that its type is not supported yet.
+func pluginOf(v *corev1.Volume) (string, error) {
+	switch {
+	case v.Projected != nil:
+		return "kubernetes.io~projected", nil
+	case v.ConfigMap != nil:
+		return "kubernetes.io~configmap", nil
+	case v.Secret != nil:
+		return "kubernetes.io~secret", nil
+	case v.DownwardAPI != nil:
+		return "kubernetes.io~downward-api", nil
+	case v.EmptyDir != nil:
+		return "kubernetes.io~empty-dir", nil
+	}
+	return "", fmt.Errorf("volume %q: type %s not supported yet", v.Name, volumeType(v))
+}
+
+// TearDown removes the pod's volumes; call it once its containers are
+// gone.
+func (m *Manager) TearDown(uid types.UID) error {
+	m.mu.Lock()
+	delete(m.pods, uid)
+	m.mu.Unlock()
+	dir := filepath.Join(m.Root, string(uid))
+	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove volumes of pod %s: %w", uid, err)
+	}
+	return nil
+}
