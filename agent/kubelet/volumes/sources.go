@@ -81,6 +81,8 @@ func (m *Manager) token(ctx context.Context, pod *corev1.Pod, volume string, src
 }
 
 func (m *Manager) configMap(ctx context.Context, ns, name string, items []corev1.KeyToPath, optional *bool, mode fs.FileMode, files map[string]file) error {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
 	cm, err := m.Client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) && isTrue(optional) {
 		return nil
@@ -97,6 +99,8 @@ func (m *Manager) configMap(ctx context.Context, ns, name string, items []corev1
 }
 
 func (m *Manager) secret(ctx context.Context, ns, name string, items []corev1.KeyToPath, optional *bool, mode fs.FileMode, files map[string]file) error {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
 	s, err := m.Client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) && isTrue(optional) {
 		return nil

@@ -46,6 +46,8 @@ func (m *Manager) requestToken(ctx context.Context, pod *corev1.Pod, src *corev1
 	if src.Audience != "" {
 		req.Spec.Audiences = []string{src.Audience}
 	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
 	got, err := m.Client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, sa, req, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("token of service account %s/%s: %w", pod.Namespace, sa, err)

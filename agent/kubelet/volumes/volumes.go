@@ -42,10 +42,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// Defaults of Manager's timings.
+// Timings: DefaultResync is Manager.Resync's default; Refresh tries
+// again retryAfter after a failure; each call to the API server may take
+// requestTimeout.
 const (
-	DefaultResync = time.Minute
-	retryAfter    = 10 * time.Second // a failed refresh
+	DefaultResync  = time.Minute
+	retryAfter     = 10 * time.Second
+	requestTimeout = 10 * time.Second
 )
 
 // Manager prepares pods' volumes. Its fields are set before the first
