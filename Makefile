@@ -11,7 +11,7 @@ LDFLAGS := -s -w -buildid= -X github.com/cairn-os/cairn/internal/version.Version
 
 export CGO_ENABLED := 0
 
-.PHONY: all deps components build image run test test-unit test-e2e bench proto clean
+.PHONY: all deps components build image run test test-unit test-e2e bench bench-pods proto clean
 
 all: build
 
@@ -63,13 +63,21 @@ test: deps cluster components
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt: files above need formatting'; exit 1; }
 	CAIRN_CLUSTER_BIN=$(abspath $(CLUSTER_BIN)) CAIRN_BIN=$(abspath $(BIN)) CAIRN_REQUIRE_CLUSTER=1 $(GO) test -timeout 20m ./...
-	$(GO) test -tags e2e -timeout 30m -v -count=1 ./test/e2e/
+	CAIRN_CLUSTER_BIN=$(abspath $(CLUSTER_BIN)) CAIRN_REQUIRE_CLUSTER=1 $(GO) test -tags e2e -timeout 30m -v -count=1 ./test/e2e/
 
 test-unit:
 	$(GO) test ./...
 
-bench: deps
+bench: deps bench-pods
 	$(GO) test -tags e2e -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/e2e/
+
+# Pod startup latency, CPU time and memory of the agent's kubelet part, with
+# the raw CRI calls and the upstream kubelet on the same containerd
+# (test/bench, as root). CAIRN_BENCH_AGENT_PROFILE=FILE also writes a CPU
+# profile of the agent.
+bench-pods: cluster components
+	CAIRN_CLUSTER_BIN=$(abspath $(CLUSTER_BIN)) CAIRN_BIN=$(abspath $(BIN)) CAIRN_REQUIRE_CLUSTER=1 \
+	  $(GO) test -tags bench -run '^$$' -bench PodStartup -benchtime 1x -timeout 40m ./test/bench/
 
 proto:
 	protoc -I api/machine -I /usr/include \

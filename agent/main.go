@@ -6,25 +6,27 @@
 package main
 
 import (
-	"net/netip"
-	"time"
-
 	"context"
 	"flag"
 	"fmt"
-	"github.com/cairn-os/cairn/agent/proxy"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 
 	"github.com/cairn-os/cairn/agent/api"
 	"github.com/cairn-os/cairn/agent/kubelet"
 	"github.com/cairn-os/cairn/agent/kubelet/cri"
-	"github.com/cairn-os/cairn/agent/kubelet/pods"
+	"github.com/cairn-os/cairn/agent/proxy"
 	"github.com/cairn-os/cairn/internal/version"
 	"github.com/cairn-os/cairn/machineconfig"
 )
@@ -35,6 +37,8 @@ func main() {
 	kubeletDir := flag.String("kubelet-dir", "/var/lib/cairn/kubelet", "the kubelet part's state: client certificate")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	// client-go logs through klog: the same structured log.
+	klog.SetSlogLogger(slog.Default().With("component", "client-go"))
 	if err := run(*configPath, *initSocket, *kubeletDir); err != nil {
 		slog.Error("cairn-agent failed", "err", err)
 		os.Exit(1)
@@ -51,7 +55,7 @@ func run(configPath, initSocket, kubeletDir string) error {
 		return err
 	}
 	defer initc.Close()
-	srv, err := api.NewServer(cfg, initc)
+	srv, err := api.NewServer(cfg, initc, podLogRoot)
 	if err != nil {
 		return err
 	}
@@ -60,9 +64,20 @@ func run(configPath, initSocket, kubeletDir string) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
+	metricsAddr := fmt.Sprintf(":%d", cfg.Machine.API.MetricsPort)
+	ml, err := net.Listen("tcp", metricsAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", metricsAddr, err)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	kubeletDone := startKubelet(ctx, cfg, kubeletDir)
+	reg := newRegistry()
+	go func() {
+		if err := serveMetrics(ctx, &cfg.Machine.API, reg, ml); err != nil {
+			slog.Error("metrics not served", "err", err)
+		}
+	}()
+	kubeletDone := startKubelet(ctx, cfg, kubeletDir, reg)
 	go func() {
 		<-ctx.Done()
 		slog.Info("stopping: finishing calls in flight")
@@ -85,7 +100,7 @@ const (
 // startKubelet runs the kubelet part if cfg has a cluster section, until
 // ctx ends; the channel closes when it has stopped. It retries what fails
 // on its own and only logs.
-func startKubelet(ctx context.Context, cfg *machineconfig.Config, dir string) <-chan struct{} {
+func startKubelet(ctx context.Context, cfg *machineconfig.Config, dir string, reg *prometheus.Registry) <-chan struct{} {
 	done := make(chan struct{})
 	if cfg.Cluster == nil {
 		close(done)
@@ -96,7 +111,7 @@ func startKubelet(ctx context.Context, cfg *machineconfig.Config, dir string) <-
 		// The client connects lazily and again whenever containerd is
 		// away: until it answers, the Node reports NotReady and pod syncs
 		// fail and are retried.
-		rt, err := cri.New(criSocket)
+		rt, err := cri.New(criSocket, cri.WithMetrics(reg))
 		if err != nil {
 			slog.Error("kubelet part not started: CRI client", "err", err)
 			return
@@ -108,10 +123,14 @@ func startKubelet(ctx context.Context, cfg *machineconfig.Config, dir string) <-
 			Dir:           dir,
 			RuntimeInfo:   rt,
 			RuntimeStatus: rt,
-			Pods:          newPodWorker(cfg.Cluster, rt),
+			Pods:          kubelet.NewPodWorker(cfg.Cluster, rt, podLogRoot),
 			OnJoined: func(ctx context.Context, client kubernetes.Interface, node *corev1.Node) {
-				runProxy(ctx, cfg.Cluster, client, node)
+				var wg sync.WaitGroup
+				wg.Go(func() { writePodNetwork(ctx, client, node) })
+				runProxy(ctx, cfg.Cluster, client, node, reg)
+				wg.Wait()
 			},
+			Metrics: reg,
 			Version: version.Version,
 			Log:     slog.Default().With("component", "kubelet"),
 		})
@@ -122,18 +141,9 @@ func startKubelet(ctx context.Context, cfg *machineconfig.Config, dir string) <-
 	return done
 }
 
-// newPodWorker is the worker that runs the node's pods through rt.
-func newPodWorker(cluster *machineconfig.Cluster, rt *cri.Client) *pods.Worker {
-	w := &pods.Worker{Runtime: rt.Runtime, Images: rt.Images, LogRoot: podLogRoot}
-	if len(cluster.ClusterDNS) > 0 {
-		w.ClusterDNS = &pods.ClusterDNS{Servers: cluster.ClusterDNS, Domain: cluster.ClusterDomain}
-	}
-	return w
-}
-
 // runProxy programs the node's Services into nftables with the node's own
 // credentials until ctx ends, restarting the proxier if it fails.
-func runProxy(ctx context.Context, cluster *machineconfig.Cluster, client kubernetes.Interface, node *corev1.Node) {
+func runProxy(ctx context.Context, cluster *machineconfig.Cluster, client kubernetes.Interface, node *corev1.Node, reg *prometheus.Registry) {
 	cfg, err := proxyConfig(cluster, node)
 	if err != nil {
 		slog.Error("Service dataplane not started", "err", err)
@@ -141,7 +151,10 @@ func runProxy(ctx context.Context, cluster *machineconfig.Cluster, client kubern
 	}
 	cfg.Logger = slog.Default().With("component", "proxy")
 	for delay := time.Second; ; delay = min(2*delay, 30*time.Second) {
-		err := proxy.New(cfg, client).Run(ctx)
+		p := proxy.New(cfg, client)
+		reg.MustRegister(p) // a new proxier's metrics start over
+		err := p.Run(ctx)
+		reg.Unregister(p)
 		if ctx.Err() != nil {
 			return
 		}

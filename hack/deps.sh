@@ -7,6 +7,7 @@ pkgs=(
   systemd-boot-efi                     # UKI stub and systemd-boot
   squashfs-tools cpio kmod dpkg        # root filesystem, modules.dep
   dosfstools mtools gdisk e2fsprogs    # ESP, GPT checks, STATE
+  nftables                             # nft: in the image, and for the CNI tests
   binutils ca-certificates             # objdump in tests, CA bundle
   libseccomp-dev gcc libc6-dev pkg-config  # runc: cgo, static, with seccomp
 )

@@ -26,6 +26,10 @@ const (
 // DefaultAPIPort is the port the node API listens on unless configured.
 const DefaultAPIPort = 50000
 
+// DefaultMetricsPort is the port the node's Prometheus metrics are served
+// on unless configured.
+const DefaultMetricsPort = 50001
+
 // Config is a machine config.
 type Config struct {
 	APIVersion string     `json:"apiVersion"`
@@ -49,6 +53,10 @@ type Machine struct {
 type API struct {
 	// Port is the TCP port; 0 means DefaultAPIPort.
 	Port int `json:"port,omitempty"`
+	// MetricsPort is the TCP port of the Prometheus metrics (/metrics,
+	// HTTPS with the same certificates: any client certificate of CA may
+	// read them); 0 means DefaultMetricsPort.
+	MetricsPort int `json:"metricsPort,omitempty"`
 	// CA is the PEM CA certificate that client certificates must chain to.
 	CA string `json:"ca"`
 	// Cert is the PEM server certificate, signed by CA.
@@ -140,6 +148,9 @@ func Parse(data []byte) (*Config, error) {
 func (c *Config) SetDefaults() {
 	if c.Machine.API.Port == 0 {
 		c.Machine.API.Port = DefaultAPIPort
+	}
+	if c.Machine.API.MetricsPort == 0 {
+		c.Machine.API.MetricsPort = DefaultMetricsPort
 	}
 	if len(c.Network.Interfaces) == 0 {
 		c.Network.Interfaces = []Interface{{DHCP: true}}

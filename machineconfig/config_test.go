@@ -77,7 +77,7 @@ const machineSection = `machine:
 
 func TestParseValid(t *testing.T) {
 	f := testFixture(t)
-	api := API{Port: DefaultAPIPort, CA: f.ca, Cert: f.cert, Key: f.key}
+	api := API{Port: DefaultAPIPort, MetricsPort: DefaultMetricsPort, CA: f.ca, Cert: f.cert, Key: f.key}
 	tests := []struct {
 		name string
 		doc  string
@@ -124,7 +124,7 @@ network:
 				Kind:       KindMachineConfig,
 				Machine: Machine{
 					Hostname: "node-1.example.com",
-					API:      API{Port: 6443, CA: f.ca, Cert: f.cert, Key: f.key},
+					API:      API{Port: 6443, MetricsPort: DefaultMetricsPort, CA: f.ca, Cert: f.cert, Key: f.key},
 				},
 				Network: Network{
 					Interfaces: []Interface{
@@ -392,6 +392,11 @@ services:
 			want: []FieldError{{"machine.api.port", "65536 is out of range 1..65535"}},
 		},
 		{
+			name: "metrics port taken by the API",
+			doc:  header + strings.Replace(machineSection, "  api:\n", "  api:\n    metricsPort: 50000\n", 1),
+			want: []FieldError{{"machine.api.metricsPort", "50000 is machine.api.port already"}},
+		},
+		{
 			name: "bad cert PEM",
 			doc:  header + strings.Replace(machineSection, "$CERT", "not a certificate", 1),
 			want: []FieldError{{"machine.api.cert", "not a PEM certificate"}},
@@ -521,18 +526,18 @@ func TestSetDefaults(t *testing.T) {
 		{
 			name: "empty",
 			want: Config{
-				Machine: Machine{API: API{Port: DefaultAPIPort}},
+				Machine: Machine{API: API{Port: DefaultAPIPort, MetricsPort: DefaultMetricsPort}},
 				Network: Network{Interfaces: []Interface{{DHCP: true}}},
 			},
 		},
 		{
 			name: "set values are kept",
 			in: Config{
-				Machine: Machine{API: API{Port: 1234}},
+				Machine: Machine{API: API{Port: 1234, MetricsPort: 1235}},
 				Network: Network{Interfaces: []Interface{{Name: "eth1", Addresses: []string{"10.0.0.2/8"}}}},
 			},
 			want: Config{
-				Machine: Machine{API: API{Port: 1234}},
+				Machine: Machine{API: API{Port: 1234, MetricsPort: 1235}},
 				Network: Network{Interfaces: []Interface{{Name: "eth1", Addresses: []string{"10.0.0.2/8"}}}},
 			},
 		},
@@ -555,7 +560,7 @@ func TestMarshalRoundTrip(t *testing.T) {
 		Kind:       KindMachineConfig,
 		Machine: Machine{
 			Hostname: "node-1",
-			API:      API{Port: 50001, CA: f.ca, Cert: f.cert, Key: f.key},
+			API:      API{Port: 50001, MetricsPort: 50002, CA: f.ca, Cert: f.cert, Key: f.key},
 		},
 		Network: Network{
 			Interfaces: []Interface{

@@ -90,10 +90,11 @@ func Generate(opts GenerateOptions) (*Bundle, error) {
 		Machine: Machine{
 			Hostname: opts.Hostname,
 			API: API{
-				Port: DefaultAPIPort,
-				CA:   string(ca.CertPEM),
-				Cert: string(serverCert),
-				Key:  string(serverKey),
+				Port:        DefaultAPIPort,
+				MetricsPort: DefaultMetricsPort,
+				CA:          string(ca.CertPEM),
+				Cert:        string(serverCert),
+				Key:         string(serverKey),
 			},
 		},
 		Network: Network{Interfaces: []Interface{iface}, Nameservers: opts.Nameservers},

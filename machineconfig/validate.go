@@ -109,6 +109,12 @@ func (v *validator) machine(m *Machine) {
 	if a.Port < 1 || a.Port > 65535 {
 		v.add("machine.api.port", "%d is out of range 1..65535", a.Port)
 	}
+	switch {
+	case a.MetricsPort < 1 || a.MetricsPort > 65535:
+		v.add("machine.api.metricsPort", "%d is out of range 1..65535", a.MetricsPort)
+	case a.MetricsPort == a.Port:
+		v.add("machine.api.metricsPort", "%d is machine.api.port already", a.MetricsPort)
+	}
 	ca := v.cert("machine.api.ca", a.CA)
 	if ca != nil && !ca.IsCA {
 		v.add("machine.api.ca", "not a CA certificate")

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/cairn-os/cairn/machineconfig"
 )
 
 // Firmware paths of Debian's ovmf package: read-only code and a template
@@ -27,12 +29,15 @@ const (
 
 // Options describe one VM.
 type Options struct {
-	Disk       string // raw or qcow2 image; booted in place
-	APIPort    int    // host port on 127.0.0.1 forwarded to the node's API (50000)
-	MemoryMiB  int    // default 2048
-	CPUs       int    // default 2
-	ConsoleLog string // default Disk + ".console.log"
-	EFIVars    string // writable OVMF variable store, default Disk + ".efivars"; kept across runs
+	Disk    string // raw or qcow2 image; booted in place
+	APIPort int    // host port on 127.0.0.1 forwarded to the node's API (50000)
+	// MetricsPort, if not 0, is the host port on 127.0.0.1 forwarded to
+	// the node's metrics (50001).
+	MetricsPort int
+	MemoryMiB   int    // default 2048
+	CPUs        int    // default 2
+	ConsoleLog  string // default Disk + ".console.log"
+	EFIVars     string // writable OVMF variable store, default Disk + ".efivars"; kept across runs
 }
 
 // VM is a running QEMU process.
@@ -114,7 +119,7 @@ func Start(o Options) (*VM, error) {
 		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+ovmfCode,
 		"-drive", "if=pflash,format=raw,unit=1,file="+o.EFIVars,
 		"-drive", "if=virtio,format="+format+",file="+o.Disk,
-		"-netdev", fmt.Sprintf("user,id=n0,hostfwd=tcp:127.0.0.1:%d-:50000", o.APIPort),
+		"-netdev", netdev(o),
 		"-device", "virtio-net-pci,netdev=n0",
 		"-serial", "file:"+o.ConsoleLog,
 	)
@@ -212,4 +217,14 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	return os.WriteFile(dst, in, 0o644)
+}
+
+// netdev is QEMU's user network, forwarding the node's API and metrics
+// ports from the host's loopback.
+func netdev(o Options) string {
+	s := fmt.Sprintf("user,id=n0,hostfwd=tcp:127.0.0.1:%d-:%d", o.APIPort, machineconfig.DefaultAPIPort)
+	if o.MetricsPort != 0 {
+		s += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:%d", o.MetricsPort, machineconfig.DefaultMetricsPort)
+	}
+	return s
 }

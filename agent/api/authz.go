@@ -19,6 +19,7 @@ var minRole = map[string]string{
 	"Services":       machineconfig.RoleReader,
 	"Logs":           machineconfig.RoleReader,
 	"Containers":     machineconfig.RoleReader,
+	"PodLogs":        machineconfig.RoleReader,
 	"Reboot":         machineconfig.RoleOperator,
 	"Shutdown":       machineconfig.RoleOperator,
 	"ServiceRestart": machineconfig.RoleOperator,

@@ -41,8 +41,9 @@ func DialInit(path string) (*InitClient, error) {
 // Close closes the connection.
 func (c *InitClient) Close() error { return c.conn.Close() }
 
-// NewServer returns the gRPC server of the management API.
-func NewServer(cfg *machineconfig.Config, init machine.InitClient) (*grpc.Server, error) {
+// NewServer returns the gRPC server of the management API. podLogRoot
+// holds the pods' container logs, /var/log/pods on a node.
+func NewServer(cfg *machineconfig.Config, init machine.InitClient, podLogRoot string) (*grpc.Server, error) {
 	tlsCfg, err := cfg.Machine.API.TLSConfig()
 	if err != nil {
 		return nil, err
@@ -52,13 +53,14 @@ func NewServer(cfg *machineconfig.Config, init machine.InitClient) (*grpc.Server
 		grpc.UnaryInterceptor(authorizeUnary),
 		grpc.StreamInterceptor(authorizeStream),
 	)
-	machine.RegisterMachineServer(srv, &machineServer{init: init})
+	machine.RegisterMachineServer(srv, &machineServer{init: init, podLogRoot: podLogRoot})
 	return srv, nil
 }
 
 type machineServer struct {
 	machine.UnimplementedMachineServer
-	init machine.InitClient
+	init       machine.InitClient
+	podLogRoot string
 }
 
 func (s *machineServer) Version(ctx context.Context, _ *machine.VersionRequest) (*machine.VersionResponse, error) {

@@ -35,8 +35,9 @@ func (r *recordingInit) Shutdown(context.Context, *machine.ShutdownRequest, ...g
 	return &machine.ShutdownResponse{}, nil
 }
 
-// serve starts the API on loopback and returns the bundle whose CA signs it.
-func serve(t *testing.T, init machine.InitClient) (*machineconfig.Bundle, string) {
+// serve starts the API on loopback, with the pods' logs under podLogRoot,
+// and returns the bundle whose CA signs it.
+func serve(t *testing.T, init machine.InitClient, podLogRoot string) (*machineconfig.Bundle, string) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -47,7 +48,7 @@ func serve(t *testing.T, init machine.InitClient) (*machineconfig.Bundle, string
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(b.Config, init)
+	srv, err := NewServer(b.Config, init, podLogRoot)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +76,7 @@ func clientWithRole(t *testing.T, b *machineconfig.Bundle, endpoint, role string
 
 func TestRoles(t *testing.T) {
 	init := &recordingInit{}
-	b, endpoint := serve(t, init)
+	b, endpoint := serve(t, init, "")
 	ctx := context.Background()
 	tests := []struct {
 		role               string
@@ -108,7 +109,7 @@ func TestRoles(t *testing.T) {
 }
 
 func TestForeignCARefused(t *testing.T) {
-	b, endpoint := serve(t, &recordingInit{})
+	b, endpoint := serve(t, &recordingInit{}, "")
 	other, err := machineconfig.Generate(machineconfig.GenerateOptions{Hostname: "other", Endpoints: []string{endpoint}, Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)

@@ -93,12 +93,24 @@ func newCredentials(c credentialsConfig) (*credentials, error) {
 // renews.
 func (c *credentials) rotates() bool { return c.kubeconfig == nil }
 
+// The node's client writes a status per pod change: client-go's default of
+// 5 requests a second queued 50 pods starting at once behind each other
+// for 10 s. The kubelet allows 50, in bursts of 100.
+const (
+	clientQPS   = 50
+	clientBurst = 100
+)
+
 // restConfig returns the configuration of the node's client.
 func (c *credentials) restConfig() *rest.Config {
+	var rc *rest.Config
 	if c.kubeconfig != nil {
-		return rest.CopyConfig(c.kubeconfig)
+		rc = rest.CopyConfig(c.kubeconfig)
+	} else {
+		rc = &rest.Config{Host: c.cluster.Server, Transport: c.transport, UserAgent: c.agent}
 	}
-	return &rest.Config{Host: c.cluster.Server, Transport: c.transport, UserAgent: c.agent}
+	rc.QPS, rc.Burst = clientQPS, clientBurst
+	return rc
 }
 
 // bootstrapClient returns a client that authenticates with the bootstrap

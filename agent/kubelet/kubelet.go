@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -43,8 +44,9 @@ type Config struct {
 	NodeName string
 	// Cluster is the machine config's cluster section, with defaults.
 	Cluster machineconfig.Cluster
-	// Dir holds the node's state: pki/ keeps the client certificate. The
-	// filesystem it is on is the node's ephemeral storage.
+	// Dir holds the node's state: pki/ keeps the client certificate,
+	// pods/ the pods' volumes. The filesystem it is on is the node's
+	// ephemeral storage.
 	Dir string
 	// RuntimeInfo and RuntimeStatus tell about the container runtime.
 	RuntimeInfo   RuntimeInfo
@@ -55,15 +57,21 @@ type Config struct {
 	OnJoined func(ctx context.Context, client kubernetes.Interface, node *corev1.Node)
 	// Pods, if set, runs the Pods bound to the node once it joined: they
 	// are watched with the node's client and synced with this worker, and
-	// their status is reported (see syncPods). Nil runs no pods.
+	// their status is reported (see syncPods). Its Refs, Events and
+	// Volumes, if nil, are set to the node's (see wirePodWorker). Nil runs
+	// no pods.
 	Pods *pods.Worker
-	// PodResync is how often each pod is synced when nothing changed; 0
-	// means 1 s.
+	// PodResync is how often each pod is synced when nothing changed: the
+	// runtime's events and relists (pleg) and probe results wake a pod
+	// when something did. 0 means 10 s.
 	PodResync time.Duration
 	// Version is Cairn's version.
 	Version string
 	// Log receives what happens; nil means slog.Default().
 	Log *slog.Logger
+	// Metrics, if set, gets the kubelet part's Prometheus metrics: pod
+	// start latency, Lease renewals.
+	Metrics prometheus.Registerer
 
 	// LeaseInterval is how often the Lease is renewed; 0 means 10 s.
 	LeaseInterval time.Duration
@@ -126,7 +134,7 @@ func (c *Config) setDefaults() {
 		c.StatusReportInterval = 5 * time.Minute
 	}
 	if c.PodResync == 0 {
-		c.PodResync = time.Second
+		c.PodResync = 10 * time.Second
 	}
 	if c.now == nil {
 		c.now = time.Now
@@ -169,11 +177,12 @@ func Run(ctx context.Context, cfg Config) error {
 
 // kubelet is one run of Run.
 type kubelet struct {
-	cfg    Config
-	log    *slog.Logger
-	creds  *credentials
-	client kubernetes.Interface // authenticates as the node once creds.init succeeded
-	host   hostInfo
+	cfg     Config
+	log     *slog.Logger
+	creds   *credentials
+	client  kubernetes.Interface // authenticates as the node once creds.init succeeded
+	host    hostInfo
+	metrics *metrics
 }
 
 func newKubelet(cfg Config) (*kubelet, error) {
@@ -201,7 +210,11 @@ func newKubelet(cfg Config) (*kubelet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node client: %w", err)
 	}
-	return &kubelet{cfg: cfg, log: log, creds: creds, client: client, host: readHostInfo(cfg.NodeName, log)}, nil
+	m, err := newMetrics(cfg.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet metrics: %w", err)
+	}
+	return &kubelet{cfg: cfg, log: log, creds: creds, client: client, host: readHostInfo(cfg.NodeName, log), metrics: m}, nil
 }
 
 func (k *kubelet) run(ctx context.Context) {
@@ -224,6 +237,7 @@ func (k *kubelet) run(ctx context.Context) {
 	}
 	wg.Go(func() { k.reportStatus(ctx) })
 	if k.cfg.Pods != nil {
+		defer k.wirePodWorker(k.cfg.Pods)()
 		wg.Go(func() { k.syncPods(ctx, node) })
 	}
 	if k.creds.rotates() {

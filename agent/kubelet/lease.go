@@ -28,10 +28,12 @@ func (k *kubelet) renewLease(ctx context.Context, node *corev1.Node) {
 	for {
 		var err error
 		wait := k.cfg.LeaseInterval
-		if lease, err = k.renewLeaseOnce(ctx, leases, lease, node); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
+		lease, err = k.renewLeaseOnce(ctx, leases, lease, node)
+		if ctx.Err() != nil {
+			return
+		}
+		k.metrics.leaseRenewed(err)
+		if err != nil {
 			wait = b.next()
 			k.log.Warn("cannot renew the Lease; retrying", "err", err, "in", wait.Round(time.Millisecond))
 		} else if b.reset() {

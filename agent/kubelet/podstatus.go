@@ -3,8 +3,6 @@ package kubelet
 import (
 	"context"
 	"fmt"
-	"net/netip"
-	"slices"
 	"strings"
 	"time"
 
@@ -28,16 +26,11 @@ func (s *podSyncer) podStatus(pod *corev1.Pod, st *pods.Status, now metav1.Time)
 		out.StartTime = &now
 	}
 	out.HostIP, out.HostIPs = "", nil
-	for _, a := range s.node.Status.Addresses {
-		if a.Type != corev1.NodeInternalIP {
-			continue
-		}
+	for _, ip := range pods.HostIPs(s.node) {
 		if out.HostIP == "" {
-			out.HostIP = a.Address
+			out.HostIP = ip
 		}
-		if !slices.ContainsFunc(out.HostIPs, func(h corev1.HostIP) bool { return family(h.IP) == family(a.Address) }) {
-			out.HostIPs = append(out.HostIPs, corev1.HostIP{IP: a.Address})
-		}
+		out.HostIPs = append(out.HostIPs, corev1.HostIP{IP: ip})
 	}
 	switch {
 	case pod.Spec.HostNetwork:
@@ -102,14 +95,6 @@ func (s *podSyncer) podStatus(pod *corev1.Pod, st *pods.Status, now metav1.Time)
 		setCondition(&out.Conditions, c, now)
 	}
 	return out
-}
-
-func family(ip string) int {
-	a, err := netip.ParseAddr(ip)
-	if err != nil || a.Is4() {
-		return 4
-	}
-	return 6
 }
 
 func boolStatus(b bool) corev1.ConditionStatus {
@@ -183,7 +168,7 @@ func (s *podSyncer) containerStatus(c pods.ContainerStatus, prev corev1.Containe
 		out.State.Running = &corev1.ContainerStateRunning{StartedAt: secs(c.StartedAt)}
 	case pods.Terminated:
 		out.State.Terminated = &corev1.ContainerStateTerminated{
-			ExitCode: c.ExitCode, Reason: c.Reason,
+			ExitCode: c.ExitCode, Reason: c.Reason, Message: c.Message,
 			StartedAt: secs(c.StartedAt), FinishedAt: secs(c.FinishedAt), ContainerID: out.ContainerID,
 		}
 	default:
@@ -191,7 +176,7 @@ func (s *podSyncer) containerStatus(c pods.ContainerStatus, prev corev1.Containe
 		if reason == "" {
 			reason = pods.ReasonContainerCreating
 		}
-		out.State.Waiting = &corev1.ContainerStateWaiting{Reason: reason}
+		out.State.Waiting = &corev1.ContainerStateWaiting{Reason: reason, Message: c.Message}
 	}
 	started := c.State == pods.Running
 	out.Started = &started

@@ -56,6 +56,7 @@ type podSyncer struct {
 // podWorker is the goroutine of one pod.
 type podWorker struct {
 	uid    types.UID
+	seen   time.Time // when the node first saw the pod
 	mu     sync.Mutex
 	pod    *corev1.Pod // latest seen
 	gone   bool        // the object was removed from the API
@@ -64,13 +65,14 @@ type podWorker struct {
 	// syncing cancels the Sync in flight, if any: a pod being deleted
 	// need not wait for an image pull.
 	syncing context.CancelFunc
-	// probed says a probe's result changed: sync without waiting.
-	probed bool
+	// dirty says the runtime's containers or a probe's result changed:
+	// sync without waiting.
+	dirty bool
 }
 
 func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) {
 	s := &podSyncer{k: k, node: node, workers: map[types.UID]*podWorker{}, killed: map[types.UID]bool{}, scheme: "containerd"}
-	s.probes = &probe.Manager{Runtime: k.cfg.Pods.Runtime, Log: k.log, Changed: s.probed}
+	s.probes = &probe.Manager{Runtime: k.cfg.Pods.Runtime, Stop: k.cfg.Pods.StopUnhealthy, Log: k.log, Changed: s.changed}
 	if v, err := k.cfg.RuntimeInfo.RuntimeVersion(ctx); err == nil {
 		if i := indexScheme(v); i > 0 {
 			s.scheme = v[:i]
@@ -101,6 +103,8 @@ func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) {
 	factory.Start(ctx.Done())
 	if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		s.wg.Go(func() { s.housekeeping(ctx) })
+		p := &pleg{rt: k.cfg.Pods.Runtime, wake: s.changed, log: k.log}
+		s.wg.Go(func() { p.run(ctx) })
 	}
 	<-ctx.Done()
 	factory.Shutdown()
@@ -108,8 +112,9 @@ func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) {
 	s.probes.RemoveAll()
 }
 
-// probed wakes a pod's goroutine for a changed probe result.
-func (s *podSyncer) probed(uid types.UID) {
+// changed wakes a pod's goroutine for a change in the runtime or a probe
+// result.
+func (s *podSyncer) changed(uid types.UID) {
 	s.mu.Lock()
 	w := s.workers[uid]
 	s.mu.Unlock()
@@ -117,7 +122,7 @@ func (s *podSyncer) probed(uid types.UID) {
 		return
 	}
 	w.mu.Lock()
-	w.probed = true
+	w.dirty = true
 	w.mu.Unlock()
 	w.poke()
 }
@@ -146,7 +151,7 @@ func (s *podSyncer) seen(ctx context.Context, obj any) {
 			return
 		}
 		wctx, cancel := context.WithCancel(ctx)
-		w = &podWorker{uid: pod.UID, wake: make(chan struct{}, 1), cancel: cancel}
+		w = &podWorker{uid: pod.UID, seen: time.Now(), wake: make(chan struct{}, 1), cancel: cancel}
 		s.workers[pod.UID] = w
 		s.wg.Go(func() {
 			defer cancel()
@@ -203,11 +208,11 @@ func (w *podWorker) poke() {
 	}
 }
 
-func (w *podWorker) latest() (pod *corev1.Pod, gone, probed bool) {
+func (w *podWorker) latest() (pod *corev1.Pod, gone, dirty bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	probed, w.probed = w.probed, false
-	return w.pod, w.gone, probed
+	dirty, w.dirty = w.dirty, false
+	return w.pod, w.gone, dirty
 }
 
 // setLatest keeps pod, as the API server returned it after a write, unless
@@ -246,7 +251,7 @@ func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) (killed bool) {
 		case <-w.wake:
 		case <-timer.C:
 		}
-		pod, gone, probed := w.latest()
+		pod, gone, dirty := w.latest()
 		if pod == nil {
 			continue
 		}
@@ -254,11 +259,12 @@ func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) (killed bool) {
 		// A wake by an update that changed only the status (our own
 		// writes) waits for the timer, which keeps the error backoff.
 		deleting := gone || pod.DeletionTimestamp != nil
-		changed := synced == nil || deleting || probed || pod.Generation != synced.Generation
+		changed := synced == nil || deleting || dirty || pod.Generation != synced.Generation
 		if !changed && time.Now().Before(next) {
 			continue
 		}
 		var err error
+		var retryAt time.Time
 		if deleting {
 			var done bool
 			s.probes.Remove(pod.UID)
@@ -267,10 +273,13 @@ func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) (killed bool) {
 				return !gone
 			}
 		} else {
-			err = s.syncOnce(ctx, w, pod, log)
+			retryAt, err = s.syncOnce(ctx, w, pod, log)
 		}
 		synced = pod
 		d := s.k.cfg.PodResync
+		if !retryAt.IsZero() {
+			d = max(min(d, time.Until(retryAt)), 0)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return false
@@ -291,10 +300,11 @@ func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) (killed bool) {
 	}
 }
 
-// syncOnce takes the next steps for a running pod and reports its status.
-func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod, log *slog.Logger) error {
+// syncOnce takes the next steps for a running pod and reports its status;
+// retryAt, if not zero, is when a backoff ends.
+func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod, log *slog.Logger) (retryAt time.Time, err error) {
 	if terminal(pod.Status.Phase) {
-		return nil // ended for good: nothing runs again
+		return time.Time{}, nil // ended for good: nothing runs again
 	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute) // image pulls take long
 	w.mu.Lock()
@@ -307,12 +317,13 @@ func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod,
 	canceled := sctx.Err() == context.Canceled
 	cancel()
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return time.Time{}, ctx.Err()
 	}
 	if canceled {
 		w.poke() // deleted meanwhile: terminate next
-		return nil
+		return time.Time{}, nil
 	}
+	s.refreshVolumes(ctx, pod, log)
 	status := s.podStatus(pod, st, metav1.Now())
 	var running []probe.Running
 	if !terminal(status.Phase) {
@@ -330,35 +341,36 @@ func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod,
 		_, err := s.k.cfg.Pods.Runtime.StopPodSandbox(rctx, &criv1.StopPodSandboxRequest{PodSandboxId: st.SandboxID})
 		cancel()
 		if err != nil {
-			return errors.Join(syncErr, fmt.Errorf("stop sandbox of ended pod: %w", err))
+			return st.RetryAt, errors.Join(syncErr, fmt.Errorf("stop sandbox of ended pod: %w", err))
 		}
 	}
 	if err := s.writeStatus(ctx, w, pod, status); err != nil {
-		return errors.Join(syncErr, err)
+		return st.RetryAt, errors.Join(syncErr, err)
 	}
 	if status.Phase != pod.Status.Phase {
 		log.Info("pod phase", "phase", status.Phase)
+		if status.Phase == corev1.PodRunning && pod.Status.Phase == corev1.PodPending {
+			s.k.metrics.podStarted(w.seen)
+		}
 	}
-	return syncErr
+	return st.RetryAt, syncErr
 }
 
 // terminate kills a pod whose deletion was asked for and then deletes its
 // object; done says the goroutine has nothing more to do.
 func (s *podSyncer) terminate(ctx context.Context, w *podWorker, pod *corev1.Pod, gone bool, log *slog.Logger) (done bool, err error) {
-	grace := 30 * time.Second
-	switch {
-	case gone:
+	grace := pods.GracePeriod(pod)
+	if gone {
 		grace = 0
-	case pod.DeletionGracePeriodSeconds != nil:
-		grace = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
-	case pod.Spec.TerminationGracePeriodSeconds != nil:
-		grace = time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
 	}
 	kctx, cancel := context.WithTimeout(ctx, grace+time.Minute)
 	err = s.k.cfg.Pods.Kill(kctx, pod, grace)
 	cancel()
 	if err != nil {
 		return false, fmt.Errorf("kill: %w", err)
+	}
+	if err := s.tearDownVolumes(pod.UID); err != nil {
+		return false, err
 	}
 	if gone {
 		log.Info("pod gone, its containers removed")

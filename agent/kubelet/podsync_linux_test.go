@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,11 +33,32 @@ type podEnv struct {
 	node        string
 	hello, echo string // image references
 	probee      string
+	metrics     *prometheus.Registry // the node's
+	reg         *registry.Registry   // for a test's own images
 }
 
 // TestPodSync runs Pods created through the API on a node of the real
 // control plane with a real containerd.
 func TestPodSync(t *testing.T) {
+	e, cfg := newPodEnv(t, "pods-1")
+	start(t, cfg)
+
+	t.Run("node ready with the CRI's status", func(t *testing.T) { e.testNodeReady(t) })
+	t.Run("pod runs and is deleted", func(t *testing.T) { e.testRunDelete(t) })
+	t.Run("pod fails", func(t *testing.T) { e.testFails(t) })
+	t.Run("container restarts", func(t *testing.T) { e.testRestarts(t) })
+	t.Run("readiness probe", func(t *testing.T) { e.testReadinessProbe(t) })
+	t.Run("liveness probe restarts", func(t *testing.T) { e.testLivenessProbe(t) })
+	t.Run("liveness restarts under OnFailure", func(t *testing.T) { e.testLivenessOnFailure(t) })
+	t.Run("lifecycle hooks", func(t *testing.T) { e.testHooks(t) })
+	t.Run("failing postStart hook", func(t *testing.T) { e.testFailedPostStart(t) })
+	t.Run("metrics", func(t *testing.T) { e.testMetrics(t) })
+}
+
+// newPodEnv starts a control plane, a containerd and a registry with the
+// test images, and returns them with the config of a node called node
+// that runs its pods there.
+func newPodEnv(t *testing.T, node string) (*podEnv, Config) {
 	c := kube.Start(t, kube.Options{})
 	rt := runtime.Start(t)
 	reg := registry.Start(t)
@@ -54,25 +76,20 @@ func TestPodSync(t *testing.T) {
 	if _, err := registry.BuildAndPush(ctx, reg, "./agent/kubelet/testdata/probee", "cairn-test/probee:v1"); err != nil {
 		t.Fatal(err)
 	}
-	client, err := cri.New(rt.Socket)
+	metrics := prometheus.NewRegistry()
+	client, err := cri.New(rt.Socket, cri.WithMetrics(metrics))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
 
-	e := &podEnv{c: c, rt: rt, node: "pods-1", hello: reg.Addr + "/cairn-test/hello:v1", echo: reg.Addr + "/cairn-test/echoexit:v1",
-		probee: reg.Addr + "/cairn-test/probee:v1"}
+	e := &podEnv{c: c, rt: rt, node: node, hello: reg.Addr + "/cairn-test/hello:v1", echo: reg.Addr + "/cairn-test/echoexit:v1",
+		probee: reg.Addr + "/cairn-test/probee:v1", metrics: metrics, reg: reg}
 	cfg := testConfig(t, c, e.node, t.TempDir())
+	cfg.Metrics = metrics
 	cfg.RuntimeInfo, cfg.RuntimeStatus = client, client
 	cfg.Pods = &pods.Worker{Runtime: client.Runtime, Images: client.Images, LogRoot: filepath.Join(t.TempDir(), "pods")}
-	start(t, cfg)
-
-	t.Run("node ready with the CRI's status", func(t *testing.T) { e.testNodeReady(t) })
-	t.Run("pod runs and is deleted", func(t *testing.T) { e.testRunDelete(t) })
-	t.Run("pod fails", func(t *testing.T) { e.testFails(t) })
-	t.Run("container restarts", func(t *testing.T) { e.testRestarts(t) })
-	t.Run("readiness probe", func(t *testing.T) { e.testReadinessProbe(t) })
-	t.Run("liveness probe restarts", func(t *testing.T) { e.testLivenessProbe(t) })
+	return e, cfg
 }
 
 func (e *podEnv) testNodeReady(t *testing.T) {

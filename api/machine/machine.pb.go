@@ -926,6 +926,87 @@ func (x *LogsChunk) GetData() []byte {
 	return nil
 }
 
+type PodLogsRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Pod       string                 `protobuf:"bytes,2,opt,name=pod,proto3" json:"pod,omitempty"`
+	// The container; may be empty when the pod has one.
+	Container string `protobuf:"bytes,3,opt,name=container,proto3" json:"container,omitempty"`
+	// Lines from the end to send first; 0 means all. The log of the
+	// container's latest attempt is read.
+	TailLines int32 `protobuf:"varint,4,opt,name=tail_lines,json=tailLines,proto3" json:"tail_lines,omitempty"`
+	// Follow sends new lines as they are written, until the client ends the
+	// call or the log file is removed.
+	Follow        bool `protobuf:"varint,5,opt,name=follow,proto3" json:"follow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PodLogsRequest) Reset() {
+	*x = PodLogsRequest{}
+	mi := &file_machine_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PodLogsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PodLogsRequest) ProtoMessage() {}
+
+func (x *PodLogsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PodLogsRequest.ProtoReflect.Descriptor instead.
+func (*PodLogsRequest) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *PodLogsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *PodLogsRequest) GetPod() string {
+	if x != nil {
+		return x.Pod
+	}
+	return ""
+}
+
+func (x *PodLogsRequest) GetContainer() string {
+	if x != nil {
+		return x.Container
+	}
+	return ""
+}
+
+func (x *PodLogsRequest) GetTailLines() int32 {
+	if x != nil {
+		return x.TailLines
+	}
+	return 0
+}
+
+func (x *PodLogsRequest) GetFollow() bool {
+	if x != nil {
+		return x.Follow
+	}
+	return false
+}
+
 type ContainersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -934,7 +1015,7 @@ type ContainersRequest struct {
 
 func (x *ContainersRequest) Reset() {
 	*x = ContainersRequest{}
-	mi := &file_machine_proto_msgTypes[18]
+	mi := &file_machine_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1027,7 @@ func (x *ContainersRequest) String() string {
 func (*ContainersRequest) ProtoMessage() {}
 
 func (x *ContainersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[18]
+	mi := &file_machine_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1040,7 @@ func (x *ContainersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainersRequest.ProtoReflect.Descriptor instead.
 func (*ContainersRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{18}
+	return file_machine_proto_rawDescGZIP(), []int{19}
 }
 
 type ContainersResponse struct {
@@ -971,7 +1052,7 @@ type ContainersResponse struct {
 
 func (x *ContainersResponse) Reset() {
 	*x = ContainersResponse{}
-	mi := &file_machine_proto_msgTypes[19]
+	mi := &file_machine_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -983,7 +1064,7 @@ func (x *ContainersResponse) String() string {
 func (*ContainersResponse) ProtoMessage() {}
 
 func (x *ContainersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[19]
+	mi := &file_machine_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -996,7 +1077,7 @@ func (x *ContainersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainersResponse.ProtoReflect.Descriptor instead.
 func (*ContainersResponse) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{19}
+	return file_machine_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ContainersResponse) GetNamespaces() []*ContainerNamespace {
@@ -1017,7 +1098,7 @@ type ContainerNamespace struct {
 
 func (x *ContainerNamespace) Reset() {
 	*x = ContainerNamespace{}
-	mi := &file_machine_proto_msgTypes[20]
+	mi := &file_machine_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1110,7 @@ func (x *ContainerNamespace) String() string {
 func (*ContainerNamespace) ProtoMessage() {}
 
 func (x *ContainerNamespace) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[20]
+	mi := &file_machine_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1123,7 @@ func (x *ContainerNamespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerNamespace.ProtoReflect.Descriptor instead.
 func (*ContainerNamespace) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{20}
+	return file_machine_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ContainerNamespace) GetName() string {
@@ -1079,7 +1160,7 @@ type Container struct {
 
 func (x *Container) Reset() {
 	*x = Container{}
-	mi := &file_machine_proto_msgTypes[21]
+	mi := &file_machine_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1172,7 @@ func (x *Container) String() string {
 func (*Container) ProtoMessage() {}
 
 func (x *Container) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[21]
+	mi := &file_machine_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1185,7 @@ func (x *Container) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Container.ProtoReflect.Descriptor instead.
 func (*Container) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{21}
+	return file_machine_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Container) GetId() string {
@@ -1146,7 +1227,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_machine_proto_msgTypes[22]
+	mi := &file_machine_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1239,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[22]
+	mi := &file_machine_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1252,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{22}
+	return file_machine_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Image) GetName() string {
@@ -1251,7 +1332,14 @@ const file_machine_proto_rawDesc = "" +
 	"tail_lines\x18\x02 \x01(\x05R\ttailLines\x12\x16\n" +
 	"\x06follow\x18\x03 \x01(\bR\x06follow\"\x1f\n" +
 	"\tLogsChunk\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"\x13\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\x95\x01\n" +
+	"\x0ePodLogsRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03pod\x18\x02 \x01(\tR\x03pod\x12\x1c\n" +
+	"\tcontainer\x18\x03 \x01(\tR\tcontainer\x12\x1d\n" +
+	"\n" +
+	"tail_lines\x18\x04 \x01(\x05R\ttailLines\x12\x16\n" +
+	"\x06follow\x18\x05 \x01(\bR\x06follow\"\x13\n" +
 	"\x11ContainersRequest\"`\n" +
 	"\x12ContainersResponse\x12J\n" +
 	"\n" +
@@ -1271,7 +1359,7 @@ const file_machine_proto_rawDesc = "" +
 	"\x05Image\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\x03R\x04size2\x8c\x06\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size2\xe4\x06\n" +
 	"\aMachine\x12Z\n" +
 	"\aVersion\x12&.cairn.machine.v1alpha1.VersionRequest\x1a'.cairn.machine.v1alpha1.VersionResponse\x12W\n" +
 	"\x06Reboot\x12%.cairn.machine.v1alpha1.RebootRequest\x1a&.cairn.machine.v1alpha1.RebootResponse\x12]\n" +
@@ -1281,7 +1369,8 @@ const file_machine_proto_rawDesc = "" +
 	"\vServiceKill\x12*.cairn.machine.v1alpha1.ServiceKillRequest\x1a+.cairn.machine.v1alpha1.ServiceKillResponse\x12P\n" +
 	"\x04Logs\x12#.cairn.machine.v1alpha1.LogsRequest\x1a!.cairn.machine.v1alpha1.LogsChunk0\x01\x12c\n" +
 	"\n" +
-	"Containers\x12).cairn.machine.v1alpha1.ContainersRequest\x1a*.cairn.machine.v1alpha1.ContainersResponse2\x98\x06\n" +
+	"Containers\x12).cairn.machine.v1alpha1.ContainersRequest\x1a*.cairn.machine.v1alpha1.ContainersResponse\x12V\n" +
+	"\aPodLogs\x12&.cairn.machine.v1alpha1.PodLogsRequest\x1a!.cairn.machine.v1alpha1.LogsChunk0\x012\x98\x06\n" +
 	"\x04Init\x12i\n" +
 	"\fBootTimeline\x12+.cairn.machine.v1alpha1.BootTimelineRequest\x1a,.cairn.machine.v1alpha1.BootTimelineResponse\x12W\n" +
 	"\x06Reboot\x12%.cairn.machine.v1alpha1.RebootRequest\x1a&.cairn.machine.v1alpha1.RebootResponse\x12]\n" +
@@ -1305,7 +1394,7 @@ func file_machine_proto_rawDescGZIP() []byte {
 	return file_machine_proto_rawDescData
 }
 
-var file_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_machine_proto_goTypes = []any{
 	(*VersionRequest)(nil),         // 0: cairn.machine.v1alpha1.VersionRequest
 	(*VersionResponse)(nil),        // 1: cairn.machine.v1alpha1.VersionResponse
@@ -1325,27 +1414,28 @@ var file_machine_proto_goTypes = []any{
 	(*ServiceKillResponse)(nil),    // 15: cairn.machine.v1alpha1.ServiceKillResponse
 	(*LogsRequest)(nil),            // 16: cairn.machine.v1alpha1.LogsRequest
 	(*LogsChunk)(nil),              // 17: cairn.machine.v1alpha1.LogsChunk
-	(*ContainersRequest)(nil),      // 18: cairn.machine.v1alpha1.ContainersRequest
-	(*ContainersResponse)(nil),     // 19: cairn.machine.v1alpha1.ContainersResponse
-	(*ContainerNamespace)(nil),     // 20: cairn.machine.v1alpha1.ContainerNamespace
-	(*Container)(nil),              // 21: cairn.machine.v1alpha1.Container
-	(*Image)(nil),                  // 22: cairn.machine.v1alpha1.Image
-	(*durationpb.Duration)(nil),    // 23: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 24: google.protobuf.Timestamp
+	(*PodLogsRequest)(nil),         // 18: cairn.machine.v1alpha1.PodLogsRequest
+	(*ContainersRequest)(nil),      // 19: cairn.machine.v1alpha1.ContainersRequest
+	(*ContainersResponse)(nil),     // 20: cairn.machine.v1alpha1.ContainersResponse
+	(*ContainerNamespace)(nil),     // 21: cairn.machine.v1alpha1.ContainerNamespace
+	(*Container)(nil),              // 22: cairn.machine.v1alpha1.Container
+	(*Image)(nil),                  // 23: cairn.machine.v1alpha1.Image
+	(*durationpb.Duration)(nil),    // 24: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 25: google.protobuf.Timestamp
 }
 var file_machine_proto_depIdxs = []int32{
-	23, // 0: cairn.machine.v1alpha1.VersionResponse.uptime:type_name -> google.protobuf.Duration
+	24, // 0: cairn.machine.v1alpha1.VersionResponse.uptime:type_name -> google.protobuf.Duration
 	2,  // 1: cairn.machine.v1alpha1.VersionResponse.boot_timeline:type_name -> cairn.machine.v1alpha1.BootStep
-	23, // 2: cairn.machine.v1alpha1.BootStep.start:type_name -> google.protobuf.Duration
-	23, // 3: cairn.machine.v1alpha1.BootStep.duration:type_name -> google.protobuf.Duration
+	24, // 2: cairn.machine.v1alpha1.BootStep.start:type_name -> google.protobuf.Duration
+	24, // 3: cairn.machine.v1alpha1.BootStep.duration:type_name -> google.protobuf.Duration
 	2,  // 4: cairn.machine.v1alpha1.BootTimelineResponse.steps:type_name -> cairn.machine.v1alpha1.BootStep
 	11, // 5: cairn.machine.v1alpha1.ServicesResponse.services:type_name -> cairn.machine.v1alpha1.ServiceStatus
-	24, // 6: cairn.machine.v1alpha1.ServiceStatus.since:type_name -> google.protobuf.Timestamp
-	24, // 7: cairn.machine.v1alpha1.ServiceStatus.started_at:type_name -> google.protobuf.Timestamp
-	23, // 8: cairn.machine.v1alpha1.ServiceStatus.since_boot:type_name -> google.protobuf.Duration
-	20, // 9: cairn.machine.v1alpha1.ContainersResponse.namespaces:type_name -> cairn.machine.v1alpha1.ContainerNamespace
-	21, // 10: cairn.machine.v1alpha1.ContainerNamespace.containers:type_name -> cairn.machine.v1alpha1.Container
-	22, // 11: cairn.machine.v1alpha1.ContainerNamespace.images:type_name -> cairn.machine.v1alpha1.Image
+	25, // 6: cairn.machine.v1alpha1.ServiceStatus.since:type_name -> google.protobuf.Timestamp
+	25, // 7: cairn.machine.v1alpha1.ServiceStatus.started_at:type_name -> google.protobuf.Timestamp
+	24, // 8: cairn.machine.v1alpha1.ServiceStatus.since_boot:type_name -> google.protobuf.Duration
+	21, // 9: cairn.machine.v1alpha1.ContainersResponse.namespaces:type_name -> cairn.machine.v1alpha1.ContainerNamespace
+	22, // 10: cairn.machine.v1alpha1.ContainerNamespace.containers:type_name -> cairn.machine.v1alpha1.Container
+	23, // 11: cairn.machine.v1alpha1.ContainerNamespace.images:type_name -> cairn.machine.v1alpha1.Image
 	0,  // 12: cairn.machine.v1alpha1.Machine.Version:input_type -> cairn.machine.v1alpha1.VersionRequest
 	5,  // 13: cairn.machine.v1alpha1.Machine.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
 	7,  // 14: cairn.machine.v1alpha1.Machine.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
@@ -1353,33 +1443,35 @@ var file_machine_proto_depIdxs = []int32{
 	12, // 16: cairn.machine.v1alpha1.Machine.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
 	14, // 17: cairn.machine.v1alpha1.Machine.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
 	16, // 18: cairn.machine.v1alpha1.Machine.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
-	18, // 19: cairn.machine.v1alpha1.Machine.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
-	3,  // 20: cairn.machine.v1alpha1.Init.BootTimeline:input_type -> cairn.machine.v1alpha1.BootTimelineRequest
-	5,  // 21: cairn.machine.v1alpha1.Init.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
-	7,  // 22: cairn.machine.v1alpha1.Init.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
-	9,  // 23: cairn.machine.v1alpha1.Init.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
-	12, // 24: cairn.machine.v1alpha1.Init.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
-	14, // 25: cairn.machine.v1alpha1.Init.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
-	16, // 26: cairn.machine.v1alpha1.Init.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
-	18, // 27: cairn.machine.v1alpha1.Init.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
-	1,  // 28: cairn.machine.v1alpha1.Machine.Version:output_type -> cairn.machine.v1alpha1.VersionResponse
-	6,  // 29: cairn.machine.v1alpha1.Machine.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
-	8,  // 30: cairn.machine.v1alpha1.Machine.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
-	10, // 31: cairn.machine.v1alpha1.Machine.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
-	13, // 32: cairn.machine.v1alpha1.Machine.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
-	15, // 33: cairn.machine.v1alpha1.Machine.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
-	17, // 34: cairn.machine.v1alpha1.Machine.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	19, // 35: cairn.machine.v1alpha1.Machine.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
-	4,  // 36: cairn.machine.v1alpha1.Init.BootTimeline:output_type -> cairn.machine.v1alpha1.BootTimelineResponse
-	6,  // 37: cairn.machine.v1alpha1.Init.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
-	8,  // 38: cairn.machine.v1alpha1.Init.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
-	10, // 39: cairn.machine.v1alpha1.Init.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
-	13, // 40: cairn.machine.v1alpha1.Init.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
-	15, // 41: cairn.machine.v1alpha1.Init.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
-	17, // 42: cairn.machine.v1alpha1.Init.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	19, // 43: cairn.machine.v1alpha1.Init.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
-	28, // [28:44] is the sub-list for method output_type
-	12, // [12:28] is the sub-list for method input_type
+	19, // 19: cairn.machine.v1alpha1.Machine.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
+	18, // 20: cairn.machine.v1alpha1.Machine.PodLogs:input_type -> cairn.machine.v1alpha1.PodLogsRequest
+	3,  // 21: cairn.machine.v1alpha1.Init.BootTimeline:input_type -> cairn.machine.v1alpha1.BootTimelineRequest
+	5,  // 22: cairn.machine.v1alpha1.Init.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
+	7,  // 23: cairn.machine.v1alpha1.Init.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
+	9,  // 24: cairn.machine.v1alpha1.Init.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
+	12, // 25: cairn.machine.v1alpha1.Init.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
+	14, // 26: cairn.machine.v1alpha1.Init.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
+	16, // 27: cairn.machine.v1alpha1.Init.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
+	19, // 28: cairn.machine.v1alpha1.Init.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
+	1,  // 29: cairn.machine.v1alpha1.Machine.Version:output_type -> cairn.machine.v1alpha1.VersionResponse
+	6,  // 30: cairn.machine.v1alpha1.Machine.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
+	8,  // 31: cairn.machine.v1alpha1.Machine.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
+	10, // 32: cairn.machine.v1alpha1.Machine.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
+	13, // 33: cairn.machine.v1alpha1.Machine.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
+	15, // 34: cairn.machine.v1alpha1.Machine.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
+	17, // 35: cairn.machine.v1alpha1.Machine.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	20, // 36: cairn.machine.v1alpha1.Machine.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
+	17, // 37: cairn.machine.v1alpha1.Machine.PodLogs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	4,  // 38: cairn.machine.v1alpha1.Init.BootTimeline:output_type -> cairn.machine.v1alpha1.BootTimelineResponse
+	6,  // 39: cairn.machine.v1alpha1.Init.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
+	8,  // 40: cairn.machine.v1alpha1.Init.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
+	10, // 41: cairn.machine.v1alpha1.Init.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
+	13, // 42: cairn.machine.v1alpha1.Init.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
+	15, // 43: cairn.machine.v1alpha1.Init.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
+	17, // 44: cairn.machine.v1alpha1.Init.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	20, // 45: cairn.machine.v1alpha1.Init.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
+	29, // [29:46] is the sub-list for method output_type
+	12, // [12:29] is the sub-list for method input_type
 	12, // [12:12] is the sub-list for extension type_name
 	12, // [12:12] is the sub-list for extension extendee
 	0,  // [0:12] is the sub-list for field type_name
@@ -1396,7 +1488,7 @@ func file_machine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_machine_proto_rawDesc), len(file_machine_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -30,6 +30,7 @@ const (
 	Machine_ServiceKill_FullMethodName    = "/cairn.machine.v1alpha1.Machine/ServiceKill"
 	Machine_Logs_FullMethodName           = "/cairn.machine.v1alpha1.Machine/Logs"
 	Machine_Containers_FullMethodName     = "/cairn.machine.v1alpha1.Machine/Containers"
+	Machine_PodLogs_FullMethodName        = "/cairn.machine.v1alpha1.Machine/PodLogs"
 )
 
 // MachineClient is the client API for Machine service.
@@ -56,6 +57,10 @@ type MachineClient interface {
 	Logs(ctx context.Context, in *LogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogsChunk], error)
 	// Containers lists containerd's namespaces, containers and images.
 	Containers(ctx context.Context, in *ContainersRequest, opts ...grpc.CallOption) (*ContainersResponse, error)
+	// PodLogs streams what a container of a pod on the node printed, in
+	// chunks of whole lines, read from its log under /var/log/pods: the last
+	// lines, then new ones if follow is set. It needs no API server.
+	PodLogs(ctx context.Context, in *PodLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogsChunk], error)
 }
 
 type machineClient struct {
@@ -155,6 +160,25 @@ func (c *machineClient) Containers(ctx context.Context, in *ContainersRequest, o
 	return out, nil
 }
 
+func (c *machineClient) PodLogs(ctx context.Context, in *PodLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogsChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Machine_ServiceDesc.Streams[1], Machine_PodLogs_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PodLogsRequest, LogsChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Machine_PodLogsClient = grpc.ServerStreamingClient[LogsChunk]
+
 // MachineServer is the server API for Machine service.
 // All implementations must embed UnimplementedMachineServer
 // for forward compatibility.
@@ -179,6 +203,10 @@ type MachineServer interface {
 	Logs(*LogsRequest, grpc.ServerStreamingServer[LogsChunk]) error
 	// Containers lists containerd's namespaces, containers and images.
 	Containers(context.Context, *ContainersRequest) (*ContainersResponse, error)
+	// PodLogs streams what a container of a pod on the node printed, in
+	// chunks of whole lines, read from its log under /var/log/pods: the last
+	// lines, then new ones if follow is set. It needs no API server.
+	PodLogs(*PodLogsRequest, grpc.ServerStreamingServer[LogsChunk]) error
 	mustEmbedUnimplementedMachineServer()
 }
 
@@ -212,6 +240,9 @@ func (UnimplementedMachineServer) Logs(*LogsRequest, grpc.ServerStreamingServer[
 }
 func (UnimplementedMachineServer) Containers(context.Context, *ContainersRequest) (*ContainersResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Containers not implemented")
+}
+func (UnimplementedMachineServer) PodLogs(*PodLogsRequest, grpc.ServerStreamingServer[LogsChunk]) error {
+	return status.Errorf(codes.Unimplemented, "method PodLogs not implemented")
 }
 func (UnimplementedMachineServer) mustEmbedUnimplementedMachineServer() {}
 func (UnimplementedMachineServer) testEmbeddedByValue()                 {}
@@ -371,6 +402,17 @@ func _Machine_Containers_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Machine_PodLogs_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(PodLogsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(MachineServer).PodLogs(m, &grpc.GenericServerStream[PodLogsRequest, LogsChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Machine_PodLogsServer = grpc.ServerStreamingServer[LogsChunk]
+
 // Machine_ServiceDesc is the grpc.ServiceDesc for Machine service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -411,6 +453,11 @@ var Machine_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Logs",
 			Handler:       _Machine_Logs_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "PodLogs",
+			Handler:       _Machine_PodLogs_Handler,
 			ServerStreams: true,
 		},
 	},

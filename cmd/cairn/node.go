@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -32,18 +34,28 @@ func defaultClientConfig() string {
 }
 
 func (f *nodeFlags) dial() (*client.Client, error) {
+	cc, endpoint, err := f.clientConfig()
+	if err != nil {
+		return nil, err
+	}
+	return client.Dial(cc, endpoint)
+}
+
+// clientConfig loads the client config and picks the node's endpoint:
+// --nodes, else the config's first.
+func (f *nodeFlags) clientConfig() (*machineconfig.ClientConfig, string, error) {
 	cc, err := machineconfig.LoadClientConfig(f.cairnconfig)
 	if err != nil {
-		return nil, fmt.Errorf("%w (make one with `cairn config gen`, or point --cairnconfig at it)", err)
+		return nil, "", fmt.Errorf("%w (make one with `cairn config gen`, or point --cairnconfig at it)", err)
 	}
 	endpoint := f.node
 	if endpoint == "" {
 		if len(cc.Endpoints) == 0 {
-			return nil, fmt.Errorf("%s lists no endpoints: pass --nodes HOST:PORT", f.cairnconfig)
+			return nil, "", fmt.Errorf("%s lists no endpoints: pass --nodes HOST:PORT", f.cairnconfig)
 		}
 		endpoint = cc.Endpoints[0]
 	}
-	return client.Dial(cc, endpoint)
+	return cc, endpoint, nil
 }
 
 func nodeCmd() *cobra.Command {
@@ -80,15 +92,30 @@ func nodeCmd() *cobra.Command {
 	version.Flags().StringVarP(&f.output, "output", "o", "text", "text or json")
 	var tail int
 	var follow bool
+	var pod, container string
 	logs := &cobra.Command{
-		Use: "logs SERVICE", Short: "Show a service's output (-f to follow)", Args: cobra.ExactArgs(1),
+		Use:   "logs {SERVICE | --pod [NAMESPACE/]POD [-c CONTAINER]}",
+		Short: "Show a service's output, or a pod container's (-f to follow)",
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if (pod == "") == (len(args) == 0) {
+				return errors.New("name a service, or a pod with --pod")
+			}
 			c, err := f.dial()
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			stream, err := c.Logs(cmd.Context(), &machine.LogsRequest{Service: args[0], TailLines: int32(tail), Follow: follow})
+			var stream grpc.ServerStreamingClient[machine.LogsChunk]
+			if pod != "" {
+				ns, name, ok := strings.Cut(pod, "/")
+				if !ok {
+					ns, name = "default", pod
+				}
+				stream, err = c.PodLogs(cmd.Context(), &machine.PodLogsRequest{Namespace: ns, Pod: name, Container: container, TailLines: int32(tail), Follow: follow})
+			} else {
+				stream, err = c.Logs(cmd.Context(), &machine.LogsRequest{Service: args[0], TailLines: int32(tail), Follow: follow})
+			}
 			if err != nil {
 				return err
 			}
@@ -108,6 +135,8 @@ func nodeCmd() *cobra.Command {
 	}
 	logs.Flags().IntVar(&tail, "tail", 0, "lines from the end to show first (0: all kept)")
 	logs.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new output")
+	logs.Flags().StringVar(&pod, "pod", "", "a pod on the node, NAMESPACE/NAME (namespace default if omitted), read from its container logs")
+	logs.Flags().StringVarP(&container, "container", "c", "", "the pod's container (needed if it has several)")
 	var signal int
 	kill := &cobra.Command{
 		Use: "kill SERVICE", Short: "Send a signal (default SIGKILL) to a service; the supervisor restarts it per its policy", Args: cobra.ExactArgs(1),
@@ -131,6 +160,7 @@ func nodeCmd() *cobra.Command {
 			})
 		},
 	}
+	cmd.AddCommand(metricsCmd(f))
 	cmd.AddCommand(logs, kill, restart,
 		call("services", "List the services and their state", func(ctx context.Context, c *client.Client, w io.Writer) error {
 			resp, err := c.Services(ctx, &machine.ServicesRequest{})

@@ -39,7 +39,8 @@ func qemuCmd() *cobra.Command {
 			return runVM(cmd.Context(), o, c, endpoint, cairnconfig, timeout)
 		},
 	}
-	run.Flags().IntVar(&o.APIPort, "api-port", 50000, "port on 127.0.0.1 forwarded to the node's API")
+	run.Flags().IntVar(&o.APIPort, "api-port", machineconfig.DefaultAPIPort, "port on 127.0.0.1 forwarded to the node's API")
+	run.Flags().IntVar(&o.MetricsPort, "metrics-port", machineconfig.DefaultMetricsPort, "port on 127.0.0.1 forwarded to the node's metrics (0: none)")
 	run.Flags().IntVar(&o.MemoryMiB, "memory", 2048, "memory in MiB")
 	run.Flags().IntVar(&o.CPUs, "cpus", 2, "virtual CPUs")
 	run.Flags().StringVar(&cairnconfig, "cairnconfig", defaultClientConfig(), "client config used to probe the API")

@@ -42,14 +42,26 @@ const DefaultSourceDateEpoch = 1767225600 // 2026-01-01T00:00:00Z
 // the serial console short: a verbose one slows boots under emulation.
 const KernelCmdline = "console=tty0 console=ttyS0,115200 quiet panic=10"
 
-// HostTools are Debian's e2fsprogs programs init runs to make, check and
-// grow EPHEMERAL; their shared libraries come along.
-var HostTools = []string{"/sbin/mke2fs", "/sbin/e2fsck", "/sbin/resize2fs"}
+// A HostTool is a program of the build host, from a Debian package, that
+// the node runs; its shared libraries come along.
+type HostTool struct{ Path, Package string }
+
+// HostTools are e2fsprogs, which init runs to make, check and grow
+// EPHEMERAL, and nft, which the portmap CNI plugin runs for hostPorts.
+var HostTools = []HostTool{
+	{"/sbin/mke2fs", "e2fsprogs"}, {"/sbin/e2fsck", "e2fsprogs"}, {"/sbin/resize2fs", "e2fsprogs"},
+	{"/sbin/nft", "nftables"},
+}
 
 // Modules loaded by init stage 1 (to mount the root squashfs) and stage 2.
+// Stage 2's include the pod network's (bridge, veth; br_netfilter so that
+// traffic between pods on the bridge passes the Service rules) and the
+// nftables expressions of the Service dataplane and of portmap.
 var (
 	BootModules   = []string{"loop", "squashfs", "overlay"}
-	SystemModules = []string{"virtio_pci", "virtio_blk", "virtio_net", "crc32c_generic", "ext4", "vfat", "nls_cp437", "nls_ascii"}
+	SystemModules = []string{"virtio_pci", "virtio_blk", "virtio_net", "crc32c_generic", "ext4", "vfat", "nls_cp437", "nls_ascii",
+		"bridge", "veth", "br_netfilter", "nf_conntrack", "nf_conntrack_netlink", "nf_tables",
+		"nft_chain_nat", "nft_nat", "nft_masq", "nft_ct", "nft_fib_inet", "nft_numgen", "nft_reject_inet"}
 )
 
 // Options of one build.
@@ -91,9 +103,13 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 	}
 	stage1Bin, initBin, agentBin := filepath.Join(o.Assets, "init-stage1"), filepath.Join(o.Assets, "init"), filepath.Join(o.Assets, "cairn-agent")
 	pauseBin := filepath.Join(o.Assets, "pause")
-	for _, f := range slices.Concat([]string{stage1Bin, initBin, agentBin, pauseBin, stubPath, bootloaderPath, caBundlePath}, HostTools) {
+	var tools []string
+	for _, t := range HostTools {
+		tools = append(tools, t.Path)
+	}
+	for _, f := range slices.Concat([]string{stage1Bin, initBin, agentBin, pauseBin, stubPath, bootloaderPath, caBundlePath}, tools) {
 		if _, err := os.Stat(f); err != nil {
-			return nil, fmt.Errorf("input missing: %w (node binaries and components come from `make build`; host files from the Debian packages systemd-boot-efi, ca-certificates and e2fsprogs)", err)
+			return nil, fmt.Errorf("input missing: %w (node binaries and components come from `make build`; host files from the Debian packages systemd-boot-efi, ca-certificates, e2fsprogs and nftables: hack/deps.sh installs them)", err)
 		}
 	}
 	epoch, err := sourceDateEpoch()
@@ -135,7 +151,7 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 		Init:            initBin,
 		Agent:           agentBin,
 		Components:      o.Assets,
-		HostTools:       HostTools,
+		HostTools:       tools,
 		OSRelease:       osRelease,
 		CABundle:        caBundlePath,
 		SandboxImage:    sandbox,
@@ -176,7 +192,7 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 		inputs = append(inputs, input{c.Name, filepath.Join(o.Assets, filepath.FromSlash(c.Name)), "rootfs/components"})
 	}
 	for _, t := range HostTools {
-		inputs = append(inputs, input{strings.TrimPrefix(t, "/"), t, "e2fsprogs"})
+		inputs = append(inputs, input{strings.TrimPrefix(t.Path, "/"), t.Path, t.Package})
 	}
 	for _, in := range inputs {
 		a, err := image.FileArtifact(in.name, in.path, in.note)

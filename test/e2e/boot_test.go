@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/qemu"
+	"github.com/cairn-os/cairn/test/kube"
 	"github.com/cairn-os/cairn/test/registry"
 )
 
@@ -23,12 +25,17 @@ import (
 // the node does not have.
 const unmatchedMAC = "02:00:00:00:00:99"
 
+// podNetwork is the cluster's pod network: kube-controller-manager gives
+// the node a range of it.
+const podNetwork = "10.244.0.0/16"
+
 // TestBoot builds an image with a non-default hostname and a static
 // address, boots it, and checks the node through its API only. The config
 // also names an interface the VM lacks: the node must boot anyway, report
 // it, and serve the API on the address it has. It declares two system
 // services: one whose image the guest pulls from a registry on the host,
-// one whose registry is unreachable.
+// one whose registry is unreachable. The node joins a control plane on the
+// host and runs a Pod (see testPod).
 func TestBoot(t *testing.T) {
 	dir := t.TempDir()
 	port := freePort(t)
@@ -37,7 +44,8 @@ func TestBoot(t *testing.T) {
 	if _, err := registry.BuildAndPush(context.Background(), reg, "./test/images/hello", "cairn-test/hello:v1"); err != nil {
 		t.Fatal(err)
 	}
-	guestRegistry := fmt.Sprintf("10.0.2.2:%d", reg.Port()) // the host's loopback, seen from the guest
+	guestRegistry := fmt.Sprintf("%s:%d", guestHost, reg.Port())
+	kc := kube.Start(t, kube.Options{PodCIDR: podNetwork, ServingIPs: []net.IP{net.ParseIP(guestHost)}})
 	cairn(t, "config", "gen", "--out", dir, "--hostname", "e2e-node", "--interface", "eth0",
 		"--address", "10.0.2.15/24", "--gateway", "10.0.2.2", "--nameserver", "10.0.2.3",
 		"--endpoint", endpoint)
@@ -47,6 +55,10 @@ func TestBoot(t *testing.T) {
 		cfg.Services = []machineconfig.Service{
 			{Name: "hello", Image: guestRegistry + "/cairn-test/hello:v1", Args: []string{"--from-config"}},
 			{Name: "unreachable", Image: "10.0.2.2:1/cairn-test/none:v1"},
+		}
+		cfg.Cluster = &machineconfig.Cluster{
+			Server: guestURL(kc.URL), CA: string(kc.CAPEM), BootstrapToken: kc.BootstrapToken,
+			ClusterCIDRs: []string{podNetwork},
 		}
 	})
 	cairn(t, "image", "build", "-c", filepath.Join(dir, "machine.yaml"), "-o", filepath.Join(dir, "node.raw"), "--assets", binDir)
@@ -69,7 +81,7 @@ func TestBoot(t *testing.T) {
 		}
 	})
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	if err := vm.WaitReady(ctx, func(ctx context.Context) error {
 		_, err := c.Version(ctx, &machine.VersionRequest{})
@@ -135,6 +147,10 @@ func TestBoot(t *testing.T) {
 		} else {
 			t.Logf("refused as expected: %v", err)
 		}
+	})
+
+	t.Run("Pod", func(t *testing.T) {
+		testPod(t, ctx, kc, c, filepath.Join(dir, "cairnconfig"), guestRegistry+"/cairn-test/hello:v1", start)
 	})
 
 	t.Run("Services", func(t *testing.T) { testServices(t, ctx, c) })

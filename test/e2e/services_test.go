@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"strings"
 	"testing"
 	"time"
@@ -147,21 +146,11 @@ func describe(s map[string]*machine.ServiceStatus) string {
 
 func logs(t *testing.T, ctx context.Context, c *client.Client, req *machine.LogsRequest) string {
 	t.Helper()
-	stream, err := c.Logs(ctx, req)
+	out, err := readStream(c.Logs(ctx, req))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b bytes.Buffer
-	for {
-		chunk, err := stream.Recv()
-		if err == io.EOF {
-			return b.String()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Write(chunk.Data)
-	}
+	return out
 }
 
 func hasContainer(resp *machine.ContainersResponse, ns, id, image string) bool {

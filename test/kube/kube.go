@@ -64,6 +64,11 @@ type Options struct {
 	// Scheduler also starts kube-scheduler; without it, pods bind only by
 	// spec.nodeName.
 	Scheduler bool
+	// ServingIPs are more addresses for the API server's serving
+	// certificate, by which clients elsewhere reach it: 10.0.2.2 for a
+	// QEMU guest with user networking, whose packets to it arrive on the
+	// host's loopback.
+	ServingIPs []net.IP
 	// APIServerFlags and ControllerManagerFlags are appended to the
 	// defaults; for a flag given twice, the later wins.
 	APIServerFlags, ControllerManagerFlags []string
@@ -161,7 +166,7 @@ func newCluster(bin, dir string, opts Options) (*Cluster, error) {
 		}
 	}
 
-	files, err := c.writePKI(pki, opts.ServiceCIDR)
+	files, err := c.writePKI(pki, opts.ServiceCIDR, opts.ServingIPs)
 	if err != nil {
 		return nil, fmt.Errorf("certificates: %w", err)
 	}
@@ -339,7 +344,7 @@ type pkiFiles struct {
 	saKey                               string
 }
 
-func (c *Cluster) writePKI(dir, serviceCIDR string) (pkiFiles, error) {
+func (c *Cluster) writePKI(dir, serviceCIDR string, servingIPs []net.IP) (pkiFiles, error) {
 	var f pkiFiles
 	var err error
 	if c.ca, err = newCA("cairn-test-ca"); err != nil {
@@ -365,7 +370,7 @@ func (c *Cluster) writePKI(dir, serviceCIDR string) (pkiFiles, error) {
 			commonName: "kube-apiserver",
 			dnsNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 				"kubernetes.default.svc.cluster.local"},
-			ips:   []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, kubernetesIP},
+			ips:   append([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, kubernetesIP}, servingIPs...),
 			usage: x509.ExtKeyUsageServerAuth,
 		}, &f.servingCert, &f.servingKey},
 		{"admin", certSpec{commonName: "cairn-test-admin", organizations: []string{"system:masters"}, usage: x509.ExtKeyUsageClientAuth},

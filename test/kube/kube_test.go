@@ -5,10 +5,12 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -306,16 +308,25 @@ func children(except map[int]bool) []string {
 }
 
 // TestOptions checks the options that change what runs: a pod CIDR makes
-// kube-controller-manager give a new Node its range, and the scheduler runs.
+// kube-controller-manager give a new Node its range, the scheduler runs,
+// and the API server's certificate names the extra address.
 func TestOptions(t *testing.T) {
-	c := Start(t, Options{ServiceCIDR: "10.100.0.0/24", PodCIDR: "10.244.0.0/16", Scheduler: true})
+	c := Start(t, Options{ServiceCIDR: "10.100.0.0/24", PodCIDR: "10.244.0.0/16", Scheduler: true, ServingIPs: []net.IP{net.IPv4(10, 0, 2, 2)}})
 	ctx := t.Context()
+	conn, err := tls.Dial("tcp", strings.TrimPrefix(c.URL, "https://"), &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	if err := conn.ConnectionState().PeerCertificates[0].VerifyHostname("10.0.2.2"); err != nil {
+		t.Errorf("API server certificate: %v, want it valid for 10.0.2.2", err)
+	}
 	if _, err := c.Client.CoreV1().Nodes().Create(ctx,
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cairn-test-node"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create node: %v", err)
 	}
 	var cidr string
-	err := poll("node pod CIDR", 30*time.Second, func(ctx context.Context) (bool, error) {
+	err = poll("node pod CIDR", 30*time.Second, func(ctx context.Context) (bool, error) {
 		n, err := c.Client.CoreV1().Nodes().Get(ctx, "cairn-test-node", metav1.GetOptions{})
 		if err != nil {
 			return false, err

@@ -216,7 +216,7 @@ func (r *Runtime) AllowHTTP(hostPort string) error {
 }
 
 func (r *Runtime) start(bin string) error {
-	logf, err := os.Create(filepath.Join(r.Dir, "containerd.log"))
+	logf, err := os.OpenFile(filepath.Join(r.Dir, "containerd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
@@ -239,6 +239,23 @@ func (r *Runtime) start(bin string) error {
 	r.RuntimeClient = criv1.NewRuntimeServiceClient(conn)
 	r.ImageClient = criv1.NewImageServiceClient(conn)
 	return nil
+}
+
+// Restart kills containerd, as a crash would, and starts it again; it
+// returns once the CRI is ready. The shims, and so the containers, live on.
+func (r *Runtime) Restart() {
+	r.tb.Helper()
+	r.cmd.Process.Kill()
+	<-r.exited
+	r.conn.Close()
+	if err := r.start(binaries(r.tb)); err != nil {
+		r.tb.Fatalf("runtime: restart: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	if err := r.waitReady(ctx); err != nil {
+		r.tb.Fatalf("runtime: restart: %v (log: %s)", err, r.logTail())
+	}
 }
 
 // waitReady waits for the socket, then for the CRI to report RuntimeReady

@@ -41,8 +41,15 @@ type Client struct {
 
 // New returns a client of the CRI at the unix socket path. It does not
 // connect: the first call does, and calls fail while the runtime is away.
-func New(socket string) (*Client, error) {
+func New(socket string, opts ...Option) (*Client, error) {
+	var o options
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, fmt.Errorf("CRI client for %s: %w", socket, err)
+		}
+	}
 	conn, err := grpc.NewClient("unix://"+socket,
+		grpc.WithChainUnaryInterceptor(o.interceptors...),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgSize), grpc.MaxCallSendMsgSize(maxMsgSize)),
 		grpc.WithConnectParams(grpc.ConnectParams{

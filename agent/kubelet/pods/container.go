@@ -18,30 +18,33 @@ const (
 	minQuota     = 1000   // µs
 )
 
-// containerConfig is the CRI container for c, the attempt-th of its name
-// in the pod's sandbox; image is the reference the runtime resolved.
-func containerConfig(pod *corev1.Pod, c *corev1.Container, attempt uint32, image string) *criv1.ContainerConfig {
-	var env []*criv1.KeyValue
-	for _, e := range c.Env {
-		if e.ValueFrom != nil {
-			continue // references need the API server: not in this slice
-		}
-		env = append(env, &criv1.KeyValue{Key: e.Name, Value: []byte(e.Value)})
-	}
+// containerParams is what a container's config takes beyond the pod's
+// spec, worked out when it is made.
+type containerParams struct {
+	attempt uint32            // the attempt-th container of its name in the sandbox
+	image   string            // the reference the runtime resolved
+	env     []*criv1.KeyValue // the environment, references resolved (containerEnv)
+	mounts  []*criv1.Mount    // the pod's volumes c mounts (mounts)
+}
+
+// containerConfig is the CRI container for c; its command and args have
+// the $(VAR) references to its environment expanded.
+func containerConfig(pod *corev1.Pod, c *corev1.Container, p containerParams) *criv1.ContainerConfig {
 	return &criv1.ContainerConfig{
-		Metadata:   &criv1.ContainerMetadata{Name: c.Name, Attempt: attempt},
-		Image:      &criv1.ImageSpec{Image: image, UserSpecifiedImage: c.Image},
-		Command:    c.Command,
-		Args:       c.Args,
+		Metadata:   &criv1.ContainerMetadata{Name: c.Name, Attempt: p.attempt},
+		Image:      &criv1.ImageSpec{Image: p.image, UserSpecifiedImage: c.Image},
+		Command:    expandAll(c.Command, p.env),
+		Args:       expandAll(c.Args, p.env),
 		WorkingDir: c.WorkingDir,
-		Envs:       env,
+		Envs:       p.env,
+		Mounts:     p.mounts,
 		Labels: map[string]string{
 			LabelPodName:       pod.Name,
 			LabelPodNamespace:  pod.Namespace,
 			LabelPodUID:        string(pod.UID),
 			LabelContainerName: c.Name,
 		},
-		LogPath: logPath(c.Name, attempt),
+		LogPath: logPath(c.Name, p.attempt),
 		Stdin:   c.Stdin,
 		Tty:     c.TTY,
 		Linux: &criv1.LinuxContainerConfig{

@@ -9,18 +9,28 @@
 // after a while; init containers thus run one after another, each to
 // completion, before the app containers start. Restarts follow the pod's
 // restartPolicy with the kubelet's CrashLoopBackOff (RestartDelay), worked
-// out from the exited containers the runtime keeps, so the worker holds no
-// state of its own and survives its own restart.
+// out from the exited containers the runtime keeps, so the worker survives
+// its own restart; what it remembers is which containers it stopped for
+// failing a probe (StopUnhealthy), which restart whatever their exit
+// code, the failed image pulls that the pull backoff counts, and which
+// backoffs it told as events. postStart hooks run as a container starts,
+// preStop hooks before it is stopped.
+//
+// A container's environment comes from its spec and what that refers to
+// through Refs (ConfigMaps, Secrets, the Node), with $(VAR) expanded in
+// env, command and args; images are pulled with the pod's
+// imagePullSecrets. A container that cannot start waits with the
+// kubelet's reason and message (ErrImagePull, CreateContainerConfigError…,
+// see reasons.go), and what happens is recorded as Events.
 //
 // Kill stops the containers with a grace period and removes the sandbox.
 //
 //	w := &pods.Worker{Runtime: rt, Images: img, LogRoot: "/var/log/pods"}
 //	st, err := w.Sync(ctx, pod)
 //
-// Not yet here: volumes, env from references and $(VAR) expansion,
-// probes, lifecycle hooks, sidecar (restartable) init containers, garbage
-// collection of exited containers (they are kept until Kill, as the
-// backoff's history).
+// Not yet here: sidecar (restartable) init containers, garbage collection
+// of exited containers (they are kept until Kill, as the backoff's
+// history).
 package pods
 
 import (
@@ -33,12 +43,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
-)
-
-// Errors a container's image can fail with; wrapped with details.
-var (
-	ErrImagePull      = errors.New("ErrImagePull")
-	ErrImageNeverPull = errors.New("ErrImageNeverPull")
 )
 
 // ClusterDNS is the cluster's DNS service, for pods with dnsPolicy
@@ -64,8 +68,29 @@ type Worker struct {
 	// RuntimeHandler is the CRI runtime handler (RuntimeClass); empty is
 	// the runtime's default.
 	RuntimeHandler string
-	// Now is the clock of restart backoffs; time.Now if nil.
+	// Now is the clock of restart and image pull backoffs; time.Now if
+	// nil.
 	Now func() time.Time
+	// Refs, if set, reads the ConfigMaps, Secrets and Node that
+	// containers' env and pods' imagePullSecrets refer to; without it,
+	// such references cannot be resolved.
+	Refs Refs
+	// Events, if set, records what happens to the pods' containers as
+	// the kubelet's Events (Pulling, Pulled, Created, Started, Failed,
+	// BackOff, Killing).
+	Events Events
+	// Volumes, if set, prepares the volumes that containers mount;
+	// without it, a container that mounts one cannot start.
+	Volumes Volumes
+
+	// unhealthy holds the IDs of containers stopped for failing a probe
+	// (StopUnhealthy), which restart whatever their exit code.
+	unhealthy sync.Map
+	// pulls holds the failed image pulls of pods (pullKey → pullFailure).
+	pulls sync.Map
+	// toldBackoff holds, by backoffKey, the ID of the exited container
+	// whose restart backoff was last recorded as an event.
+	toldBackoff sync.Map
 }
 
 func (w *Worker) now() time.Time {
@@ -91,13 +116,10 @@ func (w *Worker) Sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
 		return &Status{Phase: corev1.PodPending}, err
 	}
 	st := &Status{SandboxID: sandboxID}
-	if !pod.Spec.HostNetwork {
-		ss, err := w.Runtime.PodSandboxStatus(ctx, &criv1.PodSandboxStatusRequest{PodSandboxId: sandboxID})
-		if err != nil {
-			return st, fmt.Errorf("status of sandbox %s of pod %s/%s: %w", sandboxID, pod.Namespace, pod.Name, err)
-		}
-		st.PodIP = ss.GetStatus().GetNetwork().GetIp()
+	if st.PodIP, err = w.podIP(ctx, pod, sandboxID); err != nil {
+		return st, err
 	}
+	sb := sandbox{id: sandboxID, cfg: sandboxCfg, ip: st.PodIP}
 	history, err := w.history(ctx, sandboxID)
 	if err != nil {
 		return st, fmt.Errorf("containers of pod %s/%s: %w", pod.Namespace, pod.Name, err)
@@ -105,9 +127,12 @@ func (w *Worker) Sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
 	now := w.now()
 	var errs []error
 	step := func(c *corev1.Container, policy corev1.RestartPolicy) ContainerStatus {
-		cs, err := w.syncContainer(ctx, pod, c, policy, history[c.Name], sandboxID, sandboxCfg, now)
+		cs, err := w.syncContainer(ctx, pod, c, policy, history[c.Name], sb, now)
 		if err != nil {
 			errs = append(errs, err)
+		}
+		if t := cs.BackoffUntil; !t.IsZero() && (st.RetryAt.IsZero() || t.Before(st.RetryAt)) {
+			st.RetryAt = t
 		}
 		return cs
 	}
@@ -196,66 +221,120 @@ func (w *Worker) history(ctx context.Context, sandboxID string) (map[string][]*c
 	return out, nil
 }
 
+// sandbox is the pod's ready sandbox, as its containers are made in it.
+type sandbox struct {
+	id  string
+	cfg *criv1.PodSandboxConfig
+	ip  string // empty on the host network
+}
+
 // syncContainer takes the next step for one container, whose CRI
 // containers so far are history: it starts it if it has none, or if the
 // latest exited and policy restarts it once its backoff has passed.
 func (w *Worker) syncContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, policy corev1.RestartPolicy,
-	history []*criv1.ContainerStatus, sandboxID string, sandboxCfg *criv1.PodSandboxConfig, now time.Time) (ContainerStatus, error) {
+	history []*criv1.ContainerStatus, sb sandbox, now time.Time) (ContainerStatus, error) {
 	if len(history) == 0 {
-		return w.startContainer(ctx, pod, c, 0, sandboxID, sandboxCfg)
+		return w.startContainer(ctx, pod, c, 0, sb)
 	}
 	latest := history[len(history)-1]
 	cs := containerStatus(c.Name, latest)
 	switch latest.State {
 	case criv1.ContainerState_CONTAINER_CREATED: // made, but its start failed
-		if _, err := w.Runtime.StartContainer(ctx, &criv1.StartContainerRequest{ContainerId: latest.Id}); err != nil {
-			return cs, fmt.Errorf("start %s: %w", containerName(pod, c), err)
-		}
-		return w.status(ctx, c.Name, latest.Id)
+		return w.run(ctx, pod, c, latest.Id, sb, cs)
 	case criv1.ContainerState_CONTAINER_EXITED:
-		if !Restarts(policy, latest.ExitCode) {
+		unhealthy := policy != corev1.RestartPolicyNever && w.stoppedUnhealthy(latest.Id)
+		if !unhealthy && !Restarts(policy, latest.ExitCode) {
 			return cs, nil
 		}
 		var runs []Run
 		for _, h := range history {
 			runs = append(runs, Run{StartedAt: unixNano(h.StartedAt), FinishedAt: unixNano(h.FinishedAt)})
 		}
-		if now.Before(NextStart(runs)) {
-			cs.State, cs.Reason = Waiting, ReasonCrashLoopBackOff
+		if next := NextStart(runs); now.Before(next) {
+			cs.State, cs.Reason, cs.BackoffUntil = Waiting, ReasonCrashLoopBackOff, next
+			cs.Message = fmt.Sprintf("back-off %v restarting failed container %s of pod %s/%s", RestartDelay(runs), c.Name, pod.Namespace, pod.Name)
+			if told, _ := w.toldBackoff.Swap(backoffKey{pod.UID, c.Name}, latest.Id); told != latest.Id {
+				w.event(pod, c.Name, corev1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s/%s", c.Name, pod.Namespace, pod.Name)
+			}
 			return cs, nil
 		}
-		return w.startContainer(ctx, pod, c, latest.GetMetadata().GetAttempt()+1, sandboxID, sandboxCfg)
+		w.unhealthy.Delete(latest.Id)
+		return w.startContainer(ctx, pod, c, latest.GetMetadata().GetAttempt()+1, sb)
 	}
 	return cs, nil
 }
 
 // startContainer pulls the image as its policy says, creates the
-// attempt-th container of c and starts it.
-func (w *Worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, attempt uint32, sandboxID string, sandboxCfg *criv1.PodSandboxConfig) (ContainerStatus, error) {
+// attempt-th container of c and starts it. When a step fails, the
+// container waits with the kubelet's reason and message; a pull backing
+// off is no error, as it ends on its own.
+func (w *Worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, attempt uint32, sb sandbox) (ContainerStatus, error) {
 	waiting := ContainerStatus{Name: c.Name, State: Waiting, Reason: ReasonContainerCreating, RestartCount: int32(attempt), Image: c.Image}
-	image, err := w.ensureImage(ctx, pod, c, sandboxCfg)
+	image, retryAt, err := w.ensureImage(ctx, pod, c, sb.cfg)
 	if err != nil {
-		for _, reason := range []error{ErrImageNeverPull, ErrImagePull} {
-			if errors.Is(err, reason) {
-				waiting.Reason = reason.Error()
-			}
+		var we *waitError
+		if errors.As(err, &we) {
+			waiting.Reason, waiting.Message = we.reason.Error(), we.msg
 		}
-		return waiting, err
+		if errors.Is(err, ErrImagePullBackOff) {
+			waiting.BackoffUntil = retryAt
+			return waiting, nil
+		}
+		w.event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Error: %s", waiting.Reason)
+		return waiting, fmt.Errorf("%s: %w", containerName(pod, c), err)
+	}
+	env, err := w.containerEnv(ctx, pod, c, sb)
+	if err != nil {
+		return w.failed(pod, c, waiting, &waitError{ErrCreateContainerConfig, err.Error()})
+	}
+	mounts, err := w.mounts(ctx, pod, c)
+	if err != nil {
+		return w.failed(pod, c, waiting, &waitError{ErrCreateContainerConfig, err.Error()})
 	}
 	created, err := w.Runtime.CreateContainer(ctx, &criv1.CreateContainerRequest{
-		PodSandboxId:  sandboxID,
-		Config:        containerConfig(pod, c, attempt, image),
-		SandboxConfig: sandboxCfg,
+		PodSandboxId:  sb.id,
+		Config:        containerConfig(pod, c, containerParams{attempt: attempt, image: image, env: env, mounts: mounts}),
+		SandboxConfig: sb.cfg,
 	})
 	if err != nil {
-		waiting.Reason = "CreateContainerError"
-		return waiting, fmt.Errorf("create %s: %w", containerName(pod, c), err)
+		return w.failed(pod, c, waiting, &waitError{ErrCreateContainer, criMessage(err)})
 	}
-	if _, err := w.Runtime.StartContainer(ctx, &criv1.StartContainerRequest{ContainerId: created.ContainerId}); err != nil {
-		cs, _ := w.status(ctx, c.Name, created.ContainerId)
-		return cs, fmt.Errorf("start %s: %w", containerName(pod, c), err)
+	w.event(pod, c.Name, corev1.EventTypeNormal, "Created", "Created container: %s", c.Name)
+	return w.run(ctx, pod, c, created.ContainerId, sb, waiting)
+}
+
+// run starts the created container id of c; if the runtime cannot, c
+// waits, as waiting but with RunContainerError.
+func (w *Worker) run(ctx context.Context, pod *corev1.Pod, c *corev1.Container, id string, sb sandbox, waiting ContainerStatus) (ContainerStatus, error) {
+	if _, err := w.Runtime.StartContainer(ctx, &criv1.StartContainerRequest{ContainerId: id}); err != nil {
+		// Not counted as made: the pod stays Pending until the
+		// runtime's exited container shows on the next sync.
+		waiting.ID, waiting.StartedAt, waiting.FinishedAt = "", time.Time{}, time.Time{}
+		return w.failed(pod, c, waiting, &waitError{ErrRunContainer, criMessage(err)})
 	}
-	return w.status(ctx, c.Name, created.ContainerId)
+	w.event(pod, c.Name, corev1.EventTypeNormal, "Started", "Started container %s", c.Name)
+	return w.started(ctx, pod, c, id, sb)
+}
+
+// failed records why c cannot start as an event and returns its waiting
+// status and the error for Sync.
+func (w *Worker) failed(pod *corev1.Pod, c *corev1.Container, waiting ContainerStatus, err *waitError) (ContainerStatus, error) {
+	waiting.State, waiting.Reason, waiting.Message = Waiting, err.reason.Error(), err.msg
+	w.event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Error: %s", err.msg)
+	return waiting, fmt.Errorf("%s: %w", containerName(pod, c), err)
+}
+
+// started runs the postStart hook of the container id that just started
+// and returns its status.
+func (w *Worker) started(ctx context.Context, pod *corev1.Pod, c *corev1.Container, id string, sb sandbox) (ContainerStatus, error) {
+	if err := w.postStart(ctx, pod, c, id, sb.ip); err != nil {
+		cs, _ := w.status(ctx, c.Name, id)
+		if cs.State != Running {
+			cs.Reason = ReasonPostStartHookError
+		}
+		return cs, err
+	}
+	return w.status(ctx, c.Name, id)
 }
 
 func (w *Worker) status(ctx context.Context, name, id string) (ContainerStatus, error) {
@@ -266,14 +345,16 @@ func (w *Worker) status(ctx context.Context, name, id string) (ContainerStatus, 
 	return containerStatus(name, resp.Status), nil
 }
 
-// Kill stops every container of pod, giving each grace to exit after
-// SIGTERM before SIGKILL, then stops and removes its sandboxes, which
-// removes the containers, their logs' handles and the pod's network.
+// Kill stops every container of pod, running preStop hooks and giving
+// each grace to exit after SIGTERM before SIGKILL, then stops and removes
+// its sandboxes, which removes the containers, their logs' handles and
+// the pod's network.
 func (w *Worker) Kill(ctx context.Context, pod *corev1.Pod, grace time.Duration) error {
 	sandboxes, err := w.sandboxes(ctx, pod)
 	if err != nil {
 		return err
 	}
+	w.forget(pod)
 	var errs []error
 	for _, sb := range sandboxes {
 		resp, err := w.Runtime.ListContainers(ctx, &criv1.ListContainersRequest{
@@ -283,24 +364,13 @@ func (w *Worker) Kill(ctx context.Context, pod *corev1.Pod, grace time.Duration)
 			errs = append(errs, fmt.Errorf("list containers of sandbox %s: %w", sb.Id, err))
 			continue
 		}
-		// All at once, as the kubelet does: the grace period is the
-		// pod's, not each container's.
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		for _, c := range resp.Containers {
-			if c.State != criv1.ContainerState_CONTAINER_RUNNING {
-				continue
-			}
-			wg.Go(func() {
-				_, err := w.Runtime.StopContainer(ctx, &criv1.StopContainerRequest{ContainerId: c.Id, Timeout: int64(grace.Seconds())})
-				if err != nil {
-					mu.Lock()
-					errs = append(errs, fmt.Errorf("stop container %s of pod %s/%s: %w", c.GetMetadata().GetName(), pod.Namespace, pod.Name, err))
-					mu.Unlock()
-				}
-			})
+		var ip string // for httpGet preStop hooks
+		if sb.State == criv1.PodSandboxState_SANDBOX_READY {
+			ip, _ = w.podIP(ctx, pod, sb.Id)
 		}
-		wg.Wait()
+		if err := w.stopAll(ctx, pod, resp.Containers, ip, grace); err != nil {
+			errs = append(errs, err)
+		}
 		if _, err := w.Runtime.StopPodSandbox(ctx, &criv1.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
 			errs = append(errs, fmt.Errorf("stop sandbox %s of pod %s/%s: %w", sb.Id, pod.Namespace, pod.Name, err))
 			continue

@@ -15,6 +15,9 @@ type Status struct {
 	PodIP          string
 	InitContainers []ContainerStatus
 	Containers     []ContainerStatus
+	// RetryAt, if not zero, is when a container waiting out a backoff may
+	// start: the pod is worth syncing again then.
+	RetryAt time.Time
 }
 
 // State is a container's state, the API's three.
@@ -42,7 +45,10 @@ type ContainerStatus struct {
 	State State
 	// Reason says why it waits or how it ended (Completed, Error,
 	// OOMKilled).
-	Reason       string
+	Reason string
+	// Message tells more, for a person: why it could not start, or
+	// what the runtime said of its end.
+	Message      string
 	ExitCode     int32
 	RestartCount int32
 	Image        string
@@ -51,6 +57,9 @@ type ContainerStatus struct {
 	FinishedAt   time.Time
 	// LogPath is the absolute path of the latest container's log file.
 	LogPath string
+	// BackoffUntil, if not zero, is when the container, waiting out a
+	// backoff, may start.
+	BackoffUntil time.Time
 }
 
 // containerStatus describes the latest CRI container of a pod container
@@ -67,6 +76,7 @@ func containerStatus(name string, cs *criv1.ContainerStatus) ContainerStatus {
 	out.LogPath = cs.LogPath
 	out.StartedAt = unixNano(cs.StartedAt)
 	out.FinishedAt = unixNano(cs.FinishedAt)
+	out.Message = cs.Message
 	switch cs.State {
 	case criv1.ContainerState_CONTAINER_RUNNING:
 		out.State, out.Reason = Running, ""

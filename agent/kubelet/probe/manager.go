@@ -16,7 +16,11 @@ import (
 // goroutines.
 type Manager struct {
 	Runtime criv1.RuntimeServiceClient
-	Log     *slog.Logger
+	// Stop stops a container that failed its liveness or startup probe,
+	// giving it grace after SIGTERM; the pod worker's StopUnhealthy,
+	// which runs the preStop hook and has the container restarted.
+	Stop func(ctx context.Context, pod *corev1.Pod, name, containerID string, grace time.Duration) error
+	Log  *slog.Logger
 	// Changed is called, from a probe's goroutine, when a result of a
 	// pod's container changed or a container was stopped for failing.
 	Changed func(types.UID)
@@ -221,14 +225,14 @@ func (m *Manager) run(ctx context.Context, k key, w *worker, pod *corev1.Pod, c 
 				continue
 			}
 			log.Info("probe failed: stopping the container", "err", err)
-			grace := int64(30)
+			grace := 30 * time.Second
 			if p.TerminationGracePeriodSeconds != nil {
-				grace = *p.TerminationGracePeriodSeconds
+				grace = time.Duration(*p.TerminationGracePeriodSeconds) * time.Second
 			} else if pod.Spec.TerminationGracePeriodSeconds != nil {
-				grace = *pod.Spec.TerminationGracePeriodSeconds
+				grace = time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
 			}
-			sctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second+time.Minute)
-			_, err := m.Runtime.StopContainer(sctx, &criv1.StopContainerRequest{ContainerId: w.containerID, Timeout: grace})
+			sctx, cancel := context.WithTimeout(ctx, grace+time.Minute)
+			err := m.Stop(sctx, pod, c.Name, w.containerID, grace)
 			cancel()
 			if ctx.Err() != nil {
 				return // the pod's probes were removed meanwhile

@@ -64,10 +64,18 @@ type Target struct {
 
 // Do runs probe p once against t within its timeout; nil is success.
 func Do(ctx context.Context, rt criv1.RuntimeServiceClient, p *corev1.Probe, t Target) error {
-	timeout := seconds(p.TimeoutSeconds, DefaultTimeout)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	h := p.ProbeHandler
+	return Run(ctx, rt, p.ProbeHandler, seconds(p.TimeoutSeconds, DefaultTimeout), t)
+}
+
+// Run runs handler h once against t, within timeout if it is positive:
+// a probe's handler or, the same actions, a lifecycle hook's. Nil is
+// success.
+func Run(ctx context.Context, rt criv1.RuntimeServiceClient, h corev1.ProbeHandler, timeout time.Duration, t Target) error {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
 	switch {
 	case h.Exec != nil:
 		resp, err := rt.ExecSync(ctx, &criv1.ExecSyncRequest{
@@ -113,7 +121,7 @@ func Do(ctx context.Context, rt criv1.RuntimeServiceClient, p *corev1.Probe, t T
 		}
 		return nil
 	}
-	return errors.New("probe has no handler")
+	return errors.New("no handler")
 }
 
 func doHTTP(ctx context.Context, g *corev1.HTTPGetAction, t Target) error {

@@ -1,8 +1,9 @@
-// Command probee is a test workload for probes. Run as "probee check
-// PATH" it exits 0 if PATH exists and 1 if not: an exec probe. Otherwise
-// it creates $TOUCH_FILE (if set) $TOUCH_AFTER seconds after its start,
-// serves HTTP 200 on $LISTEN (such as ":8080", if set), and runs until
-// SIGTERM.
+// Command probee is a test workload for probes and hooks. Run as "probee
+// check PATH" it exits 0 if PATH exists and 1 if not: an exec probe; as
+// "probee touch PATH" it creates PATH: an exec hook. Otherwise it creates
+// $TOUCH_FILE (if set) $TOUCH_AFTER seconds after its start, serves HTTP
+// 200 on $LISTEN (such as ":8080", if set), printing "http GET /path" for
+// each request, and runs until SIGTERM.
 package main
 
 import (
@@ -23,6 +24,13 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) == 3 && os.Args[1] == "touch" {
+		if err := os.WriteFile(os.Args[2], nil, 0o644); err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		return
+	}
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, os.Interrupt)
 	fmt.Println("probee started")
@@ -38,7 +46,9 @@ func main() {
 	}
 	if addr := os.Getenv("LISTEN"); addr != "" {
 		go func() {
-			fmt.Println(http.ListenAndServe(addr, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+			fmt.Println(http.ListenAndServe(addr, http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+				fmt.Println("http", r.Method, r.URL.Path)
+			})))
 		}()
 	}
 	<-stop

@@ -1,0 +1,205 @@
+package cni
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/vishvananda/netns"
+
+	"github.com/cairn-os/cairn/test/repo"
+)
+
+// pluginDir returns the CNI plugins that `make components` built, or
+// skips the test (fails it when CAIRN_REQUIRE_CLUSTER is set).
+func pluginDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("CAIRN_BIN")
+	if dir == "" {
+		root, err := repo.Root()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir = filepath.Join(root, "_out", "bin")
+	}
+	dir = filepath.Join(dir, "cni")
+	for _, p := range []string{"bridge", "host-local", "portmap", "loopback"} {
+		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
+			msg := fmt.Sprintf("no CNI plugin %s in %s: run make components (or set CAIRN_BIN)", p, dir)
+			if os.Getenv("CAIRN_REQUIRE_CLUSTER") != "" {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
+		}
+	}
+	return dir
+}
+
+// newNS creates a network namespace with ip(8); t.Cleanup deletes it, and
+// what the plugins made inside with it.
+func newNS(t *testing.T, role string) (string, netns.NsHandle) {
+	t.Helper()
+	name := fmt.Sprintf("cairncni-%d-%s", os.Getpid(), role)
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v\n%s", name, err, out)
+	}
+	path := "/run/netns/" + name
+	h, err := netns.GetFromPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		h.Close()
+		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
+			t.Errorf("ip netns del %s: %v\n%s", name, err, out)
+		}
+	})
+	return path, h
+}
+
+// inNS runs f on a thread in network namespace h: the sockets it opens
+// and the processes it starts live there.
+func inNS(t *testing.T, h netns.NsHandle, f func()) {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orig.Close()
+	if err := netns.Set(h); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := netns.Set(orig); err != nil {
+			panic(fmt.Sprintf("cannot return to the test's network namespace: %v", err))
+		}
+	}()
+	f()
+}
+
+// TestPodNetwork writes the configuration, then runs it with the real
+// plugins as containerd's CRI would, for a pod with a hostPort: the node
+// is a network namespace of its own, so is the pod. The node reaches the
+// pod at its address and through the hostPort.
+func TestPodNetwork(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
+	}
+	bin := pluginDir(t)
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Skip("needs nft for portmap (Debian nftables: hack/deps.sh installs it)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	podCIDR := netip.MustParsePrefix("10.244.7.0/24")
+	n := Network{PodCIDRs: []netip.Prefix{podCIDR}, BinDir: bin, ConfDir: filepath.Join(dir, "net.d"), DataDir: filepath.Join(dir, "networks")}
+
+	if _, err := Write(ctx, Network{PodCIDRs: n.PodCIDRs, BinDir: t.TempDir(), ConfDir: n.ConfDir}); err == nil || !strings.Contains(err.Error(), "bridge") {
+		t.Errorf("Write with no plugins = %v, want an error naming the bridge plugin", err)
+	}
+	if ents, _ := os.ReadDir(n.ConfDir); len(ents) != 0 {
+		t.Errorf("Write with no plugins left %v in %s", ents, n.ConfDir)
+	}
+	path, err := Write(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(n.ConfDir); len(ents) != 1 || ents[0].Name() != FileName {
+		t.Errorf("%s holds %v, want %s only", n.ConfDir, ents, FileName)
+	}
+	list, err := libcni.ConfListFromFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	_, node := newNS(t, "node")
+	podPath, pod := newNS(t, "pod")
+	inNS(t, node, func() {
+		if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
+			t.Fatalf("lo up: %v\n%s", err, out)
+		}
+	})
+	plugins := libcni.NewCNIConfigWithCacheDir([]string{bin}, filepath.Join(dir, "cache"), nil)
+	rt := &libcni.RuntimeConf{
+		ContainerID: "cairn-cni-test", NetNS: podPath, IfName: "eth0",
+		CapabilityArgs: map[string]any{"portMappings": []map[string]any{{"hostPort": 18080, "containerPort": 80, "protocol": "tcp"}}},
+	}
+	var res *types100.Result
+	inNS(t, node, func() {
+		r, err := plugins.AddNetworkList(ctx, list, rt)
+		if err != nil {
+			t.Fatalf("ADD: %v", err)
+		}
+		if res, err = types100.NewResultFromResult(r); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if len(res.IPs) != 1 {
+		t.Fatalf("ADD gave addresses %v, want one", res.IPs)
+	}
+	podIP, _ := netip.AddrFromSlice(res.IPs[0].Address.IP.To4())
+	gw, _ := netip.AddrFromSlice(res.IPs[0].Gateway.To4())
+	if !podCIDR.Contains(podIP) || gw != podCIDR.Addr().Next() {
+		t.Errorf("pod address %s via %s, want one in %s via its first address", podIP, gw, podCIDR)
+	}
+
+	// A server in the pod, reached from the node.
+	var l net.Listener
+	inNS(t, pod, func() {
+		if l, err = net.Listen("tcp", ":80"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			io.WriteString(c, "from the pod\n")
+			c.Close()
+		}
+	}()
+	for _, addr := range []string{netip.AddrPortFrom(podIP, 80).String(), netip.AddrPortFrom(gw, 18080).String()} {
+		inNS(t, node, func() {
+			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err != nil {
+				t.Errorf("dial %s from the node: %v", addr, err)
+				return
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			if got, err := io.ReadAll(c); err != nil || string(got) != "from the pod\n" {
+				t.Errorf("read from %s = %q, %v; want the pod's greeting", addr, got, err)
+			}
+		})
+	}
+
+	inNS(t, node, func() {
+		if err := plugins.DelNetworkList(ctx, list, rt); err != nil {
+			t.Errorf("DEL: %v", err)
+		}
+		out, _ := exec.Command("nft", "list", "ruleset").CombinedOutput()
+		if strings.Contains(string(out), "18080") {
+			t.Errorf("the hostPort is still mapped after DEL:\n%s", out)
+		}
+	})
+	if _, err := os.Stat(filepath.Join(n.DataDir, NetworkName, podIP.String())); !os.IsNotExist(err) {
+		t.Errorf("host-local still records %s after DEL (stat: %v)", podIP, err)
+	}
+}

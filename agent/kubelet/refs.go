@@ -1,0 +1,81 @@
+package kubelet
+
+import (
+	"context"
+	"path/filepath"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/cairn-os/cairn/agent/kubelet/pods"
+	"github.com/cairn-os/cairn/agent/kubelet/volumes"
+)
+
+// wirePodWorker gives w, where it has none, what it reads and records
+// through the API with the node's own credentials: Refs (the ConfigMaps
+// and Secrets the node's pods refer to, and the Node), Volumes (under
+// Dir/pods) and Events (sent as the kubelet sends them, from component
+// "kubelet" on this host). The returned function, called once the pods'
+// goroutines are done, stops sending events and takes back what it gave,
+// so that the next Run with the same worker wires its own.
+func (k *kubelet) wirePodWorker(w *pods.Worker) (unwire func()) {
+	var undo []func()
+	if w.Refs == nil {
+		w.Refs = &nodeRefs{client: k.client, node: k.cfg.NodeName}
+		undo = append(undo, func() { w.Refs = nil })
+	}
+	if w.Volumes == nil {
+		w.Volumes = &volumes.Manager{Root: filepath.Join(k.cfg.Dir, "pods"), Client: k.client}
+		undo = append(undo, func() { w.Volumes = nil })
+	}
+	if w.Events == nil {
+		b := record.NewBroadcasterWithCorrelatorOptions(record.CorrelatorOptions{SpamKeyFunc: spamKey})
+		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: k.client.CoreV1().Events("")})
+		w.Events = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: k.cfg.NodeName})
+		undo = append(undo, b.Shutdown, func() { w.Events = nil })
+	}
+	return func() {
+		for _, f := range undo {
+			f()
+		}
+	}
+}
+
+// spamKey groups the events the broadcaster rate-limits: the same event
+// about the same container, such as a Failed repeated on every retry, and
+// not, as by default, every event about a pod, so that a pod that failed
+// for a while still tells when it started.
+func spamKey(e *corev1.Event) string {
+	o := e.InvolvedObject
+	return e.Source.Component + "/" + e.Source.Host + "/" + o.Kind + "/" + o.Namespace + "/" + o.Name + "/" + string(o.UID) + "/" +
+		o.FieldPath + "/" + e.Type + "/" + e.Reason + "/" + e.Message
+}
+
+// nodeRefs answers pods.Refs with the node's client, which the Node
+// authorizer lets read only the ConfigMaps and Secrets of the node's pods.
+type nodeRefs struct {
+	client kubernetes.Interface
+	node   string
+}
+
+func (r *nodeRefs) ConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	return r.client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (r *nodeRefs) Secret(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	return r.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (r *nodeRefs) Node(ctx context.Context) (*corev1.Node, error) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	return r.client.CoreV1().Nodes().Get(ctx, r.node, metav1.GetOptions{})
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cairn-os/cairn/machineconfig"
+)
+
+// TestServeMetrics scrapes the metrics endpoint over mutual TLS with a
+// client certificate of the node's CA, and is refused with one of another.
+func TestServeMetrics(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := l.Addr().String()
+	b, err := machineconfig.Generate(machineconfig.GenerateOptions{Hostname: "unit", Endpoints: []string{endpoint}, Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := newRegistry()
+	probe := prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_test_probe_total", Help: "A counter the test reads back."})
+	reg.MustRegister(probe)
+	probe.Add(3)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serveMetrics(ctx, &b.Config.Machine.API, reg, l) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serveMetrics() = %v after shutdown, want nil", err)
+		}
+	}()
+
+	body, err := scrape(b.Client, endpoint)
+	if err != nil {
+		t.Fatalf("scrape with the admin certificate: %v", err)
+	}
+	for _, want := range []string{"cairn_test_probe_total 3", "go_goroutines ", "process_resident_memory_bytes "} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
+	other, err := machineconfig.Generate(machineconfig.GenerateOptions{Hostname: "other", Endpoints: []string{endpoint}, Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := *other.Client
+	foreign.CA = b.Client.CA // trusts the node, but its certificate is of another CA
+	if _, err := scrape(&foreign, endpoint); err == nil {
+		t.Error("scrape with a certificate of another CA succeeded, want refused")
+	}
+}
+
+func scrape(cc *machineconfig.ClientConfig, endpoint string) (string, error) {
+	host, _, _ := net.SplitHostPort(endpoint)
+	tlsCfg, err := cc.TLSConfig(host)
+	if err != nil {
+		return "", err
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}, Timeout: 10 * time.Second}
+	resp, err := client.Get("https://" + endpoint + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	return string(b), err
+}

@@ -1,0 +1,159 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cairn-os/cairn/api/client"
+	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/test/kube"
+)
+
+// guestHost is the host as the guest sees it with QEMU user networking:
+// its packets arrive on the host's loopback.
+const guestHost = "10.0.2.2"
+
+// testPod checks, on a booted node whose machine config joins kc, that
+// the node registers and becomes Ready (its pod network written from the
+// pod CIDR that kube-controller-manager gave it), runs a Pod whose image
+// it pulls from the host's registry, reads the Pod's log back through the
+// node API, and deletes it. start is when QEMU started.
+func testPod(t *testing.T, ctx context.Context, kc *kube.Cluster, c *client.Client, cairnconfig, image string, start time.Time) {
+	const nodeName, ns = "e2e-node", "default"
+	var node *corev1.Node
+	poll(t, 3*time.Minute, "Node "+nodeName+" Ready", func() (err error) {
+		if node, err = kc.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{}); err != nil {
+			return err
+		}
+		for _, cond := range node.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+				return nil
+			} else if cond.Type == corev1.NodeReady {
+				return fmt.Errorf("Ready %s: %s", cond.Status, cond.Message)
+			}
+		}
+		return errors.New("no Ready condition")
+	})
+	t.Logf("Node registered %s and Ready %s after QEMU started",
+		node.CreationTimestamp.Sub(start).Round(time.Second), time.Since(start).Round(time.Second))
+	podCIDR, err := netip.ParsePrefix(node.Spec.PodCIDR)
+	if err != nil {
+		t.Fatalf("Node pod CIDR %q: %v", node.Spec.PodCIDR, err)
+	}
+
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeName: nodeName,
+			// The projected service-account volume is not what this
+			// test is about.
+			AutomountServiceAccountToken: new(bool),
+			Containers: []corev1.Container{{
+				Name: "hello", Image: image, Args: []string{"--in-pod"},
+				ImagePullPolicy: corev1.PullIfNotPresent,
+			}},
+		},
+	}
+	created := time.Now()
+	if _, err := kc.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 3*time.Minute, "Pod Running with an address", func() error {
+		p, err := kc.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+			return fmt.Errorf("phase %s, pod IP %q, containers %+v", p.Status.Phase, p.Status.PodIP, p.Status.ContainerStatuses)
+		}
+		if ip, err := netip.ParseAddr(p.Status.PodIP); err != nil || !podCIDR.Contains(ip) {
+			t.Errorf("pod IP %s, want one in the Node's pod CIDR %s", p.Status.PodIP, podCIDR)
+		}
+		return nil
+	})
+	t.Logf("Pod Running %s after it was created (image pulled from the host)", time.Since(created).Round(100*time.Millisecond))
+
+	const want = "hello from cairn-test-image pid=1 args=--in-pod"
+	poll(t, 30*time.Second, "the Pod's log line through the node API", func() error {
+		out, err := readStream(c.PodLogs(ctx, &machine.PodLogsRequest{Namespace: ns, Pod: pod.Name, TailLines: 10}))
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(out, want) {
+			return fmt.Errorf("PodLogs = %q, want %q", out, want)
+		}
+		return nil
+	})
+	if out := cairn(t, "node", "--cairnconfig", cairnconfig, "logs", "--pod", ns+"/"+pod.Name, "-c", "hello"); !strings.HasPrefix(out, want+"\n") {
+		t.Errorf("cairn node logs --pod printed %q, want %q first", out, want)
+	}
+
+	deleted := time.Now()
+	if err := kc.Client.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 2*time.Minute, "Pod gone", func() error {
+		p, err := kc.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("still there, phase %s", p.Status.Phase)
+	})
+	t.Logf("Pod gone %s after Delete", time.Since(deleted).Round(100*time.Millisecond))
+}
+
+// poll calls f every half second until it returns nil, failing the test
+// with f's last error after timeout.
+func poll(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after %v: %v", what, timeout, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// readStream reads a log stream to its end.
+func readStream(stream interface {
+	Recv() (*machine.LogsChunk, error)
+}, err error) (string, error) {
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for {
+		chunk, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return b.String(), nil
+			}
+			return b.String(), err
+		}
+		b.Write(chunk.Data)
+	}
+}
+
+// guestURL is url, which names the host's loopback, as the guest reaches
+// it.
+func guestURL(url string) string { return strings.Replace(url, "127.0.0.1", guestHost, 1) }
