@@ -2,11 +2,11 @@ package pods
 
 import (
 	"fmt"
-	"path/filepath"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cairn-os/cairn/internal/crilog"
 )
 
 // CPU share and quota arithmetic, the kernel's and the kubelet's: 1024
@@ -44,7 +44,7 @@ func containerConfig(pod *corev1.Pod, c *corev1.Container, p containerParams) *c
 			LabelPodUID:        string(pod.UID),
 			LabelContainerName: c.Name,
 		},
-		LogPath: logPath(c.Name, p.attempt),
+		LogPath: crilog.ContainerLog(c.Name, p.attempt),
 		Stdin:   c.Stdin,
 		Tty:     c.TTY,
 		Linux: &criv1.LinuxContainerConfig{
@@ -52,12 +52,6 @@ func containerConfig(pod *corev1.Pod, c *corev1.Container, p containerParams) *c
 			SecurityContext: securityContext(pod, c),
 		},
 	}
-}
-
-// logPath is the container's log file relative to the sandbox's log
-// directory, the kubelet's layout: <name>/<attempt>.log.
-func logPath(name string, attempt uint32) string {
-	return filepath.Join(name, strconv.FormatUint(uint64(attempt), 10)+".log")
 }
 
 // resources turns requests and limits into cgroup settings: CPU requests

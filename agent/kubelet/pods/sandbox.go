@@ -1,12 +1,12 @@
 package pods
 
 import (
-	"fmt"
-	"path/filepath"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cairn-os/cairn/internal/crilog"
 )
 
 // Labels the worker sets on sandboxes and containers, the kubelet's names,
@@ -95,10 +95,10 @@ func hostname(pod *corev1.Pod) string {
 	return h
 }
 
-// podLogDir is where the runtime writes the pod's container logs, the
-// kubelet's layout: <LogRoot>/<namespace>_<name>_<uid>.
+// podLogDir is where the runtime writes the pod's container logs, in the
+// kubelet's layout that the node API reads them from.
 func (w *Worker) podLogDir(pod *corev1.Pod) string {
-	return filepath.Join(w.LogRoot, fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID))
+	return crilog.PodDir(w.LogRoot, pod.Namespace, pod.Name, string(pod.UID))
 }
 
 // dnsConfig is the pod's resolv.conf by its dnsPolicy: the cluster's DNS
