@@ -27,8 +27,9 @@ const guestHost = "10.0.2.2"
 
 // testPod checks, on a booted node whose machine config joins kc, that
 // the node registers and becomes Ready (its pod network written from the
-// pod CIDR that kube-controller-manager gave it), runs a Pod whose image
-// it pulls from the host's registry, reads the Pod's log back through the
+// pod CIDR that kube-controller-manager gave it), runs an ordinary Pod
+// (with the service-account volume the API server adds) whose image it
+// pulls from the host's registry, reads the Pod's log back through the
 // node API, and deletes it. start is when QEMU started.
 func testPod(t *testing.T, ctx context.Context, kc *kube.Cluster, c *client.Client, cairnconfig, image string, start time.Time) {
 	const nodeName, ns = "e2e-node", "default"
@@ -57,9 +58,6 @@ func testPod(t *testing.T, ctx context.Context, kc *kube.Cluster, c *client.Clie
 		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: ns},
 		Spec: corev1.PodSpec{
 			NodeName: nodeName,
-			// The projected service-account volume is not what this
-			// test is about.
-			AutomountServiceAccountToken: new(bool),
 			Containers: []corev1.Container{{
 				Name: "hello", Image: image, Args: []string{"--in-pod"},
 				ImagePullPolicy: corev1.PullIfNotPresent,
