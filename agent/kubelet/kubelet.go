@@ -237,7 +237,7 @@ func (k *kubelet) run(ctx context.Context) {
 	}
 	wg.Go(func() { k.reportStatus(ctx) })
 	if k.cfg.Pods != nil {
-		defer k.wirePodWorker(k.cfg.Pods)()
+		defer k.wirePodWorker(ctx, k.cfg.Pods)()
 		wg.Go(func() { k.syncPods(ctx, node) })
 	}
 	if k.creds.rotates() {

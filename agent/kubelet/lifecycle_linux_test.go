@@ -74,6 +74,7 @@ func (e *podEnv) testFailedPostStart(t *testing.T) {
 	if cs := p.Status.ContainerStatuses[0]; cs.LastTerminationState.Terminated == nil {
 		t.Errorf("lastState = %+v, want the run its hook failed", cs.LastTerminationState)
 	}
+	e.wantEvents(t, pod, "probee", "FailedPostStartHook", "Killing")
 	e.deletePod(t, pod)
 }
 
@@ -107,6 +108,7 @@ func (e *podEnv) testLivenessOnFailure(t *testing.T) {
 	if p.Status.Phase != corev1.PodRunning {
 		t.Errorf("phase %s, want Running", p.Status.Phase)
 	}
+	e.wantEvents(t, pod, "probee", "Unhealthy", "Killing")
 	e.deletePod(t, pod)
 }
 

@@ -109,6 +109,8 @@ func (e *podEnv) testEnvRefs(t *testing.T) {
 					{Name: "CAIRN_MEM_LIMIT_MI", ValueFrom: res("limits.memory", "1Mi")},
 					{Name: "CAIRN_DISK_LIMIT", ValueFrom: res("limits.ephemeral-storage", "1")},
 					{Name: "CAIRN_WHERE", Value: "$(CAIRN_POD)@$(CAIRN_NODE)"},
+					// The service variables, here the API server's.
+					{Name: "CAIRN_API", Value: "$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"},
 				},
 			}},
 		},
@@ -121,8 +123,13 @@ func (e *podEnv) testEnvRefs(t *testing.T) {
 		t.Fatal(err)
 	}
 	disk := node.Status.Allocatable[corev1.ResourceEphemeralStorage]
+	api, err := e.c.Client.CoreV1().Services("default").Get(context.Background(), "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := []string{
 		"args=hello $(CAIRN_GREETING) $(CAIRN_UNDEFINED)",
+		fmt.Sprintf("CAIRN_API=%s:%d", api.Spec.ClusterIP, api.Spec.Ports[0].Port),
 		"CAIRN_APP=env",
 		"CAIRN_CM_greeting=hello",
 		"CAIRN_CM_mode=fast",

@@ -72,7 +72,7 @@ type podWorker struct {
 
 func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) {
 	s := &podSyncer{k: k, node: node, workers: map[types.UID]*podWorker{}, killed: map[types.UID]bool{}, scheme: "containerd"}
-	s.probes = &probe.Manager{Runtime: k.cfg.Pods.Runtime, Stop: k.cfg.Pods.StopUnhealthy, Log: k.log, Changed: s.changed}
+	s.probes = &probe.Manager{Runtime: k.cfg.Pods.Runtime, Stop: k.cfg.Pods.StopUnhealthy, Event: k.cfg.Pods.Event, Log: k.log, Changed: s.changed}
 	if v, err := k.cfg.RuntimeInfo.RuntimeVersion(ctx); err == nil {
 		if i := indexScheme(v); i > 0 {
 			s.scheme = v[:i]
@@ -390,8 +390,9 @@ func (s *podSyncer) terminate(ctx context.Context, w *podWorker, pod *corev1.Pod
 	return true, nil
 }
 
-// housekeeping removes, now and then, the runtime's sandboxes of pods the
-// node no longer has: deleted while the agent was not running.
+// housekeeping removes, now and then, the runtime's sandboxes and the
+// volumes of pods the node no longer has: deleted while the agent was not
+// running.
 func (s *podSyncer) housekeeping(ctx context.Context) {
 	for {
 		s.removeOrphans(ctx)
@@ -435,11 +436,13 @@ func (s *podSyncer) removeOrphans(ctx context.Context) {
 		cancel()
 		if err != nil {
 			s.k.log.Warn("housekeeping: remove sandbox of a pod the node no longer has", "sandbox", sb.Id, "uid", uid, "err", err)
+			known[uid] = true // its containers may still use its volumes
 			continue
 		}
 		s.k.log.Info("housekeeping: removed sandbox of a pod the node no longer has", "sandbox", sb.Id, "uid", uid,
 			"pod", sb.GetMetadata().GetNamespace()+"/"+sb.GetMetadata().GetName())
 	}
+	s.removeOrphanVolumes(known)
 }
 
 func terminal(p corev1.PodPhase) bool {

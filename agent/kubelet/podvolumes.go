@@ -17,6 +17,8 @@ type podVolumes interface {
 	Refresh(ctx context.Context, pod *corev1.Pod) error
 	// TearDown removes the pod's volumes once its containers are gone.
 	TearDown(uid types.UID) error
+	// Pods lists the pods that have volumes.
+	Pods() ([]types.UID, error)
 }
 
 // refreshVolumes refreshes the volumes of a pod that runs. A failure is
@@ -40,4 +42,31 @@ func (s *podSyncer) tearDownVolumes(uid types.UID) error {
 		return v.TearDown(uid)
 	}
 	return nil
+}
+
+// removeOrphanVolumes removes the volumes of pods that neither the API
+// nor a pod goroutine knows: deleted while the agent was not running.
+func (s *podSyncer) removeOrphanVolumes(known map[types.UID]bool) {
+	v, ok := s.k.cfg.Pods.Volumes.(podVolumes)
+	if !ok {
+		return
+	}
+	uids, err := v.Pods()
+	if err != nil {
+		s.k.log.Warn("housekeeping: list pod volumes", "err", err)
+		return
+	}
+	for _, uid := range uids {
+		s.mu.Lock()
+		busy := s.workers[uid] != nil
+		s.mu.Unlock()
+		if known[uid] || busy {
+			continue
+		}
+		if err := v.TearDown(uid); err != nil {
+			s.k.log.Warn("housekeeping: remove volumes of a pod the node no longer has", "uid", uid, "err", err)
+			continue
+		}
+		s.k.log.Info("housekeeping: removed volumes of a pod the node no longer has", "uid", uid)
+	}
 }

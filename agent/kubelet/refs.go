@@ -2,13 +2,18 @@ package kubelet
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/cairn-os/cairn/agent/kubelet/pods"
@@ -22,11 +27,16 @@ import (
 // "kubelet" on this host). The returned function, called once the pods'
 // goroutines are done, stops sending events and takes back what it gave,
 // so that the next Run with the same worker wires its own.
-func (k *kubelet) wirePodWorker(w *pods.Worker) (unwire func()) {
+func (k *kubelet) wirePodWorker(ctx context.Context, w *pods.Worker) (unwire func()) {
 	var undo []func()
 	if w.Refs == nil {
-		w.Refs = &nodeRefs{client: k.client, node: k.cfg.NodeName}
-		undo = append(undo, func() { w.Refs = nil })
+		// The Services are watched, all of them, as the kubelet does:
+		// every container start needs its namespace's.
+		factory := informers.NewSharedInformerFactory(k.client, 0)
+		services := factory.Core().V1().Services()
+		w.Refs = &nodeRefs{client: k.client, node: k.cfg.NodeName, services: services.Lister(), servicesSynced: services.Informer().HasSynced}
+		factory.Start(ctx.Done())
+		undo = append(undo, factory.Shutdown, func() { w.Refs = nil })
 	}
 	if w.Volumes == nil {
 		w.Volumes = &volumes.Manager{Root: filepath.Join(k.cfg.Dir, "pods"), Client: k.client}
@@ -58,8 +68,10 @@ func spamKey(e *corev1.Event) string {
 // nodeRefs answers pods.Refs with the node's client, which the Node
 // authorizer lets read only the ConfigMaps and Secrets of the node's pods.
 type nodeRefs struct {
-	client kubernetes.Interface
-	node   string
+	client         kubernetes.Interface
+	node           string
+	services       corelisters.ServiceLister
+	servicesSynced cache.InformerSynced
 }
 
 func (r *nodeRefs) ConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error) {
@@ -72,6 +84,15 @@ func (r *nodeRefs) Secret(ctx context.Context, namespace, name string) (*corev1.
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	return r.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (r *nodeRefs) Services(ctx context.Context, namespace string) ([]*corev1.Service, error) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	if !cache.WaitForCacheSync(ctx.Done(), r.servicesSynced) {
+		return nil, errors.New("the Services are not listed yet")
+	}
+	return r.services.Services(namespace).List(labels.Everything())
 }
 
 func (r *nodeRefs) Node(ctx context.Context) (*corev1.Node, error) {

@@ -3,6 +3,8 @@ package kubelet
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -41,12 +43,23 @@ func TestPodsSurvive(t *testing.T) {
 	t.Log("phase: the agent restarts and adopts the running pod")
 	{
 		a.stop()
+		// Volumes left by a pod deleted while the agent was away.
+		orphan := filepath.Join(cfg.Dir, "pods", "0e4f0000-dead-4bad-8000-000000000000", "volumes", "kubernetes.io~empty-dir", "x")
+		if err := os.MkdirAll(orphan, 0o755); err != nil {
+			t.Fatal(err)
+		}
 		restarted := time.Now()
 		start(t, cfg)
 		e.waitLeaseRenewedAfter(t, restarted)
 		// The new agent synced the pod when it started; give it a few
 		// syncs to do anything wrong.
 		time.Sleep(3 * time.Second)
+		eventually(t, 10*time.Second, "orphan volumes removed by housekeeping", func() error {
+			if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+				return fmt.Errorf("%s still there (%v)", orphan, err)
+			}
+			return nil
+		})
 		if got := e.onlySandbox(t, pod); got != sandbox {
 			t.Fatalf("sandbox %s after the agent's restart, want the running %s kept", got, sandbox)
 		}

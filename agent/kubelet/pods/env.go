@@ -26,6 +26,9 @@ type Refs interface {
 	// Node is the Node the pods run on: its addresses are the pods' host
 	// IPs, its allocatable stands in for a container's missing limits.
 	Node(ctx context.Context) (*corev1.Node, error)
+	// Services are the Services of a namespace, for the service
+	// environment variables (servicelinks.go).
+	Services(ctx context.Context, namespace string) ([]*corev1.Service, error)
 }
 
 // HostIPs are the IPs a pod on node sees as its host's (status.hostIPs):
@@ -53,7 +56,7 @@ func (w *Worker) containerEnv(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 	b := &envBuilder{
 		refs: w.Refs,
 		pod:  pod,
-		warn: func(reason, msg string) { w.event(pod, c.Name, corev1.EventTypeWarning, reason, "%s", msg) },
+		warn: func(reason, msg string) { w.Event(pod, c.Name, corev1.EventTypeWarning, reason, "%s", msg) },
 	}
 	if sb.ip != "" {
 		b.podIPs = []string{sb.ip}
@@ -80,8 +83,9 @@ type envBuilder struct {
 	index map[string]int
 }
 
-// env is c's environment as the kubelet makes it: the variables of
-// envFrom's ConfigMaps and Secrets, each under its prefix, then env in
+// env is c's environment as the kubelet makes it: the service variables,
+// then those of envFrom's ConfigMaps and Secrets, each under its prefix,
+// then env in
 // order, each value with the $(VAR)
 // references to the variables before it expanded, or read from what
 // valueFrom names. A later variable replaces an earlier one of the same
@@ -90,6 +94,9 @@ type envBuilder struct {
 // CreateContainerConfigError.
 func (b *envBuilder) env(ctx context.Context, c *corev1.Container) ([]*criv1.KeyValue, error) {
 	b.vars, b.index = nil, map[string]int{}
+	if err := b.serviceEnv(ctx); err != nil {
+		return nil, err
+	}
 	for _, from := range c.EnvFrom {
 		if err := b.envFrom(ctx, from); err != nil {
 			return nil, err

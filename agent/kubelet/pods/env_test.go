@@ -51,7 +51,12 @@ type fakeRefs struct {
 	configMaps map[string]*corev1.ConfigMap
 	secrets    map[string]*corev1.Secret
 	node       *corev1.Node
+	services   map[string][]*corev1.Service // by namespace
 	gets       int
+}
+
+func (f *fakeRefs) Services(_ context.Context, ns string) ([]*corev1.Service, error) {
+	return f.services[ns], nil
 }
 
 func (f *fakeRefs) ConfigMap(_ context.Context, ns, name string) (*corev1.ConfigMap, error) {

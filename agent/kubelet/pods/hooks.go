@@ -62,6 +62,7 @@ func (w *Worker) postStart(ctx context.Context, pod *corev1.Pod, c *corev1.Conta
 	if err == nil {
 		return nil
 	}
+	w.Event(pod, c.Name, corev1.EventTypeWarning, "FailedPostStartHook", "PostStartHook failed: %v", err)
 	err = fmt.Errorf("%s: postStart hook: %w", containerName(pod, c), err)
 	if stopErr := w.stop(ctx, pod, id, c.Name, podIP, GracePeriod(pod)); stopErr != nil {
 		err = errors.Join(err, stopErr)
@@ -95,11 +96,12 @@ func (w *Worker) stoppedUnhealthy(id string) bool {
 // grace.
 func (w *Worker) stop(ctx context.Context, pod *corev1.Pod, id, name, podIP string, grace time.Duration) error {
 	deadline := time.Now().Add(grace)
-	w.event(pod, name, corev1.EventTypeNormal, "Killing", "Stopping container %s", name)
+	w.Event(pod, name, corev1.EventTypeNormal, "Killing", "Stopping container %s", name)
 	var hookErr error
 	if c := specContainer(pod, name); c != nil && c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
 		hctx, cancel := context.WithDeadline(ctx, deadline)
 		if err := w.runHook(hctx, pod, c, id, podIP, c.Lifecycle.PreStop, grace); err != nil {
+			w.Event(pod, name, corev1.EventTypeWarning, "FailedPreStopHook", "PreStopHook failed: %v", err)
 			hookErr = fmt.Errorf("%s: preStop hook: %w", containerName(pod, c), err)
 		}
 		cancel()

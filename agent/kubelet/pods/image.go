@@ -41,7 +41,7 @@ type pullFailure struct {
 func (w *Worker) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Container, sandbox *criv1.PodSandboxConfig) (string, time.Time, error) {
 	if _, err := reference.ParseNormalizedNamed(c.Image); err != nil {
 		msg := fmt.Sprintf("Failed to apply default image tag %q: couldn't parse image name %q: %v", c.Image, c.Image, err)
-		w.event(pod, c.Name, corev1.EventTypeWarning, "InspectFailed", "%s", msg)
+		w.Event(pod, c.Name, corev1.EventTypeWarning, "InspectFailed", "%s", msg)
 		return "", time.Time{}, &waitError{ErrInvalidImageName, msg}
 	}
 	spec := &criv1.ImageSpec{Image: c.Image}
@@ -50,16 +50,16 @@ func (w *Worker) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 		st, err := w.Images.ImageStatus(ctx, &criv1.ImageStatusRequest{Image: spec})
 		if err != nil {
 			msg := fmt.Sprintf("Failed to inspect image %q: %s", c.Image, criMessage(err))
-			w.event(pod, c.Name, corev1.EventTypeWarning, "InspectFailed", "%s", msg)
+			w.Event(pod, c.Name, corev1.EventTypeWarning, "InspectFailed", "%s", msg)
 			return "", time.Time{}, &waitError{ErrImageInspect, msg}
 		}
 		if st.Image != nil {
-			w.event(pod, c.Name, corev1.EventTypeNormal, "Pulled", "Container image %q already present on machine", c.Image)
+			w.Event(pod, c.Name, corev1.EventTypeNormal, "Pulled", "Container image %q already present on machine", c.Image)
 			return st.Image.Id, time.Time{}, nil
 		}
 		if policy == corev1.PullNever {
 			msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", c.Image)
-			w.event(pod, c.Name, corev1.EventTypeWarning, "ErrImageNeverPull", "%s", msg)
+			w.Event(pod, c.Name, corev1.EventTypeWarning, "ErrImageNeverPull", "%s", msg)
 			return "", time.Time{}, &waitError{ErrImageNeverPull, msg}
 		}
 	}
@@ -71,13 +71,13 @@ func (w *Worker) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 			if !f.told {
 				f.told = true
 				w.pulls.Store(key, f)
-				w.event(pod, c.Name, corev1.EventTypeNormal, "BackOff", "Back-off pulling image %q", c.Image)
-				w.event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Error: %s", ErrImagePullBackOff)
+				w.Event(pod, c.Name, corev1.EventTypeNormal, "BackOff", "Back-off pulling image %q", c.Image)
+				w.Event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Error: %s", ErrImagePullBackOff)
 			}
 			return "", until, &waitError{ErrImagePullBackOff, fmt.Sprintf("Back-off pulling image %q: %s: %s", c.Image, ErrImagePull, f.err)}
 		}
 	}
-	w.event(pod, c.Name, corev1.EventTypeNormal, "Pulling", "Pulling image %q", c.Image)
+	w.Event(pod, c.Name, corev1.EventTypeNormal, "Pulling", "Pulling image %q", c.Image)
 	start := time.Now()
 	ref, err := w.pull(ctx, pod, c, spec, sandbox)
 	if err != nil {
@@ -88,11 +88,11 @@ func (w *Worker) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 			}
 		}
 		w.pulls.Store(key, f)
-		w.event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Failed to pull image %q: %v", c.Image, err)
+		w.Event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Failed to pull image %q: %v", c.Image, err)
 		return "", time.Time{}, &waitError{ErrImagePull, err.Error()}
 	}
 	w.pulls.Delete(key)
-	w.event(pod, c.Name, corev1.EventTypeNormal, "Pulled", "Successfully pulled image %q in %v", c.Image, time.Since(start).Round(time.Millisecond))
+	w.Event(pod, c.Name, corev1.EventTypeNormal, "Pulled", "Successfully pulled image %q in %v", c.Image, time.Since(start).Round(time.Millisecond))
 	return ref, time.Time{}, nil
 }
 
@@ -144,12 +144,12 @@ func (w *Worker) pullCredentials(ctx context.Context, pod *corev1.Pod, c *corev1
 		secrets = append(secrets, s)
 	}
 	if len(missing) > 0 {
-		w.event(pod, "", corev1.EventTypeWarning, "FailedToRetrieveImagePullSecret",
+		w.Event(pod, "", corev1.EventTypeWarning, "FailedToRetrieveImagePullSecret",
 			"Unable to retrieve some image pull secrets (%s); attempting to pull the image may not succeed.", strings.Join(missing, ", "))
 	}
 	keys, err := parseKeyring(secrets)
 	if err != nil {
-		w.event(pod, "", corev1.EventTypeWarning, "FailedToRetrieveImagePullSecret", "Some image pull secrets are not valid: %v", err)
+		w.Event(pod, "", corev1.EventTypeWarning, "FailedToRetrieveImagePullSecret", "Some image pull secrets are not valid: %v", err)
 	}
 	return keys.lookup(c.Image)
 }

@@ -254,7 +254,7 @@ func (w *Worker) syncContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 			cs.State, cs.Reason, cs.BackoffUntil = Waiting, ReasonCrashLoopBackOff, next
 			cs.Message = fmt.Sprintf("back-off %v restarting failed container %s of pod %s/%s", RestartDelay(runs), c.Name, pod.Namespace, pod.Name)
 			if told, _ := w.toldBackoff.Swap(backoffKey{pod.UID, c.Name}, latest.Id); told != latest.Id {
-				w.event(pod, c.Name, corev1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s/%s", c.Name, pod.Namespace, pod.Name)
+				w.Event(pod, c.Name, corev1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s/%s", c.Name, pod.Namespace, pod.Name)
 			}
 			return cs, nil
 		}
@@ -280,7 +280,7 @@ func (w *Worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 			waiting.BackoffUntil = retryAt
 			return waiting, nil
 		}
-		w.event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Error: %s", waiting.Reason)
+		w.Event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Error: %s", waiting.Reason)
 		return waiting, fmt.Errorf("%s: %w", containerName(pod, c), err)
 	}
 	env, err := w.containerEnv(ctx, pod, c, sb)
@@ -299,7 +299,7 @@ func (w *Worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 	if err != nil {
 		return w.failed(pod, c, waiting, &waitError{ErrCreateContainer, criMessage(err)})
 	}
-	w.event(pod, c.Name, corev1.EventTypeNormal, "Created", "Created container: %s", c.Name)
+	w.Event(pod, c.Name, corev1.EventTypeNormal, "Created", "Created container: %s", c.Name)
 	return w.run(ctx, pod, c, created.ContainerId, sb, waiting)
 }
 
@@ -312,7 +312,7 @@ func (w *Worker) run(ctx context.Context, pod *corev1.Pod, c *corev1.Container, 
 		waiting.ID, waiting.StartedAt, waiting.FinishedAt = "", time.Time{}, time.Time{}
 		return w.failed(pod, c, waiting, &waitError{ErrRunContainer, criMessage(err)})
 	}
-	w.event(pod, c.Name, corev1.EventTypeNormal, "Started", "Started container %s", c.Name)
+	w.Event(pod, c.Name, corev1.EventTypeNormal, "Started", "Started container %s", c.Name)
 	return w.started(ctx, pod, c, id, sb)
 }
 
@@ -320,7 +320,7 @@ func (w *Worker) run(ctx context.Context, pod *corev1.Pod, c *corev1.Container, 
 // status and the error for Sync.
 func (w *Worker) failed(pod *corev1.Pod, c *corev1.Container, waiting ContainerStatus, err *waitError) (ContainerStatus, error) {
 	waiting.State, waiting.Reason, waiting.Message = Waiting, err.reason.Error(), err.msg
-	w.event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Error: %s", err.msg)
+	w.Event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Error: %s", err.msg)
 	return waiting, fmt.Errorf("%s: %w", containerName(pod, c), err)
 }
 

@@ -47,9 +47,9 @@ type Events interface {
 	Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any)
 }
 
-// event records an event about the container named name of pod, or about
-// the pod when name is empty.
-func (w *Worker) event(pod *corev1.Pod, name, eventtype, reason, format string, args ...any) {
+// Event records an event about the container named name of pod, or about
+// the pod when name is empty, if the worker has Events.
+func (w *Worker) Event(pod *corev1.Pod, name, eventtype, reason, format string, args ...any) {
 	if w.Events == nil {
 		return
 	}

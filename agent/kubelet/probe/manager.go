@@ -20,7 +20,10 @@ type Manager struct {
 	// giving it grace after SIGTERM; the pod worker's StopUnhealthy,
 	// which runs the preStop hook and has the container restarted.
 	Stop func(ctx context.Context, pod *corev1.Pod, name, containerID string, grace time.Duration) error
-	Log  *slog.Logger
+	// Event, if set, records an event about a pod's container: a failed
+	// probe is told as an Unhealthy warning.
+	Event func(pod *corev1.Pod, container, eventtype, reason, format string, args ...any)
+	Log   *slog.Logger
 	// Changed is called, from a probe's goroutine, when a result of a
 	// pod's container changed or a container was stopped for failing.
 	Changed func(types.UID)
@@ -140,6 +143,9 @@ func (m *Manager) result(k key, containerID string) bool {
 	return w != nil && w.containerID == containerID && w.result
 }
 
+// kindTitle is how events name a kind of probe.
+var kindTitle = map[Kind]string{Startup: "Startup", Liveness: "Liveness", Readiness: "Readiness"}
+
 // set records a verdict; it says whether it changed.
 func (m *Manager) set(k key, w *worker, v bool) bool {
 	m.mu.Lock()
@@ -205,6 +211,9 @@ func (m *Manager) run(ctx context.Context, k key, w *worker, pod *corev1.Pod, c 
 		} else {
 			oks, fails = 0, fails+1
 			log.Debug("probe failed", "err", err, "failures", fails)
+			if m.Event != nil {
+				m.Event(pod, c.Name, corev1.EventTypeWarning, "Unhealthy", "%s probe failed: %v", kindTitle[k.kind], err)
+			}
 		}
 		switch {
 		case oks >= success:

@@ -220,3 +220,22 @@ func (m *Manager) TearDown(uid types.UID) error {
 	}
 	return nil
 }
+
+// Pods lists the UIDs of the pods that have volumes on the host, for
+// removing those of pods deleted while the agent was not running.
+func (m *Manager) Pods() ([]types.UID, error) {
+	ents, err := os.ReadDir(m.Root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list pods with volumes: %w", err)
+	}
+	var uids []types.UID
+	for _, e := range ents {
+		if e.IsDir() {
+			uids = append(uids, types.UID(e.Name()))
+		}
+	}
+	return uids, nil
+}
