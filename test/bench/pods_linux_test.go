@@ -76,7 +76,7 @@ func BenchmarkPodStartup(b *testing.B) {
 		})
 		report(b, floor, agent, kubelet)
 		if profile != "" {
-			fmt.Printf("agent CPU profile of the concurrent run: %s (go tool pprof -top %s %s)\n", profile, agentBin, profile)
+			fmt.Printf("agent CPU profile of the concurrent run: go tool pprof -top %s\n", profile)
 		}
 	}
 }
@@ -549,7 +549,8 @@ func report(b *testing.B, floor, agent, kubelet nodeFigures) {
 		name string
 		f    nodeFigures
 	}{{"cri-floor", floor}, {"agent", agent}, {"kubelet", kubelet}}
-	fmt.Printf("pod startup of %d pods, creation to Running seen through a watch (cri-floor: RunPodSandbox+CreateContainer+StartContainer), nearest-rank percentiles\n", podCount)
+	fmt.Printf("pod startup of %d pods, creation to Running seen through a watch (cri-floor: RunPodSandbox+CreateContainer+StartContainer), nearest-rank percentiles;\n", podCount)
+	fmt.Printf("concurrent: CPU-seconds of containerd and of the whole host (busy, of what its CPUs had) until the last pod was Ready\n")
 	for _, mode := range []string{"sequential", "concurrent"} {
 		for _, c := range contenders {
 			lat, extra := c.f.seq, ""

@@ -1,9 +1,9 @@
 // Command podagent runs cairn-agent's kubelet part alone, as a process of
 // its own, for the pod startup benchmark (test/bench): the same
-// kubelet.Run and pod worker that cairn-agent runs, on a given CRI socket,
-// node name and cluster section, without the management API, init and the
-// Service dataplane. The benchmark reads its CPU time and memory from
-// /proc like the upstream kubelet's.
+// kubelet.Run, pod worker and metrics that cairn-agent runs, on a given
+// CRI socket, node name and cluster section, without the management API,
+// init, the Service dataplane and the pod network config. The benchmark
+// reads its CPU time and memory from /proc like the upstream kubelet's.
 //
 //	podagent -cri-socket /tmp/x/containerd.sock -node-name bench-agent \
 //		-cluster cluster.json -dir /tmp/x/agent -log-root /tmp/x/pods
@@ -23,6 +23,8 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cairn-os/cairn/agent/kubelet"
 	"github.com/cairn-os/cairn/agent/kubelet/cri"
@@ -61,7 +63,10 @@ func run(socket, nodeName, clusterFile, dir, logRoot, cpuProfile string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	rt, err := cri.New(socket)
+	// The metrics are recorded as in cairn-agent, though nothing reads
+	// them here.
+	reg := prometheus.NewRegistry()
+	rt, err := cri.New(socket, cri.WithMetrics(reg))
 	if err != nil {
 		return err
 	}
@@ -73,6 +78,7 @@ func run(socket, nodeName, clusterFile, dir, logRoot, cpuProfile string) error {
 		RuntimeInfo:   rt,
 		RuntimeStatus: rt,
 		Pods:          kubelet.NewPodWorker(&cluster, rt, logRoot),
+		Metrics:       reg,
 		Version:       "bench",
 		Log:           slog.Default().With("component", "kubelet"),
 	})
