@@ -323,6 +323,11 @@ func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod,
 		w.poke() // deleted meanwhile: terminate next
 		return time.Time{}, nil
 	}
+	if st == nil {
+		// The runtime could not be read: the API keeps the last status,
+		// and the probes go on until the runtime answers again.
+		return time.Time{}, syncErr
+	}
 	s.refreshVolumes(ctx, pod, log)
 	status := s.podStatus(pod, st, metav1.Now())
 	var running []probe.Running

@@ -109,20 +109,26 @@ func (w *Worker) cgroupParent(pod *corev1.Pod) string {
 
 // Sync takes the next steps to run pod and returns its status. An error
 // says which step failed; the status is still as complete as it could be
-// made.
+// made, or nil if the runtime could not be read at all (containerd away):
+// then nothing is known of the pod's containers, not even that they are
+// gone.
 func (w *Worker) Sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
-	sandboxID, sandboxCfg, err := w.ensureSandbox(ctx, pod)
+	sandboxes, err := w.sandboxes(ctx, pod)
+	if err != nil {
+		return nil, err
+	}
+	sandboxID, sandboxCfg, err := w.ensureSandbox(ctx, pod, sandboxes)
 	if err != nil {
 		return &Status{Phase: corev1.PodPending}, err
 	}
 	st := &Status{SandboxID: sandboxID}
 	if st.PodIP, err = w.podIP(ctx, pod, sandboxID); err != nil {
-		return st, err
+		return nil, err
 	}
 	sb := sandbox{id: sandboxID, cfg: sandboxCfg, ip: st.PodIP}
 	history, err := w.history(ctx, sandboxID)
 	if err != nil {
-		return st, fmt.Errorf("containers of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		return nil, fmt.Errorf("containers of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	now := w.now()
 	var errs []error
@@ -164,13 +170,10 @@ func (w *Worker) Sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
 	return st, errors.Join(errs...)
 }
 
-// ensureSandbox returns the pod's ready sandbox, making one if there is
-// none (again if an earlier one died, with the next attempt number).
-func (w *Worker) ensureSandbox(ctx context.Context, pod *corev1.Pod) (string, *criv1.PodSandboxConfig, error) {
-	sandboxes, err := w.sandboxes(ctx, pod)
-	if err != nil {
-		return "", nil, err
-	}
+// ensureSandbox returns the pod's ready sandbox among its sandboxes,
+// making one if there is none (again if an earlier one died, with the
+// next attempt number).
+func (w *Worker) ensureSandbox(ctx context.Context, pod *corev1.Pod, sandboxes []*criv1.PodSandbox) (string, *criv1.PodSandboxConfig, error) {
 	var attempt uint32
 	for _, sb := range sandboxes {
 		if sb.State == criv1.PodSandboxState_SANDBOX_READY {

@@ -228,7 +228,10 @@ func TestCrashLoopBackOff(t *testing.T) {
 func TestKill(t *testing.T) {
 	e := setup(t)
 	pod := newPod("kill", corev1.RestartPolicyAlways, corev1.Container{Name: "hello", Image: e.hello})
-	e.syncUntil(t, pod, "Running", phaseIs(corev1.PodRunning))
+	st := e.syncUntil(t, pod, "Running", phaseIs(corev1.PodRunning))
+	// Its first line says it handles SIGTERM: as PID 1 it would ignore
+	// the signal before.
+	runtime.LogLines(t, st.Containers[0].LogPath, 1)
 	start := time.Now()
 	if err := e.w.Kill(e.ctx, pod, 10*time.Second); err != nil {
 		t.Fatalf("Kill: %v", err)

@@ -355,12 +355,22 @@ func TestSetupErrors(t *testing.T) {
 				Spec:       corev1.PodSpec{Volumes: []corev1.Volume{tc.volume}},
 			})
 			t.Cleanup(func() { e.m.TearDown(pod.UID) })
-			_, err := e.setup(pod)
+			// The other volumes are still made: the token works. Setup
+			// is tried again while the Node authorizer does not know
+			// the pod yet (a Forbidden hidden behind the volume's own
+			// error).
+			token := filepath.Join(e.m.Root, string(pod.UID), "volumes", "kubernetes.io~projected", apiAccess(t, pod), "token")
+			var err error
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				_, err = e.m.Setup(context.Background(), pod)
+				if _, statErr := os.Stat(token); statErr == nil || time.Now().After(deadline) {
+					break
+				}
+			}
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Setup = %v, want an error with %q", err, tc.want)
 			}
-			// The other volumes are still made: the token works.
-			if _, err := os.Stat(filepath.Join(e.m.Root, string(pod.UID), "volumes", "kubernetes.io~projected", apiAccess(t, pod), "token")); err != nil {
+			if _, err := os.Stat(token); err != nil {
 				t.Errorf("kube-api-access beside the failing volume: %v", err)
 			}
 		})
