@@ -32,6 +32,7 @@ import (
 	"github.com/cairn-os/cairn/agent/kubelet/host"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/test/kube"
+	"github.com/cairn-os/cairn/test/poll"
 )
 
 // fakeRuntime is the container runtime as the tests want it.
@@ -118,27 +119,10 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// eventually calls f every 50 ms until it returns nil, and fails the test
-// with f's last error if that takes longer than timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v: %v", what, timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func getNode(t *testing.T, c *kube.Cluster, name string) *corev1.Node {
 	t.Helper()
 	var node *corev1.Node
-	eventually(t, 20*time.Second, "Node "+name, func() (err error) {
+	poll.Until(t, 20*time.Second, "Node "+name, func() (err error) {
 		node, err = c.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
 		return err
 	})
@@ -189,7 +173,7 @@ func lease(t *testing.T, c *kube.Cluster, name string) (*metav1.MicroTime, error
 // waitRenewedAfter waits until the Lease of name was renewed after t0.
 func waitRenewedAfter(t *testing.T, c *kube.Cluster, name string, t0 time.Time, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout, "Lease renewed after "+t0.Format(time.StampMilli), func() error {
+	poll.Until(t, timeout, "Lease renewed after "+t0.Format(time.StampMilli), func() error {
 		rt, err := lease(t, c, name)
 		if err != nil {
 			return err
@@ -457,7 +441,7 @@ func testRotation(t *testing.T, c *kube.Cluster) {
 	frozen.Store(&at)
 
 	var cur *x509.Certificate
-	eventually(t, 10*time.Second, "rotation", func() error {
+	poll.Until(t, 10*time.Second, "rotation", func() error {
 		if cur = a.k.creds.cert.Load().Leaf; cur.SerialNumber.Cmp(old.SerialNumber) == 0 {
 			return errors.New("still the old certificate")
 		}
@@ -542,7 +526,7 @@ func testAdopt(t *testing.T, c *kube.Cluster) {
 	cfg.Cluster.NodeLabels = map[string]string{"example.com/rack": "r2"}
 	start(t, cfg)
 	var node *corev1.Node
-	eventually(t, 10*time.Second, "adopted Node with a Ready condition", func() (err error) {
+	poll.Until(t, 10*time.Second, "adopted Node with a Ready condition", func() (err error) {
 		node, err = c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err == nil && findCondition(node.Status.Conditions, corev1.NodeReady) == nil {
 			err = errors.New("no Ready condition yet")
@@ -580,7 +564,7 @@ func testStatus(t *testing.T, c *kube.Cluster) {
 	mem0 := *findCondition(node.Status.Conditions, corev1.NodeMemoryPressure)
 
 	// Unchanged conditions are reported again, with new heartbeats only.
-	eventually(t, 5*time.Second, "a heartbeat", func() error {
+	poll.Until(t, 5*time.Second, "a heartbeat", func() error {
 		node = getNode(t, c, name)
 		if r := findCondition(node.Status.Conditions, corev1.NodeReady); !r.LastHeartbeatTime.After(ready0.LastHeartbeatTime.Time) {
 			return errors.New("Ready heartbeat has not moved")
@@ -603,7 +587,7 @@ func testStatus(t *testing.T, c *kube.Cluster) {
 	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond))) // a new second for the transition
 	flipped := time.Now()
 	a.rt.set(true, false, "NetworkPluginNotReady: cni config uninitialized")
-	eventually(t, 2*time.Second, "Ready False", func() error {
+	poll.Until(t, 2*time.Second, "Ready False", func() error {
 		node = getNode(t, c, name)
 		if r := findCondition(node.Status.Conditions, corev1.NodeReady); r.Status != corev1.ConditionFalse {
 			return errors.New("Ready is " + string(r.Status))
@@ -629,7 +613,7 @@ func testStatus(t *testing.T, c *kube.Cluster) {
 
 	// The runtime itself goes down, then everything comes back.
 	a.rt.set(false, false, "containerd is restarting")
-	eventually(t, 2*time.Second, "Ready for RuntimeNotReady", func() error {
+	poll.Until(t, 2*time.Second, "Ready for RuntimeNotReady", func() error {
 		r := findCondition(getNode(t, c, name).Status.Conditions, corev1.NodeReady)
 		if r.Reason != "RuntimeNotReady" {
 			return errors.New("Ready reason is " + r.Reason)
@@ -637,7 +621,7 @@ func testStatus(t *testing.T, c *kube.Cluster) {
 		return nil
 	})
 	a.rt.set(true, true, "")
-	eventually(t, 2*time.Second, "Ready True", func() error {
+	poll.Until(t, 2*time.Second, "Ready True", func() error {
 		if r := findCondition(getNode(t, c, name).Status.Conditions, corev1.NodeReady); r.Status != corev1.ConditionTrue {
 			return errors.New("Ready is " + string(r.Status))
 		}
@@ -653,7 +637,7 @@ func testQuiet(t *testing.T, c *kube.Cluster) {
 	cfg.StatusInterval = 50 * time.Millisecond
 	start(t, cfg)
 	var node *corev1.Node
-	eventually(t, 15*time.Second, "the control plane done with the Node", func() error {
+	poll.Until(t, 15*time.Second, "the control plane done with the Node", func() error {
 		node = getNode(t, c, name)
 		if len(node.Spec.Taints) > 0 || node.Labels["beta.kubernetes.io/os"] == "" {
 			return errors.New("not-ready taint or no beta labels yet")
@@ -704,7 +688,7 @@ func testLease(t *testing.T, c *kube.Cluster) {
 		[]byte(`{"status":{"capacity":{"pods":"1"}}}`)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "status patched after the restart", func() error {
+	poll.Until(t, 5*time.Second, "status patched after the restart", func() error {
 		n := getNode(t, c, name)
 		if n.Status.Capacity.Pods().Cmp(resource.MustParse("110")) != 0 {
 			return errors.New("capacity pods not reported again")

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/cairn-os/cairn/agent/kubelet/pods"
+	"github.com/cairn-os/cairn/test/poll"
 	"github.com/cairn-os/cairn/test/registry"
 	"github.com/cairn-os/cairn/test/runtime"
 )
@@ -417,7 +418,7 @@ func (e *podEnv) watchWaiting(t *testing.T, pod *corev1.Pod, timeout time.Durati
 func (e *podEnv) wantEvents(t *testing.T, pod *corev1.Pod, container string, reasons ...string) []corev1.Event {
 	t.Helper()
 	var evs []corev1.Event
-	eventually(t, 30*time.Second, "events "+strings.Join(reasons, ", "), func() error {
+	poll.Until(t, 30*time.Second, "events "+strings.Join(reasons, ", "), func() error {
 		list, err := e.c.Client.CoreV1().Events(pod.Namespace).List(context.Background(), metav1.ListOptions{
 			FieldSelector: fields.Set{"involvedObject.uid": string(pod.UID)}.String(),
 		})

@@ -21,6 +21,7 @@ import (
 	"github.com/cairn-os/cairn/agent/kubelet/cri"
 	"github.com/cairn-os/cairn/agent/kubelet/pods"
 	"github.com/cairn-os/cairn/test/kube"
+	"github.com/cairn-os/cairn/test/poll"
 	"github.com/cairn-os/cairn/test/registry"
 	"github.com/cairn-os/cairn/test/runtime"
 )
@@ -93,7 +94,7 @@ func newPodEnv(t *testing.T, node string) (*podEnv, Config) {
 }
 
 func (e *podEnv) testNodeReady(t *testing.T) {
-	eventually(t, 60*time.Second, "Node Ready", func() error {
+	poll.Until(t, 60*time.Second, "Node Ready", func() error {
 		node, err := e.c.Client.CoreV1().Nodes().Get(context.Background(), e.node, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -120,7 +121,7 @@ func (e *podEnv) createPod(t *testing.T, pod *corev1.Pod) *corev1.Pod {
 	pod.Spec.NodeName = e.node
 	pod.Spec.AutomountServiceAccountToken = new(bool)
 	var got *corev1.Pod
-	eventually(t, 30*time.Second, "create Pod "+pod.Name, func() (err error) {
+	poll.Until(t, 30*time.Second, "create Pod "+pod.Name, func() (err error) {
 		got, err = e.c.Client.CoreV1().Pods(pod.Namespace).Create(context.Background(), pod, metav1.CreateOptions{})
 		return err
 	})
@@ -233,7 +234,7 @@ func (e *podEnv) testRunDelete(t *testing.T) {
 	if err := e.c.Client.CoreV1().Pods("default").Delete(ctx, "hello", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "Pod object gone", func() error {
+	poll.Until(t, 30*time.Second, "Pod object gone", func() error {
 		_, err := e.c.Client.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -253,7 +254,7 @@ func (e *podEnv) testRunDelete(t *testing.T) {
 func (e *podEnv) wantNoSandboxes(t *testing.T, uid string) {
 	t.Helper()
 	ctx := context.Background()
-	eventually(t, 10*time.Second, "pod's sandboxes and containers removed", func() error {
+	poll.Until(t, 10*time.Second, "pod's sandboxes and containers removed", func() error {
 		sbs, err := e.rt.RuntimeClient.ListPodSandbox(ctx, &criv1.ListPodSandboxRequest{
 			Filter: &criv1.PodSandboxFilter{LabelSelector: map[string]string{pods.LabelPodUID: uid}},
 		})
@@ -317,7 +318,7 @@ func (e *podEnv) testFails(t *testing.T) {
 	if err := e.c.Client.CoreV1().Pods("default").Delete(ctx, "fails", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "Pod object gone", func() error {
+	poll.Until(t, 30*time.Second, "Pod object gone", func() error {
 		_, err := e.c.Client.CoreV1().Pods("default").Get(ctx, "fails", metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -362,7 +363,7 @@ func (e *podEnv) testRestarts(t *testing.T) {
 	if err := e.c.Client.CoreV1().Pods("default").Delete(ctx, "restarts", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "Pod object gone", func() error {
+	poll.Until(t, 30*time.Second, "Pod object gone", func() error {
 		_, err := e.c.Client.CoreV1().Pods("default").Get(ctx, "restarts", metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil

@@ -10,6 +10,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/cairn-os/cairn/test/poll"
 )
 
 func podCondition(p *corev1.Pod, t corev1.PodConditionType) corev1.ConditionStatus {
@@ -28,7 +30,7 @@ func (e *podEnv) deletePod(t *testing.T, pod *corev1.Pod) {
 	if err := e.c.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "Pod object gone", func() error {
+	poll.Until(t, 30*time.Second, "Pod object gone", func() error {
 		_, err := e.c.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil

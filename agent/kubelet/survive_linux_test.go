@@ -14,6 +14,7 @@ import (
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cairn-os/cairn/agent/kubelet/pods"
+	"github.com/cairn-os/cairn/test/poll"
 )
 
 // TestPodsSurvive wants the node's pods to outlive the agent, the API
@@ -54,7 +55,7 @@ func TestPodsSurvive(t *testing.T) {
 		// The new agent synced the pod when it started; give it a few
 		// syncs to do anything wrong.
 		time.Sleep(3 * time.Second)
-		eventually(t, 10*time.Second, "orphan volumes removed by housekeeping", func() error {
+		poll.Until(t, 10*time.Second, "orphan volumes removed by housekeeping", func() error {
 			if _, err := os.Stat(orphan); !os.IsNotExist(err) {
 				return fmt.Errorf("%s still there (%v)", orphan, err)
 			}
@@ -110,7 +111,7 @@ func TestPodsSurvive(t *testing.T) {
 		e.c.StopAPIServer()
 		// Without the API server the node still restarts what crashes.
 		e.crash(t, before.ContainerID)
-		eventually(t, 60*time.Second, "container restarted while the API server is away", func() error {
+		poll.Until(t, 60*time.Second, "container restarted while the API server is away", func() error {
 			id, attempt := e.runningContainer(t, pod)
 			if id == "" || "containerd://"+id == before.ContainerID {
 				return fmt.Errorf("no new running container yet (attempt %d)", attempt)
@@ -200,7 +201,7 @@ func (e *podEnv) crash(t *testing.T, containerID string) {
 // waitLeaseRenewedAfter waits until the node's Lease was renewed after t0.
 func (e *podEnv) waitLeaseRenewedAfter(t *testing.T, t0 time.Time) {
 	t.Helper()
-	eventually(t, 30*time.Second, "Lease renewed by the new agent", func() error {
+	poll.Until(t, 30*time.Second, "Lease renewed by the new agent", func() error {
 		l, err := e.c.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(context.Background(), e.node, metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -21,6 +21,7 @@ import (
 
 	"github.com/cairn-os/cairn/agent/kubelet/pods"
 	"github.com/cairn-os/cairn/agent/kubelet/volumes"
+	"github.com/cairn-os/cairn/test/poll"
 	"github.com/cairn-os/cairn/test/registry"
 	"github.com/cairn-os/cairn/test/runtime"
 )
@@ -72,7 +73,7 @@ func (e *volumeEnv) createPod(t *testing.T, pod *corev1.Pod) *corev1.Pod {
 	grace := int64(1)
 	pod.Spec.TerminationGracePeriodSeconds = &grace
 	var got *corev1.Pod
-	eventually(t, 30*time.Second, "create Pod "+pod.Name, func() (err error) {
+	poll.Until(t, 30*time.Second, "create Pod "+pod.Name, func() (err error) {
 		got, err = e.c.Client.CoreV1().Pods(pod.Namespace).Create(context.Background(), pod, metav1.CreateOptions{})
 		return err
 	})
@@ -142,7 +143,7 @@ func (e *volumeEnv) testAPIAccess(t *testing.T) {
 	// issue: the container reads the new one through its mount.
 	e.clock.advance(25 * time.Hour)
 	var renewed string
-	eventually(t, 30*time.Second, "token renewed", func() error {
+	poll.Until(t, 30*time.Second, "token renewed", func() error {
 		if renewed = e.hostToken(t, tokenPath); renewed == token {
 			return fmt.Errorf("token in %s unchanged", tokenPath)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/cairn-os/cairn/api/client"
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/test/kube"
+	"github.com/cairn-os/cairn/test/poll"
 )
 
 // guestHost is the host as the guest sees it with QEMU user networking:
@@ -34,7 +35,7 @@ const guestHost = "10.0.2.2"
 func testPod(t *testing.T, ctx context.Context, kc *kube.Cluster, c *client.Client, cairnconfig, image string, start time.Time) {
 	const nodeName, ns = "e2e-node", "default"
 	var node *corev1.Node
-	poll(t, 3*time.Minute, "Node "+nodeName+" Ready", func() (err error) {
+	poll.Until(t, 3*time.Minute, "Node "+nodeName+" Ready", func() (err error) {
 		if node, err = kc.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{}); err != nil {
 			return err
 		}
@@ -68,7 +69,7 @@ func testPod(t *testing.T, ctx context.Context, kc *kube.Cluster, c *client.Clie
 	if _, err := kc.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 3*time.Minute, "Pod Running with an address", func() error {
+	poll.Until(t, 3*time.Minute, "Pod Running with an address", func() error {
 		p, err := kc.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -84,7 +85,7 @@ func testPod(t *testing.T, ctx context.Context, kc *kube.Cluster, c *client.Clie
 	t.Logf("Pod Running %s after it was created (image pulled from the host)", time.Since(created).Round(100*time.Millisecond))
 
 	const want = "hello from cairn-test-image pid=1 args=--in-pod"
-	poll(t, 30*time.Second, "the Pod's log line through the node API", func() error {
+	poll.Until(t, 30*time.Second, "the Pod's log line through the node API", func() error {
 		out, err := readStream(c.PodLogs(ctx, &machine.PodLogsRequest{Namespace: ns, Pod: pod.Name, TailLines: 10}))
 		if err != nil {
 			return err
@@ -102,7 +103,7 @@ func testPod(t *testing.T, ctx context.Context, kc *kube.Cluster, c *client.Clie
 	if err := kc.Client.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 2*time.Minute, "Pod gone", func() error {
+	poll.Until(t, 2*time.Minute, "Pod gone", func() error {
 		p, err := kc.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -113,23 +114,6 @@ func testPod(t *testing.T, ctx context.Context, kc *kube.Cluster, c *client.Clie
 		return fmt.Errorf("still there, phase %s", p.Status.Phase)
 	})
 	t.Logf("Pod gone %s after Delete", time.Since(deleted).Round(100*time.Millisecond))
-}
-
-// poll calls f every half second until it returns nil, failing the test
-// with f's last error after timeout.
-func poll(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v: %v", what, timeout, err)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
 }
 
 // readStream reads a log stream to its end.

@@ -305,19 +305,10 @@ func (b *envBuilder) getNode(ctx context.Context) (*corev1.Node, error) {
 // joined with commas; a pod on the host network has the host's IPs).
 func (b *envBuilder) podField(ctx context.Context, path string) (string, error) {
 	pod := b.pod
-	if key, ok := subscript(path, "metadata.labels"); ok {
-		return pod.Labels[key], nil
-	}
-	if key, ok := subscript(path, "metadata.annotations"); ok {
-		return pod.Annotations[key], nil
+	if v, ok := MetadataField(pod, path); ok {
+		return v, nil
 	}
 	switch path {
-	case "metadata.name":
-		return pod.Name, nil
-	case "metadata.namespace":
-		return pod.Namespace, nil
-	case "metadata.uid":
-		return string(pod.UID), nil
 	case "spec.nodeName":
 		return pod.Spec.NodeName, nil
 	case "spec.serviceAccountName":
@@ -355,6 +346,28 @@ func joinIPs(ips []string, all bool) string {
 }
 
 // subscript returns KEY of FIELD['KEY'].
+// MetadataField is the value of a fieldRef into the pod's metadata, the
+// same for env and downwardAPI volumes: metadata.name, metadata.namespace,
+// metadata.uid, metadata.labels['KEY'] or metadata.annotations['KEY']
+// (empty when absent); ok is false for any other path.
+func MetadataField(pod *corev1.Pod, path string) (value string, ok bool) {
+	if key, ok := subscript(path, "metadata.labels"); ok {
+		return pod.Labels[key], true
+	}
+	if key, ok := subscript(path, "metadata.annotations"); ok {
+		return pod.Annotations[key], true
+	}
+	switch path {
+	case "metadata.name":
+		return pod.Name, true
+	case "metadata.namespace":
+		return pod.Namespace, true
+	case "metadata.uid":
+		return string(pod.UID), true
+	}
+	return "", false
+}
+
 func subscript(path, field string) (string, bool) {
 	rest, ok := strings.CutPrefix(path, field+"['")
 	if !ok {

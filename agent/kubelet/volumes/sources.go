@@ -14,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cairn-os/cairn/agent/kubelet/pods"
 )
 
 // defaultFileMode is the API's default of defaultMode.
@@ -152,23 +154,13 @@ func downward(pod *corev1.Pod, items []corev1.DownwardAPIVolumeFile, mode fs.Fil
 // it: labels and annotations one key="value" a line, sorted.
 func fieldValue(pod *corev1.Pod, path string) (string, error) {
 	switch path {
-	case "metadata.name":
-		return pod.Name, nil
-	case "metadata.namespace":
-		return pod.Namespace, nil
-	case "metadata.uid":
-		return string(pod.UID), nil
 	case "metadata.labels":
 		return formatMap(pod.Labels), nil
 	case "metadata.annotations":
 		return formatMap(pod.Annotations), nil
 	}
-	for prefix, m := range map[string]map[string]string{"metadata.labels": pod.Labels, "metadata.annotations": pod.Annotations} {
-		if key, ok := strings.CutPrefix(path, prefix+"['"); ok {
-			if key, ok := strings.CutSuffix(key, "']"); ok {
-				return m[key], nil
-			}
-		}
+	if v, ok := pods.MetadataField(pod, path); ok {
+		return v, nil
 	}
 	return "", fmt.Errorf("fieldRef %q not supported", path)
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cairn-os/cairn/test/kube"
+	"github.com/cairn-os/cairn/test/poll"
 )
 
 // TestMain shares one real control plane among the tests that need it.
@@ -47,7 +48,7 @@ func newNodeEnv(t *testing.T) *nodeEnv {
 	}
 	e.m = &Manager{Root: t.TempDir(), Client: client, Now: e.clock.now}
 	// Every namespace gets its CA ConfigMap from kube-controller-manager.
-	eventually(t, 30*time.Second, "kube-root-ca.crt published", func() error {
+	poll.Until(t, 30*time.Second, "kube-root-ca.crt published", func() error {
 		_, err := c.Client.CoreV1().ConfigMaps(e.ns).Get(context.Background(), "kube-root-ca.crt", metav1.GetOptions{})
 		return err
 	})
@@ -62,7 +63,7 @@ func (e *nodeEnv) createPod(t *testing.T, pod *corev1.Pod) *corev1.Pod {
 	pod.Spec.NodeName = e.node
 	pod.Spec.Containers = []corev1.Container{{Name: "c", Image: "example.invalid/never-run"}}
 	var got *corev1.Pod
-	eventually(t, 30*time.Second, "create Pod "+pod.Name, func() (err error) {
+	poll.Until(t, 30*time.Second, "create Pod "+pod.Name, func() (err error) {
 		got, err = e.c.Client.CoreV1().Pods(e.ns).Create(context.Background(), pod, metav1.CreateOptions{})
 		return err
 	})
@@ -78,21 +79,6 @@ func (e *nodeEnv) setup(pod *corev1.Pod) (map[string]string, error) {
 		paths, err := e.m.Setup(context.Background(), pod)
 		if !apierrors.IsForbidden(err) || time.Now().After(deadline) {
 			return paths, err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v: %v", what, timeout, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
