@@ -117,7 +117,7 @@ func (w *Worker) Sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	sandboxID, sandboxCfg, err := w.ensureSandbox(ctx, pod, sandboxes)
+	sandboxID, sandboxCfg, made, err := w.ensureSandbox(ctx, pod, sandboxes)
 	if err != nil {
 		return &Status{Phase: corev1.PodPending}, err
 	}
@@ -126,9 +126,11 @@ func (w *Worker) Sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
 		return nil, err
 	}
 	sb := sandbox{id: sandboxID, cfg: sandboxCfg, ip: st.PodIP}
-	history, err := w.history(ctx, sandboxID)
-	if err != nil {
-		return nil, fmt.Errorf("containers of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	history := map[string][]*criv1.ContainerStatus{} // a sandbox just made has none
+	if !made {
+		if history, err = w.history(ctx, sandboxID); err != nil {
+			return nil, fmt.Errorf("containers of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
 	}
 	now := w.now()
 	var errs []error
@@ -172,21 +174,21 @@ func (w *Worker) Sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
 
 // ensureSandbox returns the pod's ready sandbox among its sandboxes,
 // making one if there is none (again if an earlier one died, with the
-// next attempt number).
-func (w *Worker) ensureSandbox(ctx context.Context, pod *corev1.Pod, sandboxes []*criv1.PodSandbox) (string, *criv1.PodSandboxConfig, error) {
+// next attempt number); made says it did.
+func (w *Worker) ensureSandbox(ctx context.Context, pod *corev1.Pod, sandboxes []*criv1.PodSandbox) (id string, cfg *criv1.PodSandboxConfig, made bool, err error) {
 	var attempt uint32
 	for _, sb := range sandboxes {
 		if sb.State == criv1.PodSandboxState_SANDBOX_READY {
-			return sb.Id, w.sandboxConfig(pod, sb.GetMetadata().GetAttempt()), nil
+			return sb.Id, w.sandboxConfig(pod, sb.GetMetadata().GetAttempt()), false, nil
 		}
 		attempt = max(attempt, sb.GetMetadata().GetAttempt()+1)
 	}
-	cfg := w.sandboxConfig(pod, attempt)
+	cfg = w.sandboxConfig(pod, attempt)
 	resp, err := w.Runtime.RunPodSandbox(ctx, &criv1.RunPodSandboxRequest{Config: cfg, RuntimeHandler: w.RuntimeHandler})
 	if err != nil {
-		return "", nil, fmt.Errorf("run sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		return "", nil, false, fmt.Errorf("run sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	return resp.PodSandboxId, cfg, nil
+	return resp.PodSandboxId, cfg, true, nil
 }
 
 // sandboxes lists the runtime's sandboxes of pod, by its UID.
