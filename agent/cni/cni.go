@@ -88,7 +88,9 @@ func (n Network) Conflist() ([]byte, error) {
 				// back out of the port it came in by.
 				"hairpinMode": true,
 				// No masquerade here: the bridge plugin would hide pod
-				// addresses from pods on other nodes too.
+				// addresses from pods on other nodes too. The agent's
+				// nftables table masquerades only what leaves the
+				// cluster CIDRs (agent/proxy, pod-egress).
 				"ipMasq": false,
 				"ipam":   ipam,
 			},

@@ -15,6 +15,7 @@ const (
 	chainServices         = "services"
 	chainMasquerading     = "masquerading"
 	chainMarkForMasq      = "mark-for-masquerade"
+	chainPodEgress        = "pod-egress"
 	chainEndpointsCheck   = "endpoints-check"
 	chainReject           = "reject"
 )
@@ -58,6 +59,26 @@ func (c *modelConfig) cidrs(f family) []netip.Prefix {
 	return out
 }
 
+// podEgress masquerades what pods send out of the cluster's pod networks
+// (as ip-masq-agent does): the outside, the node's own network included,
+// cannot route replies to pod addresses. Traffic between pods, on this
+// node or others, keeps its pod source address. Without cluster CIDRs
+// nothing is known to be a pod, and nothing is masqueraded.
+func podEgress(mc modelConfig) []rule {
+	var rules []rule
+	for _, f := range families {
+		for _, p := range mc.cidrs(f) {
+			rules = append(rules, rule{tDaddrNet{f, p}, tVerdict{verdict{kind: vReturn}}})
+		}
+	}
+	for _, f := range families {
+		for _, p := range mc.cidrs(f) {
+			rules = append(rules, rule{tSaddr{f, p, false}, sMasquerade{}})
+		}
+	}
+	return rules
+}
+
 // Per-Service names: kind, family, then the service port name, e.g.
 // svc4-default/web/tcp/http; endpoint chains and affinity sets add the
 // endpoint: ep4-default/web/tcp/http/10.1.0.5:8080.
@@ -76,7 +97,10 @@ func buildTable(mc modelConfig, ports []servicePort) *table {
 
 	t.addChain(chainNatPrerouting, &hook{"nat", "prerouting", prioDstNAT}, rule{tVerdict{jump(chainServices)}})
 	t.addChain(chainNatOutput, &hook{"nat", "output", prioDstNAT}, rule{tVerdict{jump(chainServices)}})
-	t.addChain(chainNatPostrouting, &hook{"nat", "postrouting", prioSrcNAT}, rule{tVerdict{jump(chainMasquerading)}})
+	t.addChain(chainNatPostrouting, &hook{"nat", "postrouting", prioSrcNAT},
+		rule{tVerdict{jump(chainMasquerading)}},
+		rule{tVerdict{jump(chainPodEgress)}},
+	)
 	t.addChain(chainFilterPrerouting, &hook{"filter", "prerouting", prioFilterPre}, rule{tCtStateNew{}, tVerdict{jump(chainEndpointsCheck)}})
 	t.addChain(chainFilterOutput, &hook{"filter", "output", prioFilterPre}, rule{tCtStateNew{}, tVerdict{jump(chainEndpointsCheck)}})
 	t.addChain(chainMasquerading, nil,
@@ -85,6 +109,7 @@ func buildTable(mc modelConfig, ports []servicePort) *table {
 		rule{sMasquerade{}},
 	)
 	t.addChain(chainMarkForMasq, nil, rule{sMarkOr{mark}})
+	t.addChain(chainPodEgress, nil, podEgress(mc)...)
 	t.addChain(chainReject, nil,
 		rule{tL4proto{protoTCP}, sReject{tcpReset: true}},
 		rule{sReject{}},

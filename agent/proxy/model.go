@@ -69,6 +69,11 @@ type (
 		prefix netip.Prefix
 		not    bool
 	}
+	// tDaddrNet: ip daddr PREFIX
+	tDaddrNet struct {
+		f      family
+		prefix netip.Prefix
+	}
 	// tL4proto: meta l4proto P
 	tL4proto struct{ p protocol }
 	// tDport: th dport N
@@ -123,6 +128,7 @@ type (
 
 func (t tDaddr) fam() family       { return t.f }
 func (t tSaddr) fam() family       { return t.f }
+func (t tDaddrNet) fam() family    { return t.f }
 func (t tDaddrInSet) fam() family  { return t.f }
 func (t tSaddrInSet) fam() family  { return t.f }
 func (t sDNAT) fam() family        { return t.f }
@@ -144,6 +150,7 @@ func (t tSaddr) String() string {
 	}
 	return t.f.nft() + " saddr" + op + prefixString(t.prefix)
 }
+func (t tDaddrNet) String() string    { return t.f.nft() + " daddr " + prefixString(t.prefix) }
 func (t tL4proto) String() string     { return "meta l4proto " + t.p.String() }
 func (t tDport) String() string       { return "th dport " + strconv.Itoa(int(t.port)) }
 func (t tDaddrInSet) String() string  { return t.f.nft() + " daddr @" + t.set }

@@ -360,6 +360,26 @@ func loadAddr(f family, src bool, reg uint32) *expr.Payload {
 	return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: size}
 }
 
+// matchPrefix compares the source (src) or destination address with a
+// prefix: equal, or not equal if not.
+func matchPrefix(f family, src bool, prefix netip.Prefix, not bool) []expr.Any {
+	out := []expr.Any{loadAddr(f, src, reg1)}
+	op := expr.CmpOpEq
+	if not {
+		op = expr.CmpOpNeq
+	}
+	p := prefix.Masked()
+	if !p.IsSingleIP() {
+		_, size := addrOffsets(f, src)
+		mask := make([]byte, size)
+		for i := 0; i < p.Bits(); i++ {
+			mask[i/8] |= 0x80 >> (i % 8)
+		}
+		out = append(out, &expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: size, Mask: mask, Xor: make([]byte, size)})
+	}
+	return append(out, &expr.Cmp{Op: op, Register: reg1, Data: p.Addr().AsSlice()})
+}
+
 func loadDport(reg uint32) *expr.Payload {
 	return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2}
 }
@@ -385,21 +405,9 @@ func (n *nftProgrammer) compile(r rule) ([]expr.Any, error) {
 		case tDaddr:
 			out = append(out, loadAddr(t.f, false, reg1), &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: t.addr.AsSlice()})
 		case tSaddr:
-			out = append(out, loadAddr(t.f, true, reg1))
-			op := expr.CmpOpEq
-			if t.not {
-				op = expr.CmpOpNeq
-			}
-			p := t.prefix.Masked()
-			if !p.IsSingleIP() {
-				_, size := addrOffsets(t.f, true)
-				mask := make([]byte, size)
-				for i := 0; i < p.Bits(); i++ {
-					mask[i/8] |= 0x80 >> (i % 8)
-				}
-				out = append(out, &expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: size, Mask: mask, Xor: make([]byte, size)})
-			}
-			out = append(out, &expr.Cmp{Op: op, Register: reg1, Data: p.Addr().AsSlice()})
+			out = append(out, matchPrefix(t.f, true, t.prefix, t.not)...)
+		case tDaddrNet:
+			out = append(out, matchPrefix(t.f, false, t.prefix, false)...)
 		case tL4proto:
 			out = append(out,
 				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},

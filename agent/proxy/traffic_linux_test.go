@@ -124,6 +124,29 @@ func TestMasqueradeOnlyFromOutsideTheClusterCIDR(t *testing.T) {
 	}
 }
 
+// TestPodEgress: what a pod sends out of the cluster CIDR leaves with the
+// node's address, so the outside can answer; what it sends to another pod
+// keeps its own.
+func TestPodEgress(t *testing.T) {
+	e := newEnv(t, 2)
+	e.start()
+	serve(t, e.client, "outside")
+	r, err := httpGet(e.backends[0], clientIP.String()+":8080", 2*time.Second)
+	if err != nil {
+		t.Fatalf("pod be0 to the outside: %v", err)
+	}
+	if want := netip.MustParseAddr(testNodeIP); r.from.Addr() != want {
+		t.Errorf("the outside saw pod be0 as %v, want the node's %v", r.from.Addr(), want)
+	}
+	r, err = httpGet(e.backends[0], backendIP(1)+":8080", 2*time.Second)
+	if err != nil {
+		t.Fatalf("pod be0 to pod be1: %v", err)
+	}
+	if want := netip.MustParseAddr(backendIP(0)); r.from.Addr() != want {
+		t.Errorf("pod be1 saw pod be0 as %v, want its own address %v", r.from.Addr(), want)
+	}
+}
+
 func TestHairpin(t *testing.T) {
 	e := newEnv(t, 1)
 	e.start()
