@@ -65,7 +65,8 @@ func TestBoot(t *testing.T) {
 
 	c, cc := dialNode(t, dir, endpoint)
 
-	vm, err := qemu.Start(qemu.Options{Disk: filepath.Join(dir, "node.raw"), APIPort: port})
+	metricsPort := freePort(t)
+	vm, err := qemu.Start(qemu.Options{Disk: filepath.Join(dir, "node.raw"), APIPort: port, MetricsPort: metricsPort})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +151,7 @@ func TestBoot(t *testing.T) {
 	})
 
 	t.Run("Pod", func(t *testing.T) {
-		testPod(t, ctx, kc, c, filepath.Join(dir, "cairnconfig"), guestRegistry+"/cairn-test/hello:v1", start)
+		testPod(t, ctx, kc, c, filepath.Join(dir, "cairnconfig"), guestRegistry+"/cairn-test/hello:v1", metricsPort, start)
 	})
 
 	t.Run("Services", func(t *testing.T) { testServices(t, ctx, c) })

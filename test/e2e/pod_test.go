@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +33,7 @@ const guestHost = "10.0.2.2"
 // (with the service-account volume the API server adds) whose image it
 // pulls from the host's registry, reads the Pod's log back through the
 // node API, and deletes it. start is when QEMU started.
-func testPod(t *testing.T, ctx context.Context, kc *kube.Cluster, c *client.Client, cairnconfig, image string, start time.Time) {
+func testPod(t *testing.T, ctx context.Context, kc *kube.Cluster, c *client.Client, cairnconfig, image string, metricsPort int, start time.Time) {
 	const nodeName, ns = "e2e-node", "default"
 	var node *corev1.Node
 	poll.Until(t, 3*time.Minute, "Node "+nodeName+" Ready", func() (err error) {
@@ -97,6 +98,21 @@ func testPod(t *testing.T, ctx context.Context, kc *kube.Cluster, c *client.Clie
 	})
 	if out := cairn(t, "node", "--cairnconfig", cairnconfig, "logs", "--pod", ns+"/"+pod.Name, "-c", "hello"); !strings.HasPrefix(out, want+"\n") {
 		t.Errorf("cairn node logs --pod printed %q, want %q first", out, want)
+	}
+
+	// The node's metrics, through QEMU's forwarded port: the pod's start,
+	// the Lease, the CRI calls, the Service dataplane.
+	metrics := cairn(t, "node", "--cairnconfig", cairnconfig, "metrics", "--port", strconv.Itoa(metricsPort))
+	for _, want := range []string{
+		"cairn_kubelet_pod_start_duration_seconds_count 1",
+		`cairn_kubelet_lease_renewals_total{result="success"}`,
+		`cairn_cri_request_duration_seconds_count{code="OK",method="StartContainer"}`,
+		"cairn_cri_image_pull_duration_seconds_count",
+		"cairn_proxy_sync_duration_seconds",
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("cairn node metrics lacks %q", want)
+		}
 	}
 
 	deleted := time.Now()
