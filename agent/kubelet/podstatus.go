@@ -196,9 +196,18 @@ func (s *podSyncer) writeStatus(ctx context.Context, w *podWorker, pod *corev1.P
 	got, err := s.k.client.CoreV1().Pods(p.Namespace).UpdateStatus(uctx, p, metav1.UpdateOptions{})
 	switch {
 	case apierrors.IsConflict(err):
-		// A newer Pod is on its way through the watch; the next sync
-		// builds on it.
-		w.poke()
+		// The Pod changed since the watch told, or the watch is behind
+		// (for a while after the API server was away): sync again at
+		// once with the Pod as it is now.
+		fresh, gerr := s.k.client.CoreV1().Pods(p.Namespace).Get(uctx, p.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(gerr) || (gerr == nil && fresh.UID != p.UID) {
+			return nil
+		}
+		if gerr != nil {
+			return fmt.Errorf("update the Pod's status: %w; get the Pod: %w", err, gerr)
+		}
+		w.setLatest(fresh)
+		w.nudge()
 		return nil
 	case apierrors.IsNotFound(err):
 		return nil

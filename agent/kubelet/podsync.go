@@ -11,9 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -50,7 +48,10 @@ type podSyncer struct {
 	// killed are the pods whose goroutine killed them and deleted their
 	// object, until the watch tells the object is gone.
 	killed map[types.UID]bool
-	wg     sync.WaitGroup
+	// orphanLogs holds when housekeeping first found the logs of a pod
+	// the node no longer has (its goroutine only).
+	orphanLogs map[types.UID]time.Time
+	wg         sync.WaitGroup
 }
 
 // podWorker is the goroutine of one pod.
@@ -71,17 +72,14 @@ type podWorker struct {
 }
 
 func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) {
-	s := &podSyncer{k: k, node: node, workers: map[types.UID]*podWorker{}, killed: map[types.UID]bool{}, scheme: "containerd"}
+	s := &podSyncer{k: k, node: node, workers: map[types.UID]*podWorker{}, killed: map[types.UID]bool{}, orphanLogs: map[types.UID]time.Time{}, scheme: "containerd"}
 	s.probes = &probe.Manager{Runtime: k.cfg.Pods.Runtime, Stop: k.cfg.Pods.StopUnhealthy, Event: k.cfg.Pods.Event, Log: k.log, Changed: s.changed}
 	if v, err := k.cfg.RuntimeInfo.RuntimeVersion(ctx); err == nil {
 		if i := indexScheme(v); i > 0 {
 			s.scheme = v[:i]
 		}
 	}
-	sel := fields.OneTermEqualSelector("spec.nodeName", k.cfg.NodeName).String()
-	factory := informers.NewSharedInformerFactoryWithOptions(k.client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = sel }))
-	inf := factory.Core().V1().Pods().Informer()
+	inf := podInformer(k.client, k.cfg.NodeName)
 	s.store = inf.GetStore()
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { s.seen(ctx, obj) },
@@ -100,14 +98,13 @@ func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) {
 		return
 	}
 	k.log.Info("pod sync loop started")
-	factory.Start(ctx.Done())
+	s.wg.Go(func() { inf.RunWithContext(ctx) })
 	if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		s.wg.Go(func() { s.housekeeping(ctx) })
 		p := &pleg{rt: k.cfg.Pods.Runtime, wake: s.changed, log: k.log}
 		s.wg.Go(func() { p.run(ctx) })
 	}
 	<-ctx.Done()
-	factory.Shutdown()
 	s.wg.Wait()
 	s.probes.RemoveAll()
 }
@@ -118,9 +115,13 @@ func (s *podSyncer) changed(uid types.UID) {
 	s.mu.Lock()
 	w := s.workers[uid]
 	s.mu.Unlock()
-	if w == nil {
-		return
+	if w != nil {
+		w.nudge()
 	}
+}
+
+// nudge has the goroutine sync without waiting.
+func (w *podWorker) nudge() {
 	w.mu.Lock()
 	w.dirty = true
 	w.mu.Unlock()
@@ -395,9 +396,9 @@ func (s *podSyncer) terminate(ctx context.Context, w *podWorker, pod *corev1.Pod
 	return true, nil
 }
 
-// housekeeping removes, now and then, the runtime's sandboxes and the
-// volumes of pods the node no longer has: deleted while the agent was not
-// running.
+// housekeeping removes, now and then, the runtime's sandboxes, the
+// volumes and (a minute later) the container logs of pods the node no
+// longer has: deleted, or deleted while the agent was not running.
 func (s *podSyncer) housekeeping(ctx context.Context) {
 	for {
 		s.removeOrphans(ctx)
@@ -424,13 +425,7 @@ func (s *podSyncer) removeOrphans(ctx context.Context) {
 	}
 	for _, sb := range resp.Items {
 		uid := types.UID(sb.Labels[pods.LabelPodUID])
-		if uid == "" || known[uid] {
-			continue
-		}
-		s.mu.Lock()
-		busy := s.workers[uid] != nil
-		s.mu.Unlock()
-		if busy {
+		if uid == "" || s.keep(known, uid) {
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -448,6 +443,18 @@ func (s *podSyncer) removeOrphans(ctx context.Context) {
 			"pod", sb.GetMetadata().GetNamespace()+"/"+sb.GetMetadata().GetName())
 	}
 	s.removeOrphanVolumes(known)
+	s.removeOrphanLogs(known, time.Now())
+}
+
+// keep says whether what a pod left on the node is still wanted: the API
+// still has the pod, or its goroutine still runs.
+func (s *podSyncer) keep(known map[types.UID]bool, uid types.UID) bool {
+	if known[uid] {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.workers[uid] != nil
 }
 
 func terminal(p corev1.PodPhase) bool {

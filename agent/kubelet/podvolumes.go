@@ -57,10 +57,7 @@ func (s *podSyncer) removeOrphanVolumes(known map[types.UID]bool) {
 		return
 	}
 	for _, uid := range uids {
-		s.mu.Lock()
-		busy := s.workers[uid] != nil
-		s.mu.Unlock()
-		if known[uid] || busy {
+		if s.keep(known, uid) {
 			continue
 		}
 		if err := v.TearDown(uid); err != nil {

@@ -41,12 +41,21 @@ func TestPodsSurvive(t *testing.T) {
 
 	// The phases run in order on the one agent, without subtests: the
 	// agent started anew belongs to the whole test.
+	var orphanLogs string
 	t.Log("phase: the agent restarts and adopts the running pod")
 	{
 		a.stop()
 		// Volumes left by a pod deleted while the agent was away.
 		orphan := filepath.Join(cfg.Dir, "pods", "0e4f0000-dead-4bad-8000-000000000000", "volumes", "kubernetes.io~empty-dir", "x")
 		if err := os.MkdirAll(orphan, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// and its logs, which go a minute after housekeeping found them.
+		orphanLogs = filepath.Join(cfg.Pods.LogRoot, "default_gone_0e4f0000-dead-4bad-8000-000000000000", "c", "0.log")
+		if err := os.MkdirAll(filepath.Dir(orphanLogs), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(orphanLogs, []byte("2026-11-29T16:00:00Z stdout F bye\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		restarted := time.Now()
@@ -126,8 +135,8 @@ func TestPodsSurvive(t *testing.T) {
 		if p.Status.PodIP != podIP || e.onlySandbox(t, pod) != sandbox {
 			t.Errorf("pod IP %s, want %s in the same sandbox", p.Status.PodIP, podIP)
 		}
-		// New pods are seen once the pod watch is back: client-go's
-		// reflector retries with a backoff of up to a minute.
+		// New pods are seen as soon as the API server is back: the pod
+		// watch waits for it rather than backing off (watch.go).
 		created := time.Now()
 		fresh := e.createPod(t, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "after-outage", Namespace: "default"},
@@ -136,7 +145,7 @@ func TestPodsSurvive(t *testing.T) {
 				Containers:                    []corev1.Container{{Name: "probee", Image: e.probee, ImagePullPolicy: corev1.PullIfNotPresent}},
 			},
 		})
-		waitPod(t, e.c.Client, "default", "after-outage", 150*time.Second, "Running", func(p *corev1.Pod) bool {
+		waitPod(t, e.c.Client, "default", "after-outage", 30*time.Second, "Running", func(p *corev1.Pod) bool {
 			return p.Status.Phase == corev1.PodRunning
 		})
 		t.Logf("a pod created after the outage Running %v after Create", time.Since(created).Round(time.Millisecond))
@@ -144,6 +153,12 @@ func TestPodsSurvive(t *testing.T) {
 	}
 
 	e.deletePod(t, pod)
+	poll.Until(t, 2*time.Minute, "logs of a pod deleted while the agent was away removed", func() error {
+		if _, err := os.Stat(filepath.Dir(filepath.Dir(orphanLogs))); !os.IsNotExist(err) {
+			return fmt.Errorf("%s still there (%v)", orphanLogs, err)
+		}
+		return nil
+	})
 }
 
 func (e *podEnv) getPod(t *testing.T, name string) *corev1.Pod {

@@ -17,6 +17,16 @@ func PodDir(root, namespace, name, uid string) string {
 	return filepath.Join(root, namespace+"_"+name+"_"+uid)
 }
 
+// PodUID is the UID of the pod whose log directory is named dir (its base
+// name), as PodDir names it; ok is false for a name PodDir does not make.
+func PodUID(dir string) (uid string, ok bool) {
+	parts := strings.Split(dir, "_")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return "", false
+	}
+	return parts[2], true
+}
+
 // ContainerLog is the path of a container's log for one attempt, relative
 // to its pod's directory: what the CRI's ContainerConfig.LogPath holds.
 func ContainerLog(container string, attempt uint32) string {
