@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cairn-os/cairn/agent/kubelet/logrotate"
 	"github.com/cairn-os/cairn/agent/kubelet/pods"
 	"github.com/cairn-os/cairn/agent/kubelet/probe"
 )
@@ -103,6 +104,8 @@ func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) {
 		s.wg.Go(func() { s.housekeeping(ctx) })
 		p := &pleg{rt: k.cfg.Pods.Runtime, wake: s.changed, log: k.log}
 		s.wg.Go(func() { p.run(ctx) })
+		rotator := &logrotate.Rotator{Runtime: k.cfg.Pods.Runtime, Log: k.log}
+		s.wg.Go(func() { rotator.Run(ctx) })
 	}
 	<-ctx.Done()
 	s.wg.Wait()
