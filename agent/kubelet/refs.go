@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -32,11 +31,15 @@ func (k *kubelet) wirePodWorker(ctx context.Context, w *pods.Worker) (unwire fun
 	if w.Refs == nil {
 		// The Services are watched, all of them, as the kubelet does:
 		// every container start needs its namespace's.
-		factory := informers.NewSharedInformerFactory(k.client, 0)
-		services := factory.Core().V1().Services()
-		w.Refs = &nodeRefs{client: k.client, node: k.cfg.NodeName, services: services.Lister(), servicesSynced: services.Informer().HasSynced}
-		factory.Start(ctx.Done())
-		undo = append(undo, factory.Shutdown, func() { w.Refs = nil })
+		services := serviceInformer(k.client)
+		w.Refs = &nodeRefs{client: k.client, node: k.cfg.NodeName,
+			services: corelisters.NewServiceLister(services.GetIndexer()), servicesSynced: services.HasSynced}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			services.RunWithContext(ctx)
+		}()
+		undo = append(undo, func() { <-done }, func() { w.Refs = nil })
 	}
 	if w.Volumes == nil {
 		w.Volumes = &volumes.Manager{Root: filepath.Join(k.cfg.Dir, "pods"), Client: k.client}

@@ -16,10 +16,11 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// The node's pods come from an informer whose list and watch wait for an
-// API server that is away instead of failing: client-go's reflector backs
-// off after each failure, up to a minute, so after an outage the node
-// would otherwise see new and deleted pods only a minute or more late.
+// The node's pods and the Services come from informers whose list and
+// watch wait for an API server that is away instead of failing:
+// client-go's reflector backs off after each failure, up to a minute, so
+// after an outage the node would otherwise see new and deleted pods only a
+// minute or more late.
 
 // apiRetry is how often a list or watch is tried again while the API
 // server is away.
@@ -27,19 +28,34 @@ const apiRetry = time.Second
 
 // podInformer is an informer of the Pods bound to node.
 func podInformer(client kubernetes.Interface, node string) cache.SharedIndexInformer {
-	sel := fields.OneTermEqualSelector("spec.nodeName", node).String()
 	pods := client.CoreV1().Pods(metav1.NamespaceAll)
+	sel := fields.OneTermEqualSelector("spec.nodeName", node).String()
+	return patientInformer(&corev1.Pod{}, sel, pods.List, pods.Watch)
+}
+
+// serviceInformer is an informer of every Service.
+func serviceInformer(client kubernetes.Interface) cache.SharedIndexInformer {
+	services := client.CoreV1().Services(metav1.NamespaceAll)
+	return patientInformer(&corev1.Service{}, "", services.List, services.Watch)
+}
+
+// patientInformer is an informer of the objects like obj that list and
+// watch return, selected by the field selector sel, whose list and watch
+// wait for the API server while it is away.
+func patientInformer[L runtime.Object](obj runtime.Object, sel string,
+	list func(context.Context, metav1.ListOptions) (L, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.SharedIndexInformer {
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = sel
-			return untilReachable(ctx, func(ctx context.Context) (*corev1.PodList, error) { return pods.List(ctx, o) })
+			return untilReachable(ctx, func(ctx context.Context) (L, error) { return list(ctx, o) })
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = sel
-			return untilReachable(ctx, func(ctx context.Context) (watch.Interface, error) { return pods.Watch(ctx, o) })
+			return untilReachable(ctx, func(ctx context.Context) (watch.Interface, error) { return watchFn(ctx, o) })
 		},
 	}
-	return cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
+	return cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 }
 
 // untilReachable calls f until it returns anything but an error that
