@@ -35,7 +35,7 @@ func (s *machineServer) PodLogs(req *machine.PodLogsRequest, stream grpc.ServerS
 	if err != nil {
 		return status.Errorf(codes.Internal, "open the log: %v", err)
 	}
-	defer f.Close()
+	defer func() { f.Close() }()
 	tail, r, err := crilog.Tail(f, int(req.TailLines))
 	if err != nil {
 		return status.Errorf(codes.Internal, "read %s: %v", path, err)
@@ -69,8 +69,20 @@ func (s *machineServer) PodLogs(req *machine.PodLogsRequest, stream grpc.ServerS
 		case err != io.EOF:
 			return status.Errorf(codes.Internal, "read %s: %v", path, err)
 		}
-		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		cur, err := os.Stat(path)
+		if errors.Is(err, os.ErrNotExist) {
 			return nil // removed with its pod
+		}
+		if old, oerr := f.Stat(); err == nil && oerr == nil && !os.SameFile(old, cur) {
+			// Rotated: the old file was read to its end, the runtime
+			// writes on in a new one.
+			nf, err := os.Open(path)
+			if err != nil {
+				return status.Errorf(codes.Internal, "open the rotated log: %v", err)
+			}
+			f.Close()
+			f, r = nf, crilog.NewReader(nf)
+			continue
 		}
 		select {
 		case <-stream.Context().Done():

@@ -95,6 +95,16 @@ func TestPodLogs(t *testing.T) {
 		if got := recv(); got != "four\n" {
 			t.Errorf("followed chunk = %q, want the new line", got)
 		}
+		// Rotated: the stream goes on with the new file.
+		if err := os.Rename(logPath, logPath+".20260102-150407"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(logPath, []byte("2026-01-02T15:04:08Z stdout F five\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := recv(); got != "five\n" {
+			t.Errorf("chunk after a rotation = %q, want the new file's line", got)
+		}
 		// The log goes with its pod: the stream ends.
 		if err := os.RemoveAll(pod); err != nil {
 			t.Fatal(err)
