@@ -2,16 +2,15 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"net"
-	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cairn-os/cairn/api/client"
 	"github.com/cairn-os/cairn/machineconfig"
 )
 
@@ -62,21 +61,16 @@ func TestServeMetrics(t *testing.T) {
 	}
 }
 
+// scrape reads the metrics served at endpoint with cc's certificate.
 func scrape(cc *machineconfig.ClientConfig, endpoint string) (string, error) {
-	host, _, _ := net.SplitHostPort(endpoint)
-	tlsCfg, err := cc.TLSConfig(host)
+	_, port, _ := net.SplitHostPort(endpoint)
+	p, err := strconv.Atoi(port)
 	if err != nil {
 		return "", err
 	}
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}, Timeout: 10 * time.Second}
-	resp, err := client.Get("https://" + endpoint + "/metrics")
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
-	return string(b), err
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out strings.Builder
+	err = client.Metrics(ctx, cc, endpoint, p, &out)
+	return out.String(), err
 }

@@ -350,11 +350,11 @@ func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod,
 		_, err := s.k.cfg.Pods.Runtime.StopPodSandbox(rctx, &criv1.StopPodSandboxRequest{PodSandboxId: st.SandboxID})
 		cancel()
 		if err != nil {
-			return st.RetryAt, errors.Join(syncErr, fmt.Errorf("stop sandbox of ended pod: %w", err))
+			return st.RetryAt(), errors.Join(syncErr, fmt.Errorf("stop sandbox of ended pod: %w", err))
 		}
 	}
 	if err := s.writeStatus(ctx, w, pod, status); err != nil {
-		return st.RetryAt, errors.Join(syncErr, err)
+		return st.RetryAt(), errors.Join(syncErr, err)
 	}
 	if status.Phase != pod.Status.Phase {
 		log.Info("pod phase", "phase", status.Phase)
@@ -362,7 +362,7 @@ func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod,
 			s.k.metrics.podStarted(w.seen)
 		}
 	}
-	return st.RetryAt, syncErr
+	return st.RetryAt(), syncErr
 }
 
 // terminate kills a pod whose deletion was asked for and then deletes its

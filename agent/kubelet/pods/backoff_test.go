@@ -73,3 +73,21 @@ func TestRestarts(t *testing.T) {
 		}
 	}
 }
+
+func TestRetryAt(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	st := &Status{
+		InitContainers: []ContainerStatus{{Name: "init"}},
+		Containers: []ContainerStatus{
+			{Name: "a", BackoffUntil: t0.Add(20 * time.Second)},
+			{Name: "b"},
+			{Name: "c", BackoffUntil: t0.Add(10 * time.Second)},
+		},
+	}
+	if got := st.RetryAt(); !got.Equal(t0.Add(10 * time.Second)) {
+		t.Errorf("RetryAt() = %v, want the earliest backoff's end %v", got, t0.Add(10*time.Second))
+	}
+	if got := (&Status{Containers: []ContainerStatus{{Name: "a"}}}).RetryAt(); !got.IsZero() {
+		t.Errorf("RetryAt() with no backoff = %v, want zero", got)
+	}
+}

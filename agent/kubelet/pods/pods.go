@@ -139,9 +139,6 @@ func (w *Worker) Sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
 		if err != nil {
 			errs = append(errs, err)
 		}
-		if t := cs.BackoffUntil; !t.IsZero() && (st.RetryAt.IsZero() || t.Before(st.RetryAt)) {
-			st.RetryAt = t
-		}
 		return cs
 	}
 

@@ -1,6 +1,7 @@
 package pods
 
 import (
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,9 +16,18 @@ type Status struct {
 	PodIP          string
 	InitContainers []ContainerStatus
 	Containers     []ContainerStatus
-	// RetryAt, if not zero, is when a container waiting out a backoff may
-	// start: the pod is worth syncing again then.
-	RetryAt time.Time
+}
+
+// RetryAt is when the first container waiting out a backoff may start:
+// the pod is worth syncing again then. Zero if none waits.
+func (s *Status) RetryAt() time.Time {
+	var at time.Time
+	for _, cs := range slices.Concat(s.InitContainers, s.Containers) {
+		if t := cs.BackoffUntil; !t.IsZero() && (at.IsZero() || t.Before(at)) {
+			at = t
+		}
+	}
+	return at
 }
 
 // State is a container's state, the API's three.
