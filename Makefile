@@ -59,11 +59,25 @@ run: image
 # The control plane of test/cluster and the node's components are built
 # first (cold: 10-25 min, warm: nothing to do), and the tests that use them
 # must run, not skip.
-test: deps cluster components
+# gotestsum runs go test and ends with a summary: how many tests ran,
+# failed and skipped, and why each skipped (0 expected: CAIRN_NO_SKIP turns
+# a missing prerequisite into a failure, see test/need).
+GOTESTSUM_VERSION := v1.13.0
+GOTESTSUM := $(OUT)/tools/gotestsum-$(GOTESTSUM_VERSION)
+
+$(GOTESTSUM):
+	GOBIN=$(abspath $(OUT)/tools) $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION)
+	mv $(OUT)/tools/gotestsum $@
+
+TEST_ENV := CAIRN_NO_SKIP=1 CAIRN_CLUSTER_BIN=$(abspath $(CLUSTER_BIN)) CAIRN_BIN=$(abspath $(BIN))
+
+test: deps cluster components $(GOTESTSUM)
 	$(GO) vet ./...
+	$(GO) vet -tags e2e ./test/e2e/
+	$(GO) vet -tags bench ./test/bench/
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt: files above need formatting'; exit 1; }
-	CAIRN_CLUSTER_BIN=$(abspath $(CLUSTER_BIN)) CAIRN_BIN=$(abspath $(BIN)) CAIRN_REQUIRE_CLUSTER=1 $(GO) test -timeout 20m ./...
-	CAIRN_CLUSTER_BIN=$(abspath $(CLUSTER_BIN)) CAIRN_REQUIRE_CLUSTER=1 $(GO) test -tags e2e -timeout 30m -v -count=1 ./test/e2e/
+	$(TEST_ENV) $(GOTESTSUM) --format pkgname-and-test-fails --raw-command -- \
+	  sh -c '$(GO) test -json -timeout 20m ./... && $(GO) test -json -tags e2e -timeout 30m -count=1 ./test/e2e/'
 
 test-unit:
 	$(GO) test ./...
@@ -76,8 +90,7 @@ bench: deps bench-pods
 # (test/bench, as root). CAIRN_BENCH_AGENT_PROFILE=FILE also writes a CPU
 # profile of the agent.
 bench-pods: cluster components
-	CAIRN_CLUSTER_BIN=$(abspath $(CLUSTER_BIN)) CAIRN_BIN=$(abspath $(BIN)) CAIRN_REQUIRE_CLUSTER=1 \
-	  $(GO) test -tags bench -run '^$$' -bench PodStartup -benchtime 1x -timeout 40m ./test/bench/
+	$(TEST_ENV) $(GO) test -tags bench -run '^$$' -bench PodStartup -benchtime 1x -timeout 40m ./test/bench/
 
 proto:
 	protoc -I api/machine -I /usr/include \

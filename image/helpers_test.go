@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/cairn-os/cairn/test/need"
 )
 
 // Host files the tests use, from the Debian package systemd-boot-efi.
@@ -29,7 +31,7 @@ func needTools(t *testing.T, tools ...tool) {
 	t.Helper()
 	for _, tl := range tools {
 		if _, err := tl.path(); err != nil {
-			t.Skip(err)
+			need.Missing(t, "%v", err)
 		}
 	}
 }
@@ -38,9 +40,7 @@ func needTools(t *testing.T, tools ...tool) {
 // package pkg, exists.
 func needFile(t *testing.T, path, pkg string) {
 	t.Helper()
-	if _, err := os.Stat(path); err != nil {
-		t.Skipf("%s not found: install the Debian package %s", path, pkg)
-	}
+	need.File(t, path, pkg)
 }
 
 // randomBytes returns n pseudo-random bytes, the same for the same seed.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"github.com/cairn-os/cairn/internal/layout"
 	"io"
 	"os"
 	"os/exec"
@@ -15,6 +14,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cairn-os/cairn/internal/layout"
+	"github.com/cairn-os/cairn/test/need"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/u-root/u-root/pkg/cpio"
@@ -366,9 +368,7 @@ func TestBuildErrors(t *testing.T) {
 
 func TestHostToolFiles(t *testing.T) {
 	const tool = "/sbin/mke2fs"
-	if _, err := os.Stat(tool); err != nil {
-		t.Skipf("%s missing (Debian package e2fsprogs)", tool)
-	}
+	need.File(t, tool, "e2fsprogs")
 	files, err := hostToolFiles([]string{tool})
 	if err != nil {
 		t.Fatal(err)

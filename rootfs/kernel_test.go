@@ -3,11 +3,12 @@ package rootfs
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cairn-os/cairn/test/need"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -22,9 +23,7 @@ var kernelOnce = sync.OnceValues(func() (*Kernel, error) {
 // It skips the test on hosts without apt-get.
 func testKernel(t *testing.T) *Kernel {
 	t.Helper()
-	if _, err := exec.LookPath("apt-get"); err != nil {
-		t.Skip("apt-get not on PATH; cannot fetch the Debian kernel")
-	}
+	need.Tool(t, "apt-get", "apt")
 	k, err := kernelOnce()
 	if err != nil {
 		t.Fatal(err)

@@ -14,9 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-os/cairn/test/need"
+
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/fs2"
-	"golang.org/x/sys/unix"
 )
 
 // cgroupRoot returns where cgroup v2 is mounted: /sys/fs/cgroup on a node,
@@ -25,19 +26,8 @@ import (
 // controllers the supervisor turned on.
 func cgroupRoot(t *testing.T) (root, testCgroup string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("cgroup tests need root")
-	}
-	for _, dir := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
-		var st unix.Statfs_t
-		if unix.Statfs(dir, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
-			root = dir
-			break
-		}
-	}
-	if root == "" {
-		t.Skip("no cgroup v2 at /sys/fs/cgroup or /sys/fs/cgroup/unified")
-	}
+	need.Root(t, "cgroups")
+	root = need.CgroupV2(t)
 	testCgroup = fmt.Sprintf("supervisor-test-%d-%s", os.Getpid(), t.Name())
 	before, err := cgroups.ReadFile(root, "cgroup.subtree_control")
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/cairn-os/cairn/test/need"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -77,9 +79,7 @@ func TestOrphansReapedAsPID1(t *testing.T) {
 		pid1Child(t)
 		return
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("a new PID namespace needs root")
-	}
+	need.Root(t, "a new PID namespace")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestOrphansReapedAsPID1$", "-test.v")
 	cmd.Env = append(os.Environ(), "CAIRN_PID1_CHILD=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-os/cairn/test/need"
+
 	"github.com/containernetworking/cni/libcni"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netns"
@@ -22,7 +24,7 @@ import (
 )
 
 // pluginDir returns the CNI plugins that `make components` built, or
-// skips the test (fails it when CAIRN_REQUIRE_CLUSTER is set).
+// skips the test (see package need).
 func pluginDir(t *testing.T) string {
 	t.Helper()
 	dir := os.Getenv("CAIRN_BIN")
@@ -35,13 +37,7 @@ func pluginDir(t *testing.T) string {
 	}
 	dir = filepath.Join(dir, "cni")
 	for _, p := range []string{"bridge", "host-local", "portmap", "loopback"} {
-		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
-			msg := fmt.Sprintf("no CNI plugin %s in %s: run make components (or set CAIRN_BIN)", p, dir)
-			if os.Getenv("CAIRN_REQUIRE_CLUSTER") != "" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
-		}
+		need.Built(t, filepath.Join(dir, p), "components", "CAIRN_BIN")
 	}
 	return dir
 }
@@ -95,13 +91,10 @@ func inNS(t *testing.T, h netns.NsHandle, f func()) {
 // is a network namespace of its own, so is the pod. The node reaches the
 // pod at its address and through the hostPort.
 func TestPodNetwork(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for network namespaces")
-	}
+	need.Root(t, "network namespaces")
+	need.Tool(t, "ip", "iproute2")
 	bin := pluginDir(t)
-	if _, err := exec.LookPath("nft"); err != nil {
-		t.Skip("needs nft for portmap (Debian nftables: hack/deps.sh installs it)")
-	}
+	need.Tool(t, "nft", "nftables") // portmap's nftables backend
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dir := t.TempDir()

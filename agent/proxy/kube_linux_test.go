@@ -9,15 +9,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-os/cairn/test/kube"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/cairn-os/cairn/test/kube"
 )
 
 // TestMain runs the tests under kube.Main: the traffic tests share one real
 // control plane (test/kube; without its binaries they skip, or fail with
-// CAIRN_REQUIRE_CLUSTER set), started by the first of them and stopped
+// CAIRN_NO_SKIP set), started by the first of them and stopped
 // after the last, whatever the outcome. The unit tests start nothing.
 func TestMain(m *testing.M) {
 	os.Exit(kube.Main(m, kube.Options{ServiceCIDR: testServiceCIDR}))

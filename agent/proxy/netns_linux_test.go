@@ -26,6 +26,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-os/cairn/test/need"
+
 	"github.com/vishvananda/netns"
 )
 
@@ -35,12 +37,8 @@ var nsSeq atomic.Int32
 // to be had (the tests are meant to run, as root, in make test).
 func needRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs ip(8) from iproute2")
-	}
+	need.Root(t, "network namespaces")
+	need.Tool(t, "ip", "iproute2")
 }
 
 type netNS struct {

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-os/cairn/test/need"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
@@ -93,13 +95,7 @@ func clusterBinary(b *testing.B, name string) string {
 		dir = filepath.Join(root, "_out", "cluster", "bin")
 	}
 	bin := filepath.Join(dir, name)
-	if _, err := os.Stat(bin); err != nil {
-		msg := fmt.Sprintf("no %s: run make cluster (or set %s)", bin, kube.EnvBin)
-		if os.Getenv(kube.EnvRequire) != "" {
-			b.Fatal(msg)
-		}
-		b.Skip(msg)
-	}
+	need.Built(b, bin, "cluster", kube.EnvBin)
 	return bin
 }
 

@@ -14,7 +14,7 @@
 //
 // The binaries are looked up in $CAIRN_CLUSTER_BIN, or else in
 // _out/cluster/bin of the repository. Without them the test is skipped
-// with "run make cluster", unless CAIRN_REQUIRE_CLUSTER is set: then it
+// with "run make cluster", unless CAIRN_NO_SKIP is set (test/need): then it
 // fails.
 //
 // The cluster is set up as kubeadm sets one up for joining nodes: a
@@ -30,7 +30,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"github.com/cairn-os/cairn/test/repo"
 	"net"
 	"net/http"
 	"os"
@@ -39,6 +38,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cairn-os/cairn/test/need"
+	"github.com/cairn-os/cairn/test/repo"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -113,8 +115,7 @@ type Cluster struct {
 
 // Environment variables read by Start.
 const (
-	EnvBin     = "CAIRN_CLUSTER_BIN"     // directory of the binaries
-	EnvRequire = "CAIRN_REQUIRE_CLUSTER" // non-empty: missing binaries fail the test
+	EnvBin = "CAIRN_CLUSTER_BIN" // directory of the binaries
 )
 
 // Names of what Start creates besides the processes.
@@ -322,13 +323,7 @@ func binaries(tb testing.TB, opts Options) string {
 		names = append(names, "kube-scheduler")
 	}
 	for _, n := range names {
-		if _, err := os.Stat(filepath.Join(dir, n)); err != nil {
-			msg := fmt.Sprintf("kube: no %s in %s: run make cluster (or set %s)", n, dir, EnvBin)
-			if os.Getenv(EnvRequire) != "" {
-				tb.Fatal(msg + "; failing because " + EnvRequire + " is set")
-			}
-			tb.Skip(msg)
-		}
+		need.Built(tb, filepath.Join(dir, n), "cluster", EnvBin)
 	}
 	return dir
 }

@@ -65,7 +65,7 @@ func Main(m *testing.M, opts Options) int {
 
 // Shared returns the cluster shared by the tests of this test binary,
 // starting it with the Options given to Main if no test has yet. Like
-// Start, it skips tb without the binaries (fails it if CAIRN_REQUIRE_CLUSTER
+// Start, it skips tb without the binaries (fails it if CAIRN_NO_SKIP
 // is set). It fails tb if the tests do not run under Main, if the cluster
 // did not start (once failed, it is not tried again), or if one of its
 // processes has exited.

@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"context"
 	"errors"
-	"github.com/cairn-os/cairn/test/repo"
 	"io"
 	"net/http"
 	"os"
@@ -14,6 +13,9 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/cairn-os/cairn/test/need"
+	"github.com/cairn-os/cairn/test/repo"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -98,7 +100,7 @@ func TestBuildAndPushHello(t *testing.T) {
 	}
 
 	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
-		t.Skipf("cannot run a linux/amd64 binary on %s/%s", runtime.GOOS, runtime.GOARCH)
+		need.Missing(t, "cannot run a linux/amd64 binary on %s/%s", runtime.GOOS, runtime.GOARCH)
 	}
 	path := filepath.Join(t.TempDir(), "hello")
 	if err := os.WriteFile(path, bin, 0o755); err != nil {

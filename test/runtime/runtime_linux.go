@@ -7,9 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/cairn-os/cairn/internal/containerdconfig"
-	"github.com/cairn-os/cairn/internal/criimage"
-	"github.com/cairn-os/cairn/test/repo"
 	"net"
 	"os"
 	"os/exec"
@@ -21,19 +18,24 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-os/cairn/image/oci"
-	"github.com/cairn-os/cairn/internal/layout"
+	"github.com/cairn-os/cairn/internal/containerdconfig"
+	"github.com/cairn-os/cairn/internal/criimage"
+	"github.com/cairn-os/cairn/test/need"
+	"github.com/cairn-os/cairn/test/repo"
+
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/vishvananda/netlink"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cairn-os/cairn/image/oci"
+	"github.com/cairn-os/cairn/internal/layout"
 )
 
 // Environment variables read by Start.
 const (
-	EnvBin     = "CAIRN_BIN"             // directory of the binaries
-	EnvRequire = "CAIRN_REQUIRE_CLUSTER" // non-empty: missing binaries fail the test
+	EnvBin = "CAIRN_BIN" // directory of the binaries
 )
 
 // Paths that containerd and the CNI plugins write whatever their config.
@@ -74,9 +76,7 @@ func Start(tb testing.TB) *Runtime {
 	tb.Helper()
 	started := time.Now()
 	bin := binaries(tb)
-	if os.Geteuid() != 0 {
-		tb.Skip("runtime: containerd needs root")
-	}
+	need.Root(tb, "containerd")
 	dir := tb.TempDir()
 	r := &Runtime{tb: tb, Dir: dir, Socket: filepath.Join(dir, "containerd.sock")}
 	for _, d := range []string{"/run/containerd", shimSocketDir, fifoDir, runcRoot, runcRoot + "/" + criimage.CRINamespace} {
@@ -120,13 +120,7 @@ func binaries(tb testing.TB) string {
 		dir = filepath.Join(root, "_out", "bin")
 	}
 	for _, n := range []string{"containerd", "containerd-shim-runc-v2", "runc", "cni/bridge", "cni/host-local", "cni/loopback"} {
-		if _, err := os.Stat(filepath.Join(dir, n)); err != nil {
-			msg := fmt.Sprintf("runtime: no %s in %s: run make components (or set %s)", n, dir, EnvBin)
-			if os.Getenv(EnvRequire) != "" {
-				tb.Fatal(msg + "; failing because " + EnvRequire + " is set")
-			}
-			tb.Skip(msg)
-		}
+		need.Built(tb, filepath.Join(dir, n), "components", EnvBin)
 	}
 	return dir
 }

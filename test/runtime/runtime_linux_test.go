@@ -54,7 +54,7 @@ func TestCleanup(t *testing.T) {
 		}
 	})
 	if rt == nil {
-		t.Skip("no runtime")
+		t.Fatal("no runtime: see the sandbox subtest")
 	}
 	if m := mountsUnder(rt.Dir); len(m) != 0 {
 		t.Errorf("mounts left under %s: %q", rt.Dir, m)
