@@ -2,7 +2,11 @@ package api
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,9 +23,11 @@ import (
 type recordingInit struct {
 	machine.InitClient
 	reboots, shutdowns int
+	timelines          atomic.Int32 // BootTimeline calls: one per Version
 }
 
 func (r *recordingInit) BootTimeline(context.Context, *machine.BootTimelineRequest, ...grpc.CallOption) (*machine.BootTimelineResponse, error) {
+	r.timelines.Add(1)
 	return &machine.BootTimelineResponse{Steps: []*machine.BootStep{{Name: "mount STATE"}}}, nil
 }
 
@@ -108,23 +114,98 @@ func TestRoles(t *testing.T) {
 	}
 }
 
+// TestForeignCARefused proves that mutual TLS, not the role check, turns
+// away a client the node's CA did not sign: the node's TLS handshake ends
+// with the alert for the failure (unknown certificate authority, or
+// certificate required when there is none), no method runs, and a client
+// that does not trust the node's CA refuses the node with x509's
+// UnknownAuthorityError.
 func TestForeignCARefused(t *testing.T) {
-	b, endpoint := serve(t, &recordingInit{}, "")
+	init := &recordingInit{}
+	b, endpoint := serve(t, init, "")
 	other, err := machineconfig.Generate(machineconfig.GenerateOptions{Hostname: "other", Endpoints: []string{endpoint}, Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Trust the node, but present a certificate the node's CA did not sign.
-	cc := *other.Client
-	cc.CA = b.Client.CA
-	c, err := client.Dial(&cc, endpoint)
+	// Trusts the node, but presents a certificate the node's CA did not sign.
+	foreign := *other.Client
+	foreign.CA = b.Client.CA
+	// Trusts the node, and presents no certificate at all.
+	anonymous := *b.Client
+	anonymous.Cert, anonymous.Key = "", ""
+
+	for _, tt := range []struct {
+		name      string
+		cc        *machineconfig.ClientConfig
+		wantAlert string
+	}{
+		{"certificate of another CA", &foreign, "remote error: tls: unknown certificate authority"},
+		{"no certificate", &anonymous, "remote error: tls: certificate required"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := handshakeAndRead(t, tt.cc, endpoint)
+			var op *net.OpError
+			if err == nil || !errors.As(err, &op) || op.Op != "remote error" || err.Error() != tt.wantAlert {
+				t.Errorf("TLS handshake and first read = %v, want the node's alert %q", err, tt.wantAlert)
+			}
+		})
+	}
+
+	// Through gRPC the refusal is Unavailable and reaches no method. (Its
+	// text is the alert, or a broken pipe when the client's first write
+	// races the node closing the connection, hence the check above.)
+	c, err := client.Dial(&foreign, endpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := c.Version(ctx, &machine.VersionRequest{}); err == nil {
-		t.Error("Version() from a client of another CA succeeded, want it refused")
+	if _, err := c.Version(ctx, &machine.VersionRequest{}); status.Code(err) != codes.Unavailable {
+		t.Errorf("Version() from a client of another CA = %v, want code Unavailable (TLS refused)", err)
 	}
+	if init.timelines.Load() != 0 {
+		t.Errorf("Version ran %d times for refused clients, want 0", init.timelines.Load())
+	}
+
+	// The other way round: a client that trusts another CA refuses the
+	// node's certificate itself.
+	distrustful := *b.Client
+	distrustful.CA = other.Client.CA
+	err = handshakeAndRead(t, &distrustful, endpoint)
+	if _, ok := errors.AsType[x509.UnknownAuthorityError](err); !ok {
+		t.Errorf("handshake with a client that trusts another CA = %v, want x509.UnknownAuthorityError", err)
+	}
+}
+
+// handshakeAndRead connects to endpoint over TLS with cc, as client.Dial
+// does, and reads once: in TLS 1.3 the client's handshake ends before the
+// server has checked the client's certificate, so the server's verdict on
+// it arrives as an alert on the first read.
+func handshakeAndRead(t *testing.T, cc *machineconfig.ClientConfig, endpoint string) error {
+	t.Helper()
+	host, _, _ := net.SplitHostPort(endpoint)
+	var cfg *tls.Config
+	if cc.Cert == "" {
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM([]byte(cc.CA)) {
+			t.Fatal("client CA: not PEM")
+		}
+		cfg = &tls.Config{RootCAs: roots, ServerName: host, MinVersion: tls.VersionTLS13, NextProtos: []string{"h2"}}
+	} else {
+		var err error
+		if cfg, err = cc.TLSConfig(host); err != nil {
+			t.Fatal(err)
+		}
+		cfg.NextProtos = []string{"h2"} // as gRPC offers
+	}
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	conn, err := tls.DialWithDialer(d, "tcp", endpoint, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	_, err = conn.Read(make([]byte, 1))
+	return err
 }
