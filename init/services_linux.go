@@ -16,6 +16,7 @@ import (
 	"github.com/cairn-os/cairn/internal/layout"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/supervisor"
+	"github.com/opencontainers/cgroups"
 )
 
 const (
@@ -72,6 +73,7 @@ func (n *node) startServices() error {
 		// The node's own services are the last the OOM killer picks.
 		OOMScoreAdj: &systemOOMScore,
 		Cgroup:      "system/containerd",
+		Resources:   cgroupResources(n.cfg.Machine.Resources.Containerd),
 		LogFile:     "containerd.log",
 	}
 	if n.varErr != nil {
@@ -88,6 +90,7 @@ func (n *node) startServices() error {
 		Args:        []string{"--config", configPath, "--init-socket", controlSock},
 		Env:         []string{"PATH=/usr/bin:/sbin"},
 		Cgroup:      "system/cairn-agent",
+		Resources:   cgroupResources(n.cfg.Machine.Resources.Agent),
 		LogFile:     "cairn-agent.log",
 		Output:      consoleLines("cairn-agent: "),
 	}}
@@ -100,6 +103,7 @@ func (n *node) startServices() error {
 			DependsOn: []string{"containerd"},
 			Restart:   restartPolicies[s.Restart],
 			Cgroup:    "system/" + s.Name,
+			Resources: cgroupResources(s.Resources),
 			LogFile:   s.Name + ".log",
 		})
 	}
@@ -112,6 +116,23 @@ func (n *node) startServices() error {
 		}
 	}
 	return errors.Join(append(errs, n.services.Start())...)
+}
+
+// cgroupResources turns a service's limits in the machine config into the
+// supervisor's cgroup limits, nil for none. The config is validated: a
+// quantity that does not parse is not set.
+func cgroupResources(r machineconfig.Resources) *cgroups.Resources {
+	if r == (machineconfig.Resources{}) {
+		return nil
+	}
+	res := &cgroups.Resources{Memory: r.MemoryBytes(), CpuWeight: uint64(max(r.CPUWeight, 0))}
+	if q := r.CPUQuota(); q > 0 {
+		res.CpuQuota, res.CpuPeriod = q, machineconfig.CPUPeriod
+	}
+	if r.PidsMax > 0 {
+		res.PidsLimit = &r.PidsMax
+	}
+	return res
 }
 
 // unavailable is a launcher that cannot start, for the reason it holds.

@@ -46,6 +46,8 @@ type Machine struct {
 	// Hostname is the node's RFC 1123 hostname; it is required.
 	Hostname string `json:"hostname"`
 	API      API    `json:"api"`
+	// Resources limit containerd and the agent; none by default.
+	Resources MachineResources `json:"resources,omitzero"`
 }
 
 // API configures the node API server. Clients authenticate with

@@ -37,6 +37,8 @@ type Service struct {
 	Env     []string `json:"env,omitempty"` // KEY=value
 	Mounts  []Mount  `json:"mounts,omitempty"`
 	Restart string   `json:"restart,omitempty"` // always (default), on-failure, never
+	// Resources limit the service's cgroup (the container's processes).
+	Resources Resources `json:"resources,omitzero"`
 }
 
 // Mount binds a host path into a service's container.
@@ -125,5 +127,6 @@ func (v *validator) services(ss []Service) {
 		default:
 			v.add(p+".restart", "%q is not one of always, on-failure, never", s.Restart)
 		}
+		v.resources(p+".resources", &s.Resources)
 	}
 }

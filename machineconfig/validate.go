@@ -125,6 +125,8 @@ func (v *validator) machine(m *Machine) {
 		v.add("machine.api.cert", "not signed by machine.api.ca")
 	}
 	v.key("machine.api.key", a.Key, cert, "machine.api.cert")
+	v.resources("machine.resources.containerd", &m.Resources.Containerd)
+	v.resources("machine.resources.agent", &m.Resources.Agent)
 }
 
 // cert checks that s holds a PEM certificate and returns it, or nil.

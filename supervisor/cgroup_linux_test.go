@@ -126,7 +126,8 @@ func gone(pid int) bool {
 
 // TestCgroupLimits sets memory, cpu, pids and hugetlb limits: those whose
 // controller is available are written, the others are logged and the
-// service runs.
+// service runs. ProcessLimits reads back, from the service's process, the
+// limits that were written.
 func TestCgroupLimits(t *testing.T) {
 	root, cg := cgroupRoot(t)
 	var logs syncBuffer
@@ -135,7 +136,7 @@ func TestCgroupLimits(t *testing.T) {
 	err := s.Add(Service{
 		Name: "limited", Path: "/bin/sleep", Args: []string{"60"}, Cgroup: cg + "/limited",
 		Resources: &cgroups.Resources{
-			Memory: 64 << 20, CpuWeight: weight, PidsLimit: &pids,
+			Memory: 64 << 20, CpuWeight: weight, CpuQuota: 25_000, CpuPeriod: 100_000, PidsLimit: &pids,
 			HugetlbLimit: []*cgroups.HugepageLimit{{Pagesize: "2MB", Limit: 4 << 20}},
 		},
 	})
@@ -146,9 +147,18 @@ func TestCgroupLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop(t, s)
-	if st := waitState(t, s, "limited", StateReady); st.Reason != "" {
+	st := waitState(t, s, "limited", StateReady)
+	if st.Reason != "" {
 		t.Errorf("Reason = %q, want none", st.Reason)
 	}
+	limits, err := ProcessLimits(root, st.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "/" + cg + "/limited"; limits.Cgroup != want {
+		t.Errorf("ProcessLimits().Cgroup = %q, want %q", limits.Cgroup, want)
+	}
+	readBack := map[string]string{"memory.max": limits.MemoryMax, "cpu.max": limits.CPUMax, "cpu.weight": limits.CPUWeight, "pids.max": limits.PidsMax}
 	available, err := cgroups.ReadFile(root, "cgroup.controllers")
 	if err != nil {
 		t.Fatal(err)
@@ -158,6 +168,7 @@ func TestCgroupLimits(t *testing.T) {
 	for _, limit := range []struct{ controller, file, want string }{
 		{"memory", "memory.max", "67108864"},
 		{"cpu", "cpu.weight", "50"},
+		{"cpu", "cpu.max", "25000 100000"},
 		{"pids", "pids.max", "64"},
 		{"hugetlb", "hugetlb.2MB.max", "4194304"},
 	} {
@@ -166,11 +177,17 @@ func TestCgroupLimits(t *testing.T) {
 			if !strings.Contains(logs.String(), want) {
 				t.Errorf("%s is not available, and the log does not say so:\n%s", limit.controller, logs.String())
 			}
+			if got, ok := readBack[limit.file]; ok && got != "" {
+				t.Errorf("ProcessLimits() read %s = %q, want nothing without the %s controller", limit.file, got, limit.controller)
+			}
 			continue
 		}
 		got, err := cgroups.ReadFile(dir, limit.file)
 		if err != nil || strings.TrimSpace(got) != limit.want {
 			t.Errorf("%s = %q, %v; want %q", limit.file, got, err, limit.want)
+		}
+		if got, ok := readBack[limit.file]; ok && got != limit.want {
+			t.Errorf("ProcessLimits() read %s = %q, want %q", limit.file, got, limit.want)
 		}
 		applied = append(applied, limit.controller)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/internal/version"
 	"github.com/cairn-os/cairn/machineconfig"
+	"github.com/cairn-os/cairn/supervisor"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -90,9 +91,28 @@ func (s *machineServer) Shutdown(ctx context.Context, req *machine.ShutdownReque
 
 // The service calls are init's to answer: it owns the supervisor.
 
+// Services adds to init's answer the limits of each service's cgroup, read
+// back from the kernel: what is enforced, not what was asked for.
 func (s *machineServer) Services(ctx context.Context, req *machine.ServicesRequest) (*machine.ServicesResponse, error) {
-	return s.init.Services(ctx, req)
+	resp, err := s.init.Services(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	for _, svc := range resp.Services {
+		if svc.Pid <= 0 {
+			continue
+		}
+		l, err := supervisor.ProcessLimits(cgroupRoot, int(svc.Pid))
+		if err != nil {
+			continue // the process ended meanwhile, or no cgroup v2
+		}
+		svc.Limits = &machine.CgroupLimits{Cgroup: l.Cgroup, MemoryMax: l.MemoryMax, CpuMax: l.CPUMax, CpuWeight: l.CPUWeight, PidsMax: l.PidsMax}
+	}
+	return resp, nil
 }
+
+// cgroupRoot is where init mounts cgroup2 on a node.
+var cgroupRoot = "/sys/fs/cgroup"
 
 func (s *machineServer) ServiceRestart(ctx context.Context, req *machine.ServiceRestartRequest) (*machine.ServiceRestartResponse, error) {
 	return s.init.ServiceRestart(ctx, req)

@@ -6,6 +6,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +16,7 @@ import (
 	"github.com/cairn-os/cairn/api/client"
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/machineconfig"
+	"github.com/cairn-os/cairn/test/need"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -208,4 +212,62 @@ func handshakeAndRead(t *testing.T, cc *machineconfig.ClientConfig, endpoint str
 	conn.SetDeadline(time.Now().Add(5 * time.Second))
 	_, err = conn.Read(make([]byte, 1))
 	return err
+}
+
+// servicesInit answers Services with a service whose process is the test
+// itself and one without a process.
+type servicesInit struct{ machine.InitClient }
+
+func (servicesInit) Services(context.Context, *machine.ServicesRequest, ...grpc.CallOption) (*machine.ServicesResponse, error) {
+	return &machine.ServicesResponse{Services: []*machine.ServiceStatus{
+		{Name: "self", State: "Ready", Pid: int32(os.Getpid())},
+		{Name: "down", State: "Backoff"},
+	}}, nil
+}
+
+// TestServicesLimits reads each service's limits back from the cgroup its
+// process is in; a service without a process has none.
+func TestServicesLimits(t *testing.T) {
+	root := need.CgroupV2(t)
+	old := cgroupRoot
+	cgroupRoot = root
+	t.Cleanup(func() { cgroupRoot = old })
+	raw, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if cg, ok := strings.CutPrefix(line, "0::"); ok {
+			own = cg
+		}
+	}
+	b, endpoint := serve(t, servicesInit{}, t.TempDir())
+	c := clientWithRole(t, b, endpoint, machineconfig.RoleReader)
+	resp, err := c.Services(context.Background(), &machine.ServicesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*machine.ServiceStatus{}
+	for _, s := range resp.Services {
+		byName[s.Name] = s
+	}
+	if l := byName["self"].GetLimits(); l.GetCgroup() != own {
+		t.Errorf("Services() limits of self = %v, want those of cgroup %s", l, own)
+	}
+	for _, f := range []struct{ name, got string }{
+		{"memory.max", byName["self"].GetLimits().GetMemoryMax()},
+		{"pids.max", byName["self"].GetLimits().GetPidsMax()},
+	} {
+		want, err := os.ReadFile(filepath.Join(root, own, f.name))
+		if err != nil {
+			want = nil // no such controller here: nothing to read
+		}
+		if f.got != strings.TrimSpace(string(want)) {
+			t.Errorf("Services() %s of self = %q, want %q", f.name, f.got, strings.TrimSpace(string(want)))
+		}
+	}
+	if l := byName["down"].GetLimits(); l != nil {
+		t.Errorf("Services() limits of a service without a process = %v, want none", l)
+	}
 }

@@ -540,7 +540,11 @@ type ServiceStatus struct {
 	Image string `protobuf:"bytes,10,opt,name=image,proto3" json:"image,omitempty"`
 	// When the service entered its state, on the node's boot clock (time
 	// since the kernel started): comparable with the boot timeline.
-	SinceBoot     *durationpb.Duration `protobuf:"bytes,11,opt,name=since_boot,json=sinceBoot,proto3" json:"since_boot,omitempty"`
+	SinceBoot *durationpb.Duration `protobuf:"bytes,11,opt,name=since_boot,json=sinceBoot,proto3" json:"since_boot,omitempty"`
+	// The limits of the cgroup v2 that the service's main process is in,
+	// read back from the kernel's files by the node API (unset while the
+	// service has no process).
+	Limits        *CgroupLimits `protobuf:"bytes,12,opt,name=limits,proto3" json:"limits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -652,6 +656,97 @@ func (x *ServiceStatus) GetSinceBoot() *durationpb.Duration {
 	return nil
 }
 
+func (x *ServiceStatus) GetLimits() *CgroupLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// CgroupLimits are a cgroup v2's limits as the kernel reports them, each
+// the content of its file ("max" for no limit), empty where the cgroup has
+// no such file (its controller is not enabled there).
+type CgroupLimits struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cgroup below the cgroup2 mount, e.g. /system/containerd.
+	Cgroup string `protobuf:"bytes,1,opt,name=cgroup,proto3" json:"cgroup,omitempty"`
+	// memory.max, in bytes.
+	MemoryMax string `protobuf:"bytes,2,opt,name=memory_max,json=memoryMax,proto3" json:"memory_max,omitempty"`
+	// cpu.max: "QUOTA PERIOD" in microseconds.
+	CpuMax string `protobuf:"bytes,3,opt,name=cpu_max,json=cpuMax,proto3" json:"cpu_max,omitempty"`
+	// cpu.weight, 1..10000.
+	CpuWeight string `protobuf:"bytes,4,opt,name=cpu_weight,json=cpuWeight,proto3" json:"cpu_weight,omitempty"`
+	// pids.max: processes and threads.
+	PidsMax       string `protobuf:"bytes,5,opt,name=pids_max,json=pidsMax,proto3" json:"pids_max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CgroupLimits) Reset() {
+	*x = CgroupLimits{}
+	mi := &file_machine_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CgroupLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CgroupLimits) ProtoMessage() {}
+
+func (x *CgroupLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CgroupLimits.ProtoReflect.Descriptor instead.
+func (*CgroupLimits) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *CgroupLimits) GetCgroup() string {
+	if x != nil {
+		return x.Cgroup
+	}
+	return ""
+}
+
+func (x *CgroupLimits) GetMemoryMax() string {
+	if x != nil {
+		return x.MemoryMax
+	}
+	return ""
+}
+
+func (x *CgroupLimits) GetCpuMax() string {
+	if x != nil {
+		return x.CpuMax
+	}
+	return ""
+}
+
+func (x *CgroupLimits) GetCpuWeight() string {
+	if x != nil {
+		return x.CpuWeight
+	}
+	return ""
+}
+
+func (x *CgroupLimits) GetPidsMax() string {
+	if x != nil {
+		return x.PidsMax
+	}
+	return ""
+}
+
 type ServiceRestartRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -661,7 +756,7 @@ type ServiceRestartRequest struct {
 
 func (x *ServiceRestartRequest) Reset() {
 	*x = ServiceRestartRequest{}
-	mi := &file_machine_proto_msgTypes[12]
+	mi := &file_machine_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -673,7 +768,7 @@ func (x *ServiceRestartRequest) String() string {
 func (*ServiceRestartRequest) ProtoMessage() {}
 
 func (x *ServiceRestartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[12]
+	mi := &file_machine_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -686,7 +781,7 @@ func (x *ServiceRestartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRestartRequest.ProtoReflect.Descriptor instead.
 func (*ServiceRestartRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{12}
+	return file_machine_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ServiceRestartRequest) GetName() string {
@@ -704,7 +799,7 @@ type ServiceRestartResponse struct {
 
 func (x *ServiceRestartResponse) Reset() {
 	*x = ServiceRestartResponse{}
-	mi := &file_machine_proto_msgTypes[13]
+	mi := &file_machine_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +811,7 @@ func (x *ServiceRestartResponse) String() string {
 func (*ServiceRestartResponse) ProtoMessage() {}
 
 func (x *ServiceRestartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[13]
+	mi := &file_machine_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +824,7 @@ func (x *ServiceRestartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRestartResponse.ProtoReflect.Descriptor instead.
 func (*ServiceRestartResponse) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{13}
+	return file_machine_proto_rawDescGZIP(), []int{14}
 }
 
 type ServiceKillRequest struct {
@@ -743,7 +838,7 @@ type ServiceKillRequest struct {
 
 func (x *ServiceKillRequest) Reset() {
 	*x = ServiceKillRequest{}
-	mi := &file_machine_proto_msgTypes[14]
+	mi := &file_machine_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +850,7 @@ func (x *ServiceKillRequest) String() string {
 func (*ServiceKillRequest) ProtoMessage() {}
 
 func (x *ServiceKillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[14]
+	mi := &file_machine_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +863,7 @@ func (x *ServiceKillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceKillRequest.ProtoReflect.Descriptor instead.
 func (*ServiceKillRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{14}
+	return file_machine_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ServiceKillRequest) GetName() string {
@@ -793,7 +888,7 @@ type ServiceKillResponse struct {
 
 func (x *ServiceKillResponse) Reset() {
 	*x = ServiceKillResponse{}
-	mi := &file_machine_proto_msgTypes[15]
+	mi := &file_machine_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -805,7 +900,7 @@ func (x *ServiceKillResponse) String() string {
 func (*ServiceKillResponse) ProtoMessage() {}
 
 func (x *ServiceKillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[15]
+	mi := &file_machine_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -818,7 +913,7 @@ func (x *ServiceKillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceKillResponse.ProtoReflect.Descriptor instead.
 func (*ServiceKillResponse) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{15}
+	return file_machine_proto_rawDescGZIP(), []int{16}
 }
 
 type LogsRequest struct {
@@ -833,7 +928,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_machine_proto_msgTypes[16]
+	mi := &file_machine_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +940,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[16]
+	mi := &file_machine_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +953,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{16}
+	return file_machine_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LogsRequest) GetService() string {
@@ -891,7 +986,7 @@ type LogsChunk struct {
 
 func (x *LogsChunk) Reset() {
 	*x = LogsChunk{}
-	mi := &file_machine_proto_msgTypes[17]
+	mi := &file_machine_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +998,7 @@ func (x *LogsChunk) String() string {
 func (*LogsChunk) ProtoMessage() {}
 
 func (x *LogsChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[17]
+	mi := &file_machine_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1011,7 @@ func (x *LogsChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsChunk.ProtoReflect.Descriptor instead.
 func (*LogsChunk) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{17}
+	return file_machine_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LogsChunk) GetData() []byte {
@@ -944,7 +1039,7 @@ type PodLogsRequest struct {
 
 func (x *PodLogsRequest) Reset() {
 	*x = PodLogsRequest{}
-	mi := &file_machine_proto_msgTypes[18]
+	mi := &file_machine_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -956,7 +1051,7 @@ func (x *PodLogsRequest) String() string {
 func (*PodLogsRequest) ProtoMessage() {}
 
 func (x *PodLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[18]
+	mi := &file_machine_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -969,7 +1064,7 @@ func (x *PodLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodLogsRequest.ProtoReflect.Descriptor instead.
 func (*PodLogsRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{18}
+	return file_machine_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PodLogsRequest) GetNamespace() string {
@@ -1015,7 +1110,7 @@ type ContainersRequest struct {
 
 func (x *ContainersRequest) Reset() {
 	*x = ContainersRequest{}
-	mi := &file_machine_proto_msgTypes[19]
+	mi := &file_machine_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1122,7 @@ func (x *ContainersRequest) String() string {
 func (*ContainersRequest) ProtoMessage() {}
 
 func (x *ContainersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[19]
+	mi := &file_machine_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1135,7 @@ func (x *ContainersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainersRequest.ProtoReflect.Descriptor instead.
 func (*ContainersRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{19}
+	return file_machine_proto_rawDescGZIP(), []int{20}
 }
 
 type ContainersResponse struct {
@@ -1052,7 +1147,7 @@ type ContainersResponse struct {
 
 func (x *ContainersResponse) Reset() {
 	*x = ContainersResponse{}
-	mi := &file_machine_proto_msgTypes[20]
+	mi := &file_machine_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1159,7 @@ func (x *ContainersResponse) String() string {
 func (*ContainersResponse) ProtoMessage() {}
 
 func (x *ContainersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[20]
+	mi := &file_machine_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1172,7 @@ func (x *ContainersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainersResponse.ProtoReflect.Descriptor instead.
 func (*ContainersResponse) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{20}
+	return file_machine_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ContainersResponse) GetNamespaces() []*ContainerNamespace {
@@ -1098,7 +1193,7 @@ type ContainerNamespace struct {
 
 func (x *ContainerNamespace) Reset() {
 	*x = ContainerNamespace{}
-	mi := &file_machine_proto_msgTypes[21]
+	mi := &file_machine_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1205,7 @@ func (x *ContainerNamespace) String() string {
 func (*ContainerNamespace) ProtoMessage() {}
 
 func (x *ContainerNamespace) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[21]
+	mi := &file_machine_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1218,7 @@ func (x *ContainerNamespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerNamespace.ProtoReflect.Descriptor instead.
 func (*ContainerNamespace) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{21}
+	return file_machine_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ContainerNamespace) GetName() string {
@@ -1160,7 +1255,7 @@ type Container struct {
 
 func (x *Container) Reset() {
 	*x = Container{}
-	mi := &file_machine_proto_msgTypes[22]
+	mi := &file_machine_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1267,7 @@ func (x *Container) String() string {
 func (*Container) ProtoMessage() {}
 
 func (x *Container) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[22]
+	mi := &file_machine_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1280,7 @@ func (x *Container) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Container.ProtoReflect.Descriptor instead.
 func (*Container) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{22}
+	return file_machine_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Container) GetId() string {
@@ -1227,7 +1322,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_machine_proto_msgTypes[23]
+	mi := &file_machine_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1334,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[23]
+	mi := &file_machine_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1347,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{23}
+	return file_machine_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Image) GetName() string {
@@ -1303,7 +1398,7 @@ const file_machine_proto_rawDesc = "" +
 	"\x10ShutdownResponse\"\x11\n" +
 	"\x0fServicesRequest\"U\n" +
 	"\x10ServicesResponse\x12A\n" +
-	"\bservices\x18\x01 \x03(\v2%.cairn.machine.v1alpha1.ServiceStatusR\bservices\"\xef\x02\n" +
+	"\bservices\x18\x01 \x03(\v2%.cairn.machine.v1alpha1.ServiceStatusR\bservices\"\xad\x03\n" +
 	"\rServiceStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
@@ -1318,7 +1413,16 @@ const file_machine_proto_rawDesc = "" +
 	"\x05image\x18\n" +
 	" \x01(\tR\x05image\x128\n" +
 	"\n" +
-	"since_boot\x18\v \x01(\v2\x19.google.protobuf.DurationR\tsinceBoot\"+\n" +
+	"since_boot\x18\v \x01(\v2\x19.google.protobuf.DurationR\tsinceBoot\x12<\n" +
+	"\x06limits\x18\f \x01(\v2$.cairn.machine.v1alpha1.CgroupLimitsR\x06limits\"\x98\x01\n" +
+	"\fCgroupLimits\x12\x16\n" +
+	"\x06cgroup\x18\x01 \x01(\tR\x06cgroup\x12\x1d\n" +
+	"\n" +
+	"memory_max\x18\x02 \x01(\tR\tmemoryMax\x12\x17\n" +
+	"\acpu_max\x18\x03 \x01(\tR\x06cpuMax\x12\x1d\n" +
+	"\n" +
+	"cpu_weight\x18\x04 \x01(\tR\tcpuWeight\x12\x19\n" +
+	"\bpids_max\x18\x05 \x01(\tR\apidsMax\"+\n" +
 	"\x15ServiceRestartRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x18\n" +
 	"\x16ServiceRestartResponse\"@\n" +
@@ -1394,7 +1498,7 @@ func file_machine_proto_rawDescGZIP() []byte {
 	return file_machine_proto_rawDescData
 }
 
-var file_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_machine_proto_goTypes = []any{
 	(*VersionRequest)(nil),         // 0: cairn.machine.v1alpha1.VersionRequest
 	(*VersionResponse)(nil),        // 1: cairn.machine.v1alpha1.VersionResponse
@@ -1408,73 +1512,75 @@ var file_machine_proto_goTypes = []any{
 	(*ServicesRequest)(nil),        // 9: cairn.machine.v1alpha1.ServicesRequest
 	(*ServicesResponse)(nil),       // 10: cairn.machine.v1alpha1.ServicesResponse
 	(*ServiceStatus)(nil),          // 11: cairn.machine.v1alpha1.ServiceStatus
-	(*ServiceRestartRequest)(nil),  // 12: cairn.machine.v1alpha1.ServiceRestartRequest
-	(*ServiceRestartResponse)(nil), // 13: cairn.machine.v1alpha1.ServiceRestartResponse
-	(*ServiceKillRequest)(nil),     // 14: cairn.machine.v1alpha1.ServiceKillRequest
-	(*ServiceKillResponse)(nil),    // 15: cairn.machine.v1alpha1.ServiceKillResponse
-	(*LogsRequest)(nil),            // 16: cairn.machine.v1alpha1.LogsRequest
-	(*LogsChunk)(nil),              // 17: cairn.machine.v1alpha1.LogsChunk
-	(*PodLogsRequest)(nil),         // 18: cairn.machine.v1alpha1.PodLogsRequest
-	(*ContainersRequest)(nil),      // 19: cairn.machine.v1alpha1.ContainersRequest
-	(*ContainersResponse)(nil),     // 20: cairn.machine.v1alpha1.ContainersResponse
-	(*ContainerNamespace)(nil),     // 21: cairn.machine.v1alpha1.ContainerNamespace
-	(*Container)(nil),              // 22: cairn.machine.v1alpha1.Container
-	(*Image)(nil),                  // 23: cairn.machine.v1alpha1.Image
-	(*durationpb.Duration)(nil),    // 24: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 25: google.protobuf.Timestamp
+	(*CgroupLimits)(nil),           // 12: cairn.machine.v1alpha1.CgroupLimits
+	(*ServiceRestartRequest)(nil),  // 13: cairn.machine.v1alpha1.ServiceRestartRequest
+	(*ServiceRestartResponse)(nil), // 14: cairn.machine.v1alpha1.ServiceRestartResponse
+	(*ServiceKillRequest)(nil),     // 15: cairn.machine.v1alpha1.ServiceKillRequest
+	(*ServiceKillResponse)(nil),    // 16: cairn.machine.v1alpha1.ServiceKillResponse
+	(*LogsRequest)(nil),            // 17: cairn.machine.v1alpha1.LogsRequest
+	(*LogsChunk)(nil),              // 18: cairn.machine.v1alpha1.LogsChunk
+	(*PodLogsRequest)(nil),         // 19: cairn.machine.v1alpha1.PodLogsRequest
+	(*ContainersRequest)(nil),      // 20: cairn.machine.v1alpha1.ContainersRequest
+	(*ContainersResponse)(nil),     // 21: cairn.machine.v1alpha1.ContainersResponse
+	(*ContainerNamespace)(nil),     // 22: cairn.machine.v1alpha1.ContainerNamespace
+	(*Container)(nil),              // 23: cairn.machine.v1alpha1.Container
+	(*Image)(nil),                  // 24: cairn.machine.v1alpha1.Image
+	(*durationpb.Duration)(nil),    // 25: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
 }
 var file_machine_proto_depIdxs = []int32{
-	24, // 0: cairn.machine.v1alpha1.VersionResponse.uptime:type_name -> google.protobuf.Duration
+	25, // 0: cairn.machine.v1alpha1.VersionResponse.uptime:type_name -> google.protobuf.Duration
 	2,  // 1: cairn.machine.v1alpha1.VersionResponse.boot_timeline:type_name -> cairn.machine.v1alpha1.BootStep
-	24, // 2: cairn.machine.v1alpha1.BootStep.start:type_name -> google.protobuf.Duration
-	24, // 3: cairn.machine.v1alpha1.BootStep.duration:type_name -> google.protobuf.Duration
+	25, // 2: cairn.machine.v1alpha1.BootStep.start:type_name -> google.protobuf.Duration
+	25, // 3: cairn.machine.v1alpha1.BootStep.duration:type_name -> google.protobuf.Duration
 	2,  // 4: cairn.machine.v1alpha1.BootTimelineResponse.steps:type_name -> cairn.machine.v1alpha1.BootStep
 	11, // 5: cairn.machine.v1alpha1.ServicesResponse.services:type_name -> cairn.machine.v1alpha1.ServiceStatus
-	25, // 6: cairn.machine.v1alpha1.ServiceStatus.since:type_name -> google.protobuf.Timestamp
-	25, // 7: cairn.machine.v1alpha1.ServiceStatus.started_at:type_name -> google.protobuf.Timestamp
-	24, // 8: cairn.machine.v1alpha1.ServiceStatus.since_boot:type_name -> google.protobuf.Duration
-	21, // 9: cairn.machine.v1alpha1.ContainersResponse.namespaces:type_name -> cairn.machine.v1alpha1.ContainerNamespace
-	22, // 10: cairn.machine.v1alpha1.ContainerNamespace.containers:type_name -> cairn.machine.v1alpha1.Container
-	23, // 11: cairn.machine.v1alpha1.ContainerNamespace.images:type_name -> cairn.machine.v1alpha1.Image
-	0,  // 12: cairn.machine.v1alpha1.Machine.Version:input_type -> cairn.machine.v1alpha1.VersionRequest
-	5,  // 13: cairn.machine.v1alpha1.Machine.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
-	7,  // 14: cairn.machine.v1alpha1.Machine.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
-	9,  // 15: cairn.machine.v1alpha1.Machine.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
-	12, // 16: cairn.machine.v1alpha1.Machine.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
-	14, // 17: cairn.machine.v1alpha1.Machine.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
-	16, // 18: cairn.machine.v1alpha1.Machine.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
-	19, // 19: cairn.machine.v1alpha1.Machine.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
-	18, // 20: cairn.machine.v1alpha1.Machine.PodLogs:input_type -> cairn.machine.v1alpha1.PodLogsRequest
-	3,  // 21: cairn.machine.v1alpha1.Init.BootTimeline:input_type -> cairn.machine.v1alpha1.BootTimelineRequest
-	5,  // 22: cairn.machine.v1alpha1.Init.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
-	7,  // 23: cairn.machine.v1alpha1.Init.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
-	9,  // 24: cairn.machine.v1alpha1.Init.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
-	12, // 25: cairn.machine.v1alpha1.Init.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
-	14, // 26: cairn.machine.v1alpha1.Init.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
-	16, // 27: cairn.machine.v1alpha1.Init.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
-	19, // 28: cairn.machine.v1alpha1.Init.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
-	1,  // 29: cairn.machine.v1alpha1.Machine.Version:output_type -> cairn.machine.v1alpha1.VersionResponse
-	6,  // 30: cairn.machine.v1alpha1.Machine.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
-	8,  // 31: cairn.machine.v1alpha1.Machine.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
-	10, // 32: cairn.machine.v1alpha1.Machine.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
-	13, // 33: cairn.machine.v1alpha1.Machine.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
-	15, // 34: cairn.machine.v1alpha1.Machine.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
-	17, // 35: cairn.machine.v1alpha1.Machine.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	20, // 36: cairn.machine.v1alpha1.Machine.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
-	17, // 37: cairn.machine.v1alpha1.Machine.PodLogs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	4,  // 38: cairn.machine.v1alpha1.Init.BootTimeline:output_type -> cairn.machine.v1alpha1.BootTimelineResponse
-	6,  // 39: cairn.machine.v1alpha1.Init.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
-	8,  // 40: cairn.machine.v1alpha1.Init.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
-	10, // 41: cairn.machine.v1alpha1.Init.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
-	13, // 42: cairn.machine.v1alpha1.Init.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
-	15, // 43: cairn.machine.v1alpha1.Init.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
-	17, // 44: cairn.machine.v1alpha1.Init.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	20, // 45: cairn.machine.v1alpha1.Init.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
-	29, // [29:46] is the sub-list for method output_type
-	12, // [12:29] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	26, // 6: cairn.machine.v1alpha1.ServiceStatus.since:type_name -> google.protobuf.Timestamp
+	26, // 7: cairn.machine.v1alpha1.ServiceStatus.started_at:type_name -> google.protobuf.Timestamp
+	25, // 8: cairn.machine.v1alpha1.ServiceStatus.since_boot:type_name -> google.protobuf.Duration
+	12, // 9: cairn.machine.v1alpha1.ServiceStatus.limits:type_name -> cairn.machine.v1alpha1.CgroupLimits
+	22, // 10: cairn.machine.v1alpha1.ContainersResponse.namespaces:type_name -> cairn.machine.v1alpha1.ContainerNamespace
+	23, // 11: cairn.machine.v1alpha1.ContainerNamespace.containers:type_name -> cairn.machine.v1alpha1.Container
+	24, // 12: cairn.machine.v1alpha1.ContainerNamespace.images:type_name -> cairn.machine.v1alpha1.Image
+	0,  // 13: cairn.machine.v1alpha1.Machine.Version:input_type -> cairn.machine.v1alpha1.VersionRequest
+	5,  // 14: cairn.machine.v1alpha1.Machine.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
+	7,  // 15: cairn.machine.v1alpha1.Machine.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
+	9,  // 16: cairn.machine.v1alpha1.Machine.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
+	13, // 17: cairn.machine.v1alpha1.Machine.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
+	15, // 18: cairn.machine.v1alpha1.Machine.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
+	17, // 19: cairn.machine.v1alpha1.Machine.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
+	20, // 20: cairn.machine.v1alpha1.Machine.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
+	19, // 21: cairn.machine.v1alpha1.Machine.PodLogs:input_type -> cairn.machine.v1alpha1.PodLogsRequest
+	3,  // 22: cairn.machine.v1alpha1.Init.BootTimeline:input_type -> cairn.machine.v1alpha1.BootTimelineRequest
+	5,  // 23: cairn.machine.v1alpha1.Init.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
+	7,  // 24: cairn.machine.v1alpha1.Init.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
+	9,  // 25: cairn.machine.v1alpha1.Init.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
+	13, // 26: cairn.machine.v1alpha1.Init.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
+	15, // 27: cairn.machine.v1alpha1.Init.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
+	17, // 28: cairn.machine.v1alpha1.Init.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
+	20, // 29: cairn.machine.v1alpha1.Init.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
+	1,  // 30: cairn.machine.v1alpha1.Machine.Version:output_type -> cairn.machine.v1alpha1.VersionResponse
+	6,  // 31: cairn.machine.v1alpha1.Machine.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
+	8,  // 32: cairn.machine.v1alpha1.Machine.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
+	10, // 33: cairn.machine.v1alpha1.Machine.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
+	14, // 34: cairn.machine.v1alpha1.Machine.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
+	16, // 35: cairn.machine.v1alpha1.Machine.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
+	18, // 36: cairn.machine.v1alpha1.Machine.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	21, // 37: cairn.machine.v1alpha1.Machine.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
+	18, // 38: cairn.machine.v1alpha1.Machine.PodLogs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	4,  // 39: cairn.machine.v1alpha1.Init.BootTimeline:output_type -> cairn.machine.v1alpha1.BootTimelineResponse
+	6,  // 40: cairn.machine.v1alpha1.Init.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
+	8,  // 41: cairn.machine.v1alpha1.Init.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
+	10, // 42: cairn.machine.v1alpha1.Init.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
+	14, // 43: cairn.machine.v1alpha1.Init.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
+	16, // 44: cairn.machine.v1alpha1.Init.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
+	18, // 45: cairn.machine.v1alpha1.Init.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	21, // 46: cairn.machine.v1alpha1.Init.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
+	30, // [30:47] is the sub-list for method output_type
+	13, // [13:30] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_machine_proto_init() }
@@ -1488,7 +1594,7 @@ func file_machine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_machine_proto_rawDesc), len(file_machine_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -212,15 +213,54 @@ func withClient(cmd *cobra.Command, f *nodeFlags, fn func(context.Context, *clie
 
 func printServices(w io.Writer, services []*machine.ServiceStatus) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SERVICE\tSTATE\tREADY\tRESTARTS\tSINCE\tPID\tLAST EXIT\tREASON")
+	fmt.Fprintln(tw, "SERVICE\tSTATE\tREADY\tRESTARTS\tSINCE\tPID\tLIMITS\tLAST EXIT\tREASON")
 	for _, s := range services {
 		since := ""
 		if s.Since != nil {
 			since = time.Since(s.Since.AsTime()).Round(time.Second).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%t\t%d\t%s\t%d\t%s\t%s\n", s.Name, s.State, s.Ready, s.Restarts, since, s.Pid, s.LastExit, s.Reason)
+		fmt.Fprintf(tw, "%s\t%s\t%t\t%d\t%s\t%d\t%s\t%s\t%s\n", s.Name, s.State, s.Ready, s.Restarts, since, s.Pid, limits(s.Limits), s.LastExit, s.Reason)
 	}
 	tw.Flush()
+}
+
+// limits sums up the limits a service's cgroup has, "-" for none (or no
+// process to read them from).
+func limits(l *machine.CgroupLimits) string {
+	var out []string
+	if b, err := strconv.ParseInt(l.GetMemoryMax(), 10, 64); err == nil {
+		out = append(out, "mem "+bytesIEC(b))
+	}
+	if quota, period, ok := strings.Cut(l.GetCpuMax(), " "); ok && quota != "max" {
+		q, err1 := strconv.ParseFloat(quota, 64)
+		p, err2 := strconv.ParseFloat(period, 64)
+		if err1 == nil && err2 == nil && p > 0 {
+			out = append(out, "cpu "+strconv.FormatFloat(q/p, 'f', -1, 64))
+		}
+	}
+	if w := l.GetCpuWeight(); w != "" && w != "100" {
+		out = append(out, "weight "+w)
+	}
+	if p := l.GetPidsMax(); p != "" && p != "max" {
+		out = append(out, "pids "+p)
+	}
+	if len(out) == 0 {
+		return "-"
+	}
+	return strings.Join(out, ", ")
+}
+
+// bytesIEC writes b in the largest binary unit that divides it.
+func bytesIEC(b int64) string {
+	for _, u := range []struct {
+		suffix string
+		size   int64
+	}{{"Ti", 1 << 40}, {"Gi", 1 << 30}, {"Mi", 1 << 20}, {"Ki", 1 << 10}} {
+		if b >= u.size && b%u.size == 0 {
+			return strconv.FormatInt(b/u.size, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(b, 10)
 }
 
 func printContainers(w io.Writer, namespaces []*machine.ContainerNamespace) {
