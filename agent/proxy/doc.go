@@ -24,8 +24,14 @@
 //   - plan.go diffs two tables into one transaction; nft_linux.go compiles
 //     it to netlink messages and sends them as one batch, which the kernel
 //     applies whole or not at all.
-//   - proxier.go runs informers and the sync loop; conntrack.go removes
-//     stale UDP conntrack entries after endpoints go.
+//   - proxier.go runs informers and the sync loop, and records a Warning
+//     Event on a Service (reason UnsupportedServiceField, source
+//     cairn-proxy) for each field the table does not honour:
+//     loadBalancerSourceRanges, healthCheckNodePort, trafficDistribution
+//     and their annotations; the rest of the Service is programmed.
+//     A failed transaction changes nothing in the kernel; it is retried
+//     as a full sync, with backoff from MinSyncInterval to 30s.
+//     conntrack.go removes stale UDP conntrack entries after endpoints go.
 //
 // # Table layout
 //

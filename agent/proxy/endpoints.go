@@ -195,14 +195,62 @@ func skipService(svc *v1.Service) bool {
 
 const defaultAffinityTimeout = 10800 * time.Second
 
+// Reasons of the Warning Events about a Service's fields.
+const (
+	// reasonUnsupportedField: the field asks for something this dataplane
+	// does not do; the rest of the Service is programmed without it.
+	reasonUnsupportedField = "UnsupportedServiceField"
+	// reasonInvalidField: the field's value could not be read (an API
+	// server validates them, so this is for objects it did not check); the
+	// part of the Service that needs it is skipped.
+	reasonInvalidField = "InvalidServiceField"
+)
+
+// A fieldProblem is a field of a Service that the table does not honour.
+type fieldProblem struct {
+	reason string // reasonUnsupportedField or reasonInvalidField
+	field  string // its path, as in the API: spec.externalIPs[0]
+	msg    string // what is done instead
+}
+
+func (p fieldProblem) String() string { return p.field + ": " + p.msg }
+
+// unsupportedFields lists what svc asks of a proxy that this one does not
+// do: it would otherwise be ignored without a word.
+func unsupportedFields(svc *v1.Service) []fieldProblem {
+	var out []fieldProblem
+	add := func(field, format string, args ...any) {
+		out = append(out, fieldProblem{reason: reasonUnsupportedField, field: field, msg: fmt.Sprintf(format, args...)})
+	}
+	if len(svc.Spec.LoadBalancerSourceRanges) > 0 {
+		add("spec.loadBalancerSourceRanges", "%v not enforced: this node accepts traffic to the load balancer IPs from any source", svc.Spec.LoadBalancerSourceRanges)
+	} else if r := svc.Annotations[v1.AnnotationLoadBalancerSourceRangesKey]; r != "" {
+		add("metadata.annotations["+v1.AnnotationLoadBalancerSourceRangesKey+"]", "%q not enforced: this node accepts traffic to the load balancer IPs from any source", r)
+	}
+	if svc.Spec.HealthCheckNodePort != 0 {
+		add("spec.healthCheckNodePort", "%d not served: a load balancer cannot learn from this node whether it has local endpoints", svc.Spec.HealthCheckNodePort)
+	}
+	if td := svc.Spec.TrafficDistribution; td != nil && *td != "" {
+		add("spec.trafficDistribution", "%q not followed: topology hints are ignored and traffic goes to endpoints anywhere in the cluster", *td)
+	} else if m := svc.Annotations[v1.AnnotationTopologyMode]; m != "" && m != "Disabled" {
+		add("metadata.annotations["+v1.AnnotationTopologyMode+"]", "%q not followed: topology hints are ignored and traffic goes to endpoints anywhere in the cluster", m)
+	}
+	return out
+}
+
 // servicePorts turns a Service and its EndpointSlices into one servicePort
 // per port and IP family. nodeName and hostname decide which endpoints are
 // local. Invalid parts (an unparseable IP, an unknown protocol) are skipped
-// and reported in problems, so one bad field does not hide a whole Service.
-func servicePorts(svc *v1.Service, sls []*discovery.EndpointSlice, nodeName, hostname string) (ports []servicePort, problems []string) {
+// and fields the dataplane does not implement ignored, each reported in
+// problems, so one bad field does not hide a whole Service.
+func servicePorts(svc *v1.Service, sls []*discovery.EndpointSlice, nodeName, hostname string) (ports []servicePort, problems []fieldProblem) {
 	if skipService(svc) {
 		return nil, nil
 	}
+	invalid := func(field, format string, args ...any) {
+		problems = append(problems, fieldProblem{reason: reasonInvalidField, field: field, msg: fmt.Sprintf(format, args...)})
+	}
+	problems = unsupportedFields(svc)
 	clusterIPs := svc.Spec.ClusterIPs
 	if len(clusterIPs) == 0 {
 		clusterIPs = []string{svc.Spec.ClusterIP}
@@ -215,21 +263,21 @@ func servicePorts(svc *v1.Service, sls []*discovery.EndpointSlice, nodeName, hos
 		}
 	}
 	var external []netip.Addr
-	for _, s := range svc.Spec.ExternalIPs {
+	for i, s := range svc.Spec.ExternalIPs {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("externalIP %q: %v", s, err))
+			invalid(fmt.Sprintf("spec.externalIPs[%d]", i), "%q skipped: %v", s, err)
 			continue
 		}
 		external = append(external, a.Unmap())
 	}
-	for _, ing := range svc.Status.LoadBalancer.Ingress {
+	for i, ing := range svc.Status.LoadBalancer.Ingress {
 		if ing.IP == "" || (ing.IPMode != nil && *ing.IPMode == v1.LoadBalancerIPModeProxy) {
 			continue // a proxying load balancer: traffic arrives for the node, not the VIP
 		}
 		a, err := netip.ParseAddr(ing.IP)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("load balancer ingress IP %q: %v", ing.IP, err))
+			invalid(fmt.Sprintf("status.loadBalancer.ingress[%d].ip", i), "%q skipped: %v", ing.IP, err)
 			continue
 		}
 		external = append(external, a.Unmap())
@@ -239,18 +287,22 @@ func servicePorts(svc *v1.Service, sls []*discovery.EndpointSlice, nodeName, hos
 	internalLocal := svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal
 	externalLocal := externallyAccessible && svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
 
-	for _, s := range clusterIPs {
+	badProto := map[int]bool{}
+	for i, s := range clusterIPs {
 		cip, err := netip.ParseAddr(s)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("clusterIP %q: %v", s, err))
+			invalid(fmt.Sprintf("spec.clusterIPs[%d]", i), "%q skipped: %v", s, err)
 			continue
 		}
 		cip = cip.Unmap()
 		fam := familyOf(cip)
-		for _, p := range svc.Spec.Ports {
+		for j, p := range svc.Spec.Ports {
 			proto, ok := protocolOf(p.Protocol)
 			if !ok {
-				problems = append(problems, fmt.Sprintf("port %q: unknown protocol %q", p.Name, p.Protocol))
+				if !badProto[j] { // once, not per IP family
+					badProto[j] = true
+					invalid(fmt.Sprintf("spec.ports[%d].protocol", j), "port %q skipped: unknown protocol %q", p.Name, p.Protocol)
+				}
 				continue
 			}
 			portName := p.Name

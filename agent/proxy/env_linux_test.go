@@ -57,8 +57,10 @@ type testEnv struct {
 	client   *netNS
 	backends []*netNS
 	kube     kubernetes.Interface
-	ns       string // the test's namespace: apply puts every object there
-	cfg      Config
+	// proxyKube, if set, is the proxier's client instead of kube.
+	proxyKube kubernetes.Interface
+	ns        string // the test's namespace: apply puts every object there
+	cfg       Config
 }
 
 func backendIP(i int) string { return fmt.Sprintf("198.18.%d.2", 16+i) }
@@ -116,7 +118,24 @@ func (w testWriter) Write(b []byte) (int, error) {
 // its first sync. Cleanup deletes the table after the last proxier stopped.
 func (e *testEnv) start() (p *Proxier, stop func()) {
 	e.t.Helper()
-	p = New(e.cfg, e.kube)
+	p, stop = e.run()
+	eventually(e.t, "first sync", func() error {
+		if p.Stats().Syncs == 0 {
+			return fmt.Errorf("no sync yet (errors: %d)", p.Stats().Errors)
+		}
+		return nil
+	})
+	return p, stop
+}
+
+// run is start without the wait: for a proxier whose syncs fail.
+func (e *testEnv) run() (p *Proxier, stop func()) {
+	e.t.Helper()
+	client := e.proxyKube
+	if client == nil {
+		client = e.kube
+	}
+	p = New(e.cfg, client)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
@@ -141,12 +160,6 @@ func (e *testEnv) start() (p *Proxier, stop func()) {
 		if err := New(e.cfg, e.kube).Cleanup(); err != nil {
 			e.t.Errorf("Cleanup: %v", err)
 		}
-	})
-	eventually(e.t, "first sync", func() error {
-		if p.Stats().Syncs == 0 {
-			return fmt.Errorf("no sync yet (errors: %d)", p.Stats().Errors)
-		}
-		return nil
 	})
 	return p, stop
 }

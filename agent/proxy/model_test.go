@@ -295,9 +295,56 @@ func TestServicePortsDeprecatedHostnameTopology(t *testing.T) {
 }
 
 func TestServicePortsReportsBadFields(t *testing.T) {
-	s := mkService("bad", func(s *v1.Service) { s.Spec.ExternalIPs = []string{"not-an-ip"} }, []string{"10.96.0.1"}, tcp("", 80, "80"))
+	s := mkService("bad", func(s *v1.Service) { s.Spec.ExternalIPs = []string{"192.0.2.1", "not-an-ip"} }, []string{"10.96.0.1"}, tcp("", 80, "80"))
 	ps, problems := servicePorts(s, nil, "n", "n")
-	if len(ps) != 1 || len(problems) != 1 || !strings.Contains(problems[0], "not-an-ip") {
-		t.Errorf("servicePorts with a bad externalIP = %d ports, problems %q; want the port kept and one problem", len(ps), problems)
+	if len(ps) != 1 || len(problems) != 1 || problems[0].field != "spec.externalIPs[1]" || problems[0].reason != reasonInvalidField || !strings.Contains(problems[0].msg, "not-an-ip") {
+		t.Errorf("servicePorts with a bad externalIP = %d ports, problems %v; want the port kept and one InvalidServiceField problem on spec.externalIPs[1]", len(ps), problems)
+	}
+}
+
+// TestServicePortsReportsUnsupportedFields names each field that asks for
+// what the table does not do, and only those: the Service's ports are
+// programmed all the same.
+func TestServicePortsReportsUnsupportedFields(t *testing.T) {
+	lb := func(mut func(*v1.Service)) *v1.Service {
+		return mkService("lb", func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeLoadBalancer
+			s.Spec.Ports[0].NodePort = 30080
+			mut(s)
+		}, []string{"10.96.0.5"}, tcp("http", 80, "8080"))
+	}
+	for _, tt := range []struct {
+		name string
+		svc  *v1.Service
+		want []string // fields
+	}{
+		{"plain LoadBalancer", lb(func(*v1.Service) {}), nil},
+		{"session affinity is supported", lb(func(s *v1.Service) { s.Spec.SessionAffinity = v1.ServiceAffinityClientIP }), nil},
+		{"source ranges", lb(func(s *v1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.0/24"} }), []string{"spec.loadBalancerSourceRanges"}},
+		{"source ranges annotation", lb(func(s *v1.Service) {
+			s.Annotations = map[string]string{v1.AnnotationLoadBalancerSourceRangesKey: "192.0.2.0/24"}
+		}), []string{"metadata.annotations[service.beta.kubernetes.io/load-balancer-source-ranges]"}},
+		{"health check node port", lb(func(s *v1.Service) {
+			s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+			s.Spec.HealthCheckNodePort = 31000
+		}), []string{"spec.healthCheckNodePort"}},
+		{"traffic distribution", lb(func(s *v1.Service) { s.Spec.TrafficDistribution = ptr(v1.ServiceTrafficDistributionPreferClose) }), []string{"spec.trafficDistribution"}},
+		{"topology mode disabled", lb(func(s *v1.Service) { s.Annotations = map[string]string{v1.AnnotationTopologyMode: "Disabled"} }), nil},
+		{"topology mode auto", lb(func(s *v1.Service) { s.Annotations = map[string]string{v1.AnnotationTopologyMode: "Auto"} }), []string{"metadata.annotations[service.kubernetes.io/topology-mode]"}},
+	} {
+		ps, problems := servicePorts(tt.svc, nil, "n", "n")
+		var got []string
+		for _, p := range problems {
+			if p.reason != reasonUnsupportedField {
+				t.Errorf("%s: problem %v has reason %s, want %s", tt.name, p, p.reason, reasonUnsupportedField)
+			}
+			got = append(got, p.field)
+		}
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("%s: fields reported (-want +got):\n%s", tt.name, diff)
+		}
+		if len(ps) != 1 || ps[0].nodePort != 30080 {
+			t.Errorf("%s: servicePorts = %+v, want the one port programmed with its NodePort", tt.name, ps)
+		}
 	}
 }

@@ -15,11 +15,15 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 )
 
 // Proxier keeps the table in step with the cluster's Services and
@@ -34,12 +38,20 @@ type Proxier struct {
 
 	services corelisters.ServiceLister
 	slices   discoverylisters.EndpointSliceLister
+	events   record.EventRecorder // set by Run
+	// told holds, per Service, the problems already sent as Events, so
+	// that each is told once and not on every sync. Only sync uses it.
+	told map[types.UID]map[fieldProblem]bool
 
 	mu      sync.Mutex // one sync at a time; guards the fields below
 	dp      dataplane
 	applied *table // the kernel's table after the last successful transaction; nil: unknown
 	ports   map[string]portState
 }
+
+// EventSource is the component named as the source of the proxier's
+// Events: Warnings on Services with fields the table does not honour.
+const EventSource = "cairn-proxy"
 
 // Labels that take a Service or slice out of the proxy's hands, as for
 // kube-proxy: another proxy serves it, or it is headless.
@@ -100,6 +112,11 @@ func (p *Proxier) Run(ctx context.Context) error {
 		return err
 	}
 	defer p.closeDataplane()
+
+	events := record.NewBroadcaster(record.WithContext(ctx))
+	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: p.client.CoreV1().Events("")})
+	defer events.Shutdown()
+	p.events = events.NewRecorder(scheme.Scheme, v1.EventSource{Component: EventSource, Host: p.cfg.NodeName})
 
 	factory := informers.NewSharedInformerFactoryWithOptions(p.client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -208,9 +225,7 @@ func (p *Proxier) loop(ctx context.Context) error {
 func (p *Proxier) sync(full bool) error {
 	start := time.Now()
 	ports, problems := p.collect()
-	for _, pr := range problems {
-		p.log.Warn("skipping part of a Service", "problem", pr)
-	}
+	p.tell(problems)
 	want := buildTable(p.modelConfig(), ports)
 
 	p.mu.Lock()
@@ -265,9 +280,38 @@ func (p *Proxier) modelConfig() modelConfig {
 	}
 }
 
+// serviceProblems are the fields of one Service the table does not honour.
+type serviceProblems struct {
+	svc      *v1.Service
+	problems []fieldProblem
+}
+
+// tell logs each Service's problems and records them as Warning Events on
+// it, each problem once for as long as the Service has it.
+func (p *Proxier) tell(all []serviceProblems) {
+	told := make(map[types.UID]map[fieldProblem]bool, len(all))
+	for _, sp := range all {
+		key := sp.svc.Namespace + "/" + sp.svc.Name
+		seen := map[fieldProblem]bool{}
+		for _, pr := range sp.problems {
+			seen[pr] = true
+			if p.told[sp.svc.UID][pr] {
+				continue
+			}
+			p.log.Warn("Service field not honoured", "service", key, "field", pr.field, "problem", pr.msg)
+			if p.events != nil {
+				p.events.Event(sp.svc, v1.EventTypeWarning, pr.reason, pr.String())
+			}
+		}
+		told[sp.svc.UID] = seen
+	}
+	p.told = told
+}
+
 // collect reads every Service and EndpointSlice from the caches and turns
-// them into service ports, in a stable order.
-func (p *Proxier) collect() ([]servicePort, []string) {
+// them into service ports, in a stable order, with the problems of each
+// Service that has some.
+func (p *Proxier) collect() ([]servicePort, []serviceProblems) {
 	svcs, _ := p.services.List(labels.Everything())
 	sls, _ := p.slices.List(labels.Everything())
 	byService := map[string][]*discovery.EndpointSlice{}
@@ -283,13 +327,12 @@ func (p *Proxier) collect() ([]servicePort, []string) {
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
 	var ports []servicePort
-	var problems []string
+	var problems []serviceProblems
 	for _, svc := range svcs {
-		key := svc.Namespace + "/" + svc.Name
-		ps, pr := servicePorts(svc, byService[key], p.cfg.NodeName, p.cfg.Hostname)
+		ps, pr := servicePorts(svc, byService[svc.Namespace+"/"+svc.Name], p.cfg.NodeName, p.cfg.Hostname)
 		ports = append(ports, ps...)
-		for _, s := range pr {
-			problems = append(problems, key+": "+s)
+		if len(pr) > 0 {
+			problems = append(problems, serviceProblems{svc, pr})
 		}
 	}
 	return ports, problems
