@@ -1,7 +1,8 @@
 // Package qemu boots Cairn disk images in QEMU: UEFI firmware (OVMF), a
 // virtio disk and NIC, user networking with ports forwarded to loopback, and
-// the serial console written to a log file. KVM is used when the host has
-// a working one; otherwise QEMU falls back to software emulation (TCG).
+// the serial console written to a log file. KVM is used when guest code
+// really runs under it (a probe, then the real guest watched); otherwise
+// QEMU runs with software emulation (TCG).
 package qemu
 
 import (
@@ -12,10 +13,14 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
+
+	"github.com/digitalocean/go-qemu/qmp"
 
 	"github.com/cairn-os/cairn/machineconfig"
 )
@@ -38,31 +43,34 @@ type Options struct {
 	CPUs        int    // default 2
 	ConsoleLog  string // default Disk + ".console.log"
 	EFIVars     string // writable OVMF variable store, default Disk + ".efivars"; kept across runs
+	// IsolatedNIC adds a second virtio NIC on a network of its own where
+	// nothing answers: DHCP on it times out.
+	IsolatedNIC bool
+	// Accel is auto (the default, or $CAIRN_QEMU_ACCEL), kvm or tcg.
+	Accel string
+	// Silence is how long a KVM guest's console may stay empty before
+	// auto gives up on KVM and starts the VM again with TCG (default 30 s;
+	// the firmware writes to the console within a second or two).
+	Silence time.Duration
+	// Notify, if set, is told in one line when the VM falls back to TCG.
+	Notify func(string)
 }
 
 // VM is a running QEMU process.
 type VM struct {
-	Opts   Options
-	Accel  string // "kvm" or "tcg"
-	cmd    *exec.Cmd
-	done   chan struct{}
-	err    error
-	stderr bytes.Buffer
-}
+	Opts Options
+	qemu string
+	qmp  string // QMP socket of the monitor
 
-// KVMUsable reports whether QEMU can run a VM with KVM here: /dev/kvm must
-// open, and QEMU must start a paused VM with it (on some nested hosts KVM
-// opens but fails on the first vCPU setup).
-func KVMUsable(qemu string) bool {
-	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
-	if err != nil {
-		return false
-	}
-	f.Close()
-	probe := exec.Command(qemu, "-accel", "kvm", "-machine", "q35", "-cpu", "host", "-m", "64",
-		"-nodefaults", "-display", "none", "-S", "-monitor", "stdio")
-	probe.Stdin = strings.NewReader("quit\n")
-	return probe.Run() == nil
+	mu     sync.Mutex
+	accel  string // "kvm" or "tcg"
+	why    string // why TCG was chosen, if auto chose it
+	cmd    *exec.Cmd
+	stderr *watchedBuffer
+	killed bool
+
+	done chan struct{}
+	err  error
 }
 
 func (o *Options) setDefaults() {
@@ -81,11 +89,51 @@ func (o *Options) setDefaults() {
 	if o.APIPort == 0 {
 		o.APIPort = 50000
 	}
+	if o.Accel == "" {
+		o.Accel = DefaultAccel()
+	}
+	if o.Silence == 0 {
+		o.Silence = 30 * time.Second
+	}
+	if o.Notify == nil {
+		o.Notify = func(string) {}
+	}
 }
 
-// Start boots the VM and returns once QEMU runs.
+// Start boots the VM and returns once QEMU runs. With accel auto it runs
+// KVM only if a probe's guest code runs under it, and starts again with
+// TCG if the real guest then fails under KVM (a KVM internal error on
+// QEMU's stderr, or a console that stays silent): Notify says so.
 func Start(o Options) (*VM, error) {
+	vm, err := newVM(o)
+	if err != nil {
+		return nil, err
+	}
+	var attempts []attempt
+	switch vm.Opts.Accel {
+	case AccelTCG:
+		attempts = []attempt{{accel: AccelTCG}}
+	case AccelKVM:
+		// Asked for: no fallback, but a KVM that fails is an error, not a hang.
+		attempts = []attempt{{accel: AccelKVM, watch: true}}
+	default:
+		if ok, why := ProbeKVM(context.Background(), vm.qemu); ok {
+			attempts = []attempt{{accel: AccelKVM, watch: true}, {accel: AccelTCG}}
+		} else {
+			vm.why = "KVM cannot run guest code here (" + why + "); using TCG"
+			vm.Opts.Notify(vm.why)
+			attempts = []attempt{{accel: AccelTCG}}
+		}
+	}
+	return vm, vm.start(attempts)
+}
+
+// newVM checks the host and the options for a VM not yet started.
+func newVM(o Options) (*VM, error) {
 	o.setDefaults()
+	if err := checkAccel(o.Accel); err != nil {
+		return nil, err
+	}
 	qemu, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
 		return nil, errors.New("qemu-system-x86_64 not found: install the Debian package qemu-system-x86")
@@ -100,46 +148,173 @@ func Start(o Options) (*VM, error) {
 			return nil, err
 		}
 	}
-	format, err := diskFormat(o.Disk)
+	return &VM{Opts: o, qemu: qemu, qmp: o.Disk + ".qmp", accel: o.Accel, done: make(chan struct{})}, nil
+}
+
+// attempt is one way to start QEMU: an accelerator, and whether to watch
+// it for a guest that cannot run (then the next attempt is made).
+type attempt struct {
+	accel string
+	watch bool
+	extra []string // more arguments (tests)
+}
+
+// start runs the attempts in turn from one goroutine that owns the QEMU
+// process: it is locked to its OS thread, so Pdeathsig kills QEMU when
+// this process dies, however it dies. It returns once the first QEMU has
+// started.
+func (vm *VM) start(attempts []attempt) error {
+	format, err := diskFormat(vm.Opts.Disk)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	os.Remove(o.ConsoleLog)
-	vm := &VM{Opts: o, Accel: "tcg", done: make(chan struct{})}
-	accel := []string{"-accel", "tcg", "-cpu", "max"}
-	if KVMUsable(qemu) {
-		vm.Accel = "kvm"
-		accel = []string{"-accel", "kvm", "-cpu", "host"}
-	}
-	args := append(accel,
-		"-machine", "q35",
-		"-smp", strconv.Itoa(o.CPUs),
-		"-m", strconv.Itoa(o.MemoryMiB),
-		"-nodefaults", "-display", "none", "-vga", "none",
-		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+ovmfCode,
-		"-drive", "if=pflash,format=raw,unit=1,file="+o.EFIVars,
-		"-drive", "if=virtio,format="+format+",file="+o.Disk,
-		"-netdev", netdev(o),
-		"-device", "virtio-net-pci,netdev=n0",
-		"-serial", "file:"+o.ConsoleLog,
-	)
-	vm.cmd = exec.Command(qemu, args...)
-	vm.cmd.Stderr = &vm.stderr
-	// Its own process group: Ctrl-C in the terminal reaches the caller,
-	// which shuts the node down cleanly, not QEMU, which would stop at once.
-	vm.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := vm.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start qemu: %w", err)
-	}
+	started := make(chan error, 1)
 	go func() {
-		err := vm.cmd.Wait()
-		if err != nil {
-			err = fmt.Errorf("qemu: %w: %s", err, strings.TrimSpace(vm.stderr.String()))
+		runtime.LockOSThread() // never unlocked: the thread ends with QEMU's owner
+		var err error
+		for i, a := range attempts {
+			var failed string
+			failed, err = vm.run(a, format, started)
+			if failed == "" || i == len(attempts)-1 {
+				if failed != "" {
+					err = errors.New(failed)
+				}
+				break
+			}
+			vm.mu.Lock()
+			vm.why = failed + "; using " + strings.ToUpper(attempts[i+1].accel)
+			vm.mu.Unlock()
+			vm.Opts.Notify(vm.why)
 		}
 		vm.err = err
 		close(vm.done)
 	}()
-	return vm, nil
+	return <-started
+}
+
+// run starts QEMU with a and waits for it to exit. It returns why the
+// guest could not run if a watched VM failed (QEMU is then stopped), and
+// QEMU's error otherwise. The first successful start is sent to started.
+func (vm *VM) run(a attempt, format string, started chan<- error) (failed string, err error) {
+	os.Remove(vm.Opts.ConsoleLog)
+	os.Remove(vm.qmp)
+	args := append(accelArgs(a.accel),
+		"-machine", "q35",
+		"-smp", strconv.Itoa(vm.Opts.CPUs),
+		"-m", strconv.Itoa(vm.Opts.MemoryMiB),
+		"-nodefaults", "-display", "none", "-vga", "none",
+		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+ovmfCode,
+		"-drive", "if=pflash,format=raw,unit=1,file="+vm.Opts.EFIVars,
+		"-drive", "if=virtio,format="+format+",file="+vm.Opts.Disk,
+		"-netdev", netdev(vm.Opts),
+		"-device", "virtio-net-pci,netdev=n0",
+		"-serial", "file:"+vm.Opts.ConsoleLog,
+		"-qmp", "unix:"+vm.qmp+",server=on,wait=off",
+	)
+	if vm.Opts.IsolatedNIC {
+		// A hub with nothing else on it: frames go nowhere, DHCP times out.
+		args = append(args, "-netdev", "hubport,id=n1,hubid=1", "-device", "virtio-net-pci,netdev=n1")
+	}
+	args = append(args, a.extra...)
+	cmd := exec.Command(vm.qemu, args...)
+	stderr := &watchedBuffer{}
+	cmd.Stderr = stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		// Its own process group: Ctrl-C in the terminal reaches the
+		// caller, which shuts the node down cleanly, not QEMU, which would
+		// stop at once.
+		Setpgid: true,
+		// QEMU never outlives the program that started it.
+		Pdeathsig: syscall.SIGKILL,
+	}
+	vm.mu.Lock()
+	if vm.killed {
+		vm.mu.Unlock()
+		return "", errors.New("qemu: killed")
+	}
+	err = cmd.Start()
+	if err == nil {
+		vm.cmd, vm.stderr, vm.accel = cmd, stderr, a.accel
+	}
+	vm.mu.Unlock()
+	if err != nil {
+		err = fmt.Errorf("start qemu: %w", err)
+		select {
+		case started <- err:
+		default:
+		}
+		return "", err
+	}
+	select {
+	case started <- nil:
+	default:
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	if a.watch {
+		if failed = vm.watch(stderr, exited); failed != "" {
+			cmd.Process.Kill()
+			<-exited
+			vm.mu.Lock()
+			killed := vm.killed
+			vm.mu.Unlock()
+			if killed {
+				return "", errors.New("qemu: killed")
+			}
+			return failed, nil
+		}
+	}
+	if err := <-exited; err != nil {
+		return "", fmt.Errorf("qemu: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return "", nil
+}
+
+// watch waits until the guest shows it runs (its console has output) or
+// QEMU exits, and returns why the guest cannot run if it does neither: a
+// KVM failure on QEMU's stderr, or a console silent for Opts.Silence.
+func (vm *VM) watch(stderr *watchedBuffer, exited chan error) string {
+	deadline := time.After(vm.Opts.Silence)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-exited:
+			exited <- err // for run's own wait
+			if line := kvmFailure(stderr.String()); line != "" {
+				return "KVM cannot run this guest here (" + line + ")"
+			}
+			if st, serr := os.Stat(vm.Opts.ConsoleLog); err != nil && (serr != nil || st.Size() == 0) {
+				// It failed before the guest wrote anything.
+				return fmt.Sprintf("KVM cannot run this guest here (qemu: %v%s)", err, firstLine(": ", stderr.String()))
+			}
+			return ""
+		case <-deadline:
+			return fmt.Sprintf("KVM cannot run this guest here (its console stayed silent for %s%s)", vm.Opts.Silence, firstLine("; qemu: ", stderr.String()))
+		case <-tick.C:
+			if line := kvmFailure(stderr.String()); line != "" {
+				return "KVM cannot run this guest here (" + line + ")"
+			}
+			if st, err := os.Stat(vm.Opts.ConsoleLog); err == nil && st.Size() > 0 {
+				return ""
+			}
+		}
+	}
+}
+
+// Accel is the accelerator QEMU runs with now: "kvm" or "tcg".
+func (vm *VM) Accel() string {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return vm.accel
+}
+
+// Fallback says why the VM runs with TCG although KVM was tried or
+// present, or is "".
+func (vm *VM) Fallback() string {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return vm.why
 }
 
 // Done is closed when QEMU has exited.
@@ -153,17 +328,47 @@ func (vm *VM) Wait() error {
 
 // Kill stops QEMU at once, like pulling the power cord.
 func (vm *VM) Kill() {
-	vm.cmd.Process.Kill()
+	vm.mu.Lock()
+	vm.killed = true
+	if vm.cmd != nil {
+		vm.cmd.Process.Kill()
+	}
+	vm.mu.Unlock()
 	<-vm.done
 }
 
+// Powerdown presses the VM's ACPI power button, as QEMU's monitor command
+// system_powerdown does: a node powers off cleanly.
+func (vm *VM) Powerdown() error {
+	mon, err := qmp.NewSocketMonitor("unix", vm.qmp, 5*time.Second)
+	if err != nil {
+		return fmt.Errorf("qemu monitor %s: %w", vm.qmp, err)
+	}
+	if err := mon.Connect(); err != nil {
+		return fmt.Errorf("qemu monitor %s: %w", vm.qmp, err)
+	}
+	defer mon.Disconnect()
+	if _, err := mon.Run([]byte(`{"execute":"system_powerdown"}`)); err != nil {
+		return fmt.Errorf("system_powerdown: %w", err)
+	}
+	return nil
+}
+
+// Stall is how long WaitReady lets the console stay unchanged while the
+// node is not ready before it gives up with the reason.
+var Stall = 3 * time.Minute
+
 // WaitReady calls probe every second until it succeeds, QEMU exits or ctx
-// ends. progress, if set, is called with the elapsed time and the last line
-// of the console log after each failed probe.
-func (vm *VM) WaitReady(ctx context.Context, probe func(context.Context) error, progress func(time.Duration, string)) error {
+// ends; waitingFor names what probe waits for. progress, if set, is called
+// after each failed probe with the elapsed time and a line saying what it
+// waits for and the console's last line. A boot that makes no progress —
+// the console unchanged for Stall — fails at once with QEMU's stderr and
+// the console's last lines.
+func (vm *VM) WaitReady(ctx context.Context, waitingFor string, probe func(context.Context) error, progress func(time.Duration, string)) error {
 	start := time.Now()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	lastSize, lastChange := int64(-1), time.Now()
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		err := probe(pctx)
@@ -171,27 +376,94 @@ func (vm *VM) WaitReady(ctx context.Context, probe func(context.Context) error, 
 		if err == nil {
 			return nil
 		}
+		if st, serr := os.Stat(vm.Opts.ConsoleLog); serr == nil && st.Size() != lastSize {
+			lastSize, lastChange = st.Size(), time.Now()
+		}
 		if progress != nil {
-			progress(time.Since(start), vm.LastConsoleLine())
+			line := "waiting for " + waitingFor + " (" + vm.Accel() + ")"
+			if c := vm.LastConsoleLine(); c != "" {
+				line += ": " + c
+			}
+			progress(time.Since(start), line)
+		}
+		if time.Since(lastChange) > Stall {
+			return fmt.Errorf("node makes no progress: its console has not changed for %s while waiting for %s (last probe: %v)%s%s; see %s",
+				Stall, waitingFor, err, vm.qemuStderr(), vm.consoleTail(5), vm.Opts.ConsoleLog)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("node not ready after %s (last probe: %v); see %s", time.Since(start).Round(time.Second), err, vm.Opts.ConsoleLog)
+			return fmt.Errorf("node not ready after %s waiting for %s (last probe: %v)%s; see %s", time.Since(start).Round(time.Second), waitingFor, err, vm.consoleTail(5), vm.Opts.ConsoleLog)
 		case <-vm.done:
-			return fmt.Errorf("qemu exited before the node was ready: %v; see %s", vm.err, vm.Opts.ConsoleLog)
+			return fmt.Errorf("qemu exited before the node was ready: %v%s; see %s", vm.err, vm.consoleTail(5), vm.Opts.ConsoleLog)
 		case <-tick.C:
 		}
 	}
 }
 
-// LastConsoleLine returns the last non-empty line of the console log.
-func (vm *VM) LastConsoleLine() string {
-	raw, err := os.ReadFile(vm.Opts.ConsoleLog)
-	if err != nil {
+func (vm *VM) qemuStderr() string {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	if vm.stderr == nil {
 		return ""
 	}
-	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
-	return strings.TrimSpace(lines[len(lines)-1])
+	if s := strings.TrimSpace(vm.stderr.String()); s != "" {
+		return "\nqemu said: " + s
+	}
+	return ""
+}
+
+// consoleTail is the console log's last n non-empty lines, indented, or
+// a note that it is empty.
+func (vm *VM) consoleTail(n int) string {
+	lines := vm.consoleLines()
+	if len(lines) == 0 {
+		return "\nthe console is empty"
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "\nconsole:\n  " + strings.Join(lines, "\n  ")
+}
+
+func (vm *VM) consoleLines() []string {
+	raw, err := os.ReadFile(vm.Opts.ConsoleLog)
+	if err != nil {
+		return nil
+	}
+	var lines []string
+	for _, l := range strings.Split(string(raw), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// LastConsoleLine returns the last non-empty line of the console log.
+func (vm *VM) LastConsoleLine() string {
+	lines := vm.consoleLines()
+	if len(lines) == 0 {
+		return ""
+	}
+	return lines[len(lines)-1]
+}
+
+// watchedBuffer is QEMU's stderr, read while QEMU writes it.
+type watchedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *watchedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *watchedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // diskFormat tells raw from qcow2 by the file's magic.

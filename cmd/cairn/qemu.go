@@ -43,6 +43,7 @@ func qemuCmd() *cobra.Command {
 	run.Flags().IntVar(&o.MetricsPort, "metrics-port", machineconfig.DefaultMetricsPort, "port on 127.0.0.1 forwarded to the node's metrics (0: none)")
 	run.Flags().IntVar(&o.MemoryMiB, "memory", 2048, "memory in MiB")
 	run.Flags().IntVar(&o.CPUs, "cpus", 2, "virtual CPUs")
+	run.Flags().StringVar(&o.Accel, "accel", qemu.DefaultAccel(), "accelerator: auto (KVM if it really runs the guest, else TCG), kvm or tcg; default from $"+qemu.EnvAccel)
 	run.Flags().StringVar(&cairnconfig, "cairnconfig", defaultClientConfig(), "client config used to probe the API")
 	run.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for the API")
 	cmd.AddCommand(run)
@@ -54,11 +55,12 @@ func runVM(ctx context.Context, o qemu.Options, c *client.Client, endpoint, cair
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
+	o.Notify = func(line string) { fmt.Println(line) }
 	vm, err := qemu.Start(o)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("booting %s (accel %s, console log %s)\n", o.Disk, vm.Accel, vm.Opts.ConsoleLog)
+	fmt.Printf("booting %s (accel %s, console log %s)\n", o.Disk, vm.Accel(), vm.Opts.ConsoleLog)
 	readyCtx, cancel := context.WithTimeout(ctx, timeout)
 	go func() {
 		select {
@@ -68,7 +70,7 @@ func runVM(ctx context.Context, o qemu.Options, c *client.Client, endpoint, cair
 		}
 	}()
 	lastReport := time.Duration(0)
-	err = vm.WaitReady(readyCtx, func(ctx context.Context) error {
+	err = vm.WaitReady(readyCtx, "the node's API on "+endpoint, func(ctx context.Context) error {
 		_, err := c.Version(ctx, &machine.VersionRequest{})
 		return err
 	}, func(elapsed time.Duration, line string) {

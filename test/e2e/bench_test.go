@@ -79,7 +79,7 @@ func BenchmarkBoot(b *testing.B) {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		var first *machine.VersionResponse
-		err = vm.WaitReady(ctx, func(ctx context.Context) error {
+		err = vm.WaitReady(ctx, "the API", func(ctx context.Context) error {
 			v, err := c.Version(ctx, &machine.VersionRequest{})
 			first = v
 			return err
