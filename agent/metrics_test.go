@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-os/cairn/test/tlsprobe"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cairn-os/cairn/api/client"
@@ -58,6 +60,10 @@ func TestServeMetrics(t *testing.T) {
 	foreign.CA = b.Client.CA // trusts the node, but its certificate is of another CA
 	if _, err := scrape(&foreign, endpoint); err == nil {
 		t.Error("scrape with a certificate of another CA succeeded, want refused")
+	}
+	// The refusal is the TLS server's, for the certificate's issuer.
+	if err := tlsprobe.HandshakeAndRead(&foreign, endpoint); err == nil || !strings.Contains(err.Error(), "tls: unknown certificate authority") {
+		t.Errorf("TLS with a certificate of another CA: %v, want the server's unknown certificate authority alert", err)
 	}
 }
 

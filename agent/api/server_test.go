@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"net"
@@ -13,13 +12,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-os/cairn/test/tlsprobe"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/cairn-os/cairn/api/client"
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/test/need"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // recordingInit stands in for init's control socket, which only PID 1
@@ -147,7 +149,7 @@ func TestForeignCARefused(t *testing.T) {
 		{"no certificate", &anonymous, "remote error: tls: certificate required"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			err := handshakeAndRead(t, tt.cc, endpoint)
+			err := tlsprobe.HandshakeAndRead(tt.cc, endpoint, "h2")
 			var op *net.OpError
 			if err == nil || !errors.As(err, &op) || op.Op != "remote error" || err.Error() != tt.wantAlert {
 				t.Errorf("TLS handshake and first read = %v, want the node's alert %q", err, tt.wantAlert)
@@ -176,42 +178,10 @@ func TestForeignCARefused(t *testing.T) {
 	// node's certificate itself.
 	distrustful := *b.Client
 	distrustful.CA = other.Client.CA
-	err = handshakeAndRead(t, &distrustful, endpoint)
+	err = tlsprobe.HandshakeAndRead(&distrustful, endpoint, "h2")
 	if _, ok := errors.AsType[x509.UnknownAuthorityError](err); !ok {
 		t.Errorf("handshake with a client that trusts another CA = %v, want x509.UnknownAuthorityError", err)
 	}
-}
-
-// handshakeAndRead connects to endpoint over TLS with cc, as client.Dial
-// does, and reads once: in TLS 1.3 the client's handshake ends before the
-// server has checked the client's certificate, so the server's verdict on
-// it arrives as an alert on the first read.
-func handshakeAndRead(t *testing.T, cc *machineconfig.ClientConfig, endpoint string) error {
-	t.Helper()
-	host, _, _ := net.SplitHostPort(endpoint)
-	var cfg *tls.Config
-	if cc.Cert == "" {
-		roots := x509.NewCertPool()
-		if !roots.AppendCertsFromPEM([]byte(cc.CA)) {
-			t.Fatal("client CA: not PEM")
-		}
-		cfg = &tls.Config{RootCAs: roots, ServerName: host, MinVersion: tls.VersionTLS13, NextProtos: []string{"h2"}}
-	} else {
-		var err error
-		if cfg, err = cc.TLSConfig(host); err != nil {
-			t.Fatal(err)
-		}
-		cfg.NextProtos = []string{"h2"} // as gRPC offers
-	}
-	d := &net.Dialer{Timeout: 5 * time.Second}
-	conn, err := tls.DialWithDialer(d, "tcp", endpoint, cfg)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(5 * time.Second))
-	_, err = conn.Read(make([]byte, 1))
-	return err
 }
 
 // servicesInit answers Services with a service whose process is the test
