@@ -46,7 +46,7 @@ func main() {
 }
 
 func run(configPath, initSocket, kubeletDir string) error {
-	cfg, err := machineconfig.Load(configPath)
+	cfg, err := loadConfig(configPath)
 	if err != nil {
 		return err
 	}

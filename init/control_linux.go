@@ -30,25 +30,33 @@ type controlServer struct {
 }
 
 func (n *node) serveControl() error {
-	if err := os.MkdirAll(filepath.Dir(controlSock), 0o700); err != nil {
-		return err
+	_, err := n.listenControl(controlSock)
+	return err
+}
+
+// listenControl serves the control socket at path, only for root, until
+// the returned server is stopped.
+func (n *node) listenControl(path string) (*grpc.Server, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
 	}
-	os.Remove(controlSock)
-	l, err := net.Listen("unix", controlSock)
+	os.Remove(path)
+	l, err := net.Listen("unix", path)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", controlSock, err)
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
-	if err := os.Chmod(controlSock, 0o600); err != nil {
-		return err
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, err
 	}
 	srv := grpc.NewServer(grpc.UnaryInterceptor(recoverUnary), grpc.StreamInterceptor(recoverStream))
 	machine.RegisterInitServer(srv, &controlServer{n: n})
-	go func() {
+	boot.Go("control socket", func() {
 		if err := srv.Serve(l); err != nil {
 			slog.Error("control socket stopped", "err", err)
 		}
-	}()
-	return nil
+	})
+	return srv, nil
 }
 
 // recoverUnary turns a panic in a handler into an error: PID 1 must not die.
@@ -88,12 +96,12 @@ func (c *controlServer) BootTimeline(context.Context, *machine.BootTimelineReque
 }
 
 func (c *controlServer) Reboot(context.Context, *machine.RebootRequest) (*machine.RebootResponse, error) {
-	go c.n.shutdown(unix.LINUX_REBOOT_CMD_RESTART)
+	c.n.requestShutdown(unix.LINUX_REBOOT_CMD_RESTART, "control socket")
 	return &machine.RebootResponse{}, nil
 }
 
 func (c *controlServer) Shutdown(context.Context, *machine.ShutdownRequest) (*machine.ShutdownResponse, error) {
-	go c.n.shutdown(unix.LINUX_REBOOT_CMD_POWER_OFF)
+	c.n.requestShutdown(unix.LINUX_REBOOT_CMD_POWER_OFF, "control socket")
 	return &machine.ShutdownResponse{}, nil
 }
 
@@ -103,7 +111,11 @@ func (c *controlServer) supervisor() (*supervisor.Supervisor, error) {
 	c.n.mu.Lock()
 	defer c.n.mu.Unlock()
 	if c.n.services == nil {
-		return nil, status.Error(codes.Unavailable, "no services are running: see the boot timeline (cairn node version)")
+		msg := "no services are running: see the boot timeline (cairn node version)"
+		if c.n.loadErr != nil {
+			msg = fmt.Sprintf("no services are running: the machine config cannot be loaded: %v", c.n.loadErr)
+		}
+		return nil, status.Error(codes.Unavailable, msg)
 	}
 	return c.n.services, nil
 }

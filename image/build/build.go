@@ -56,10 +56,11 @@ var HostTools = []HostTool{
 // Modules loaded by init stage 1 (to mount the root squashfs) and stage 2.
 // Stage 2's include the pod network's (bridge, veth; br_netfilter so that
 // traffic between pods on the bridge passes the Service rules) and the
-// nftables expressions of the Service dataplane and of portmap.
+// nftables expressions of the Service dataplane and of portmap. button is
+// the ACPI button driver: init powers off on the power button's events.
 var (
 	BootModules   = []string{"loop", "squashfs", "overlay"}
-	SystemModules = []string{"virtio_pci", "virtio_blk", "virtio_net", "crc32c_generic", "ext4", "vfat", "nls_cp437", "nls_ascii",
+	SystemModules = []string{"virtio_pci", "virtio_blk", "virtio_net", "crc32c_generic", "ext4", "vfat", "nls_cp437", "nls_ascii", "button",
 		"bridge", "veth", "br_netfilter", "nf_conntrack", "nf_conntrack_netlink", "nf_tables",
 		"nft_chain_nat", "nft_nat", "nft_masq", "nft_ct", "nft_fib_inet", "nft_numgen", "nft_reject_inet"}
 )

@@ -42,12 +42,13 @@ func SinceBoot() time.Duration {
 }
 
 // RunSteps runs steps in order, appending each to the timeline. It stops at
-// the first fatal error and returns it.
+// the first fatal error and returns it. A step that panics has failed with
+// the panic as its error.
 func RunSteps(timeline *[]Record, steps []Step) error {
 	for _, s := range steps {
 		start := SinceBoot()
 		slog.Info(s.Name, "at", start.Round(time.Millisecond))
-		err := s.Run()
+		err := Catch(s.Name, s.Run)
 		r := Record{Name: s.Name, Start: start, Duration: SinceBoot() - start}
 		if err != nil {
 			r.Err = err.Error()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -65,4 +66,32 @@ func TestConsoleHandler(t *testing.T) {
 	if got := buf.String(); got != want {
 		t.Errorf("console output = %q, want %q", got, want)
 	}
+}
+
+func TestRunStepsPanic(t *testing.T) {
+	var tl []Record
+	var m map[string]int
+	err := RunSteps(&tl, []Step{
+		{Name: "buggy", Run: func() error { m["x"] = 1; return nil }},
+		{Name: "next", Run: func() error { return nil }},
+	})
+	if err != nil {
+		t.Errorf("RunSteps() = %v, want nil: a step that panics is not fatal unless marked so", err)
+	}
+	if len(tl) != 2 || !strings.HasPrefix(tl[0].Err, "panic: assignment to entry in nil map") || tl[1].Err != "" {
+		t.Errorf("timeline %+v, want the panic as the first step's error and the next step run", tl)
+	}
+	err = RunSteps(&tl, []Step{{Name: "root", Run: func() error { panic("no root") }, Fatal: true}})
+	if err == nil || err.Error() != "root: panic: no root" {
+		t.Errorf("RunSteps(fatal step panics) = %v, want %q", err, "root: panic: no root")
+	}
+}
+
+func TestGo(t *testing.T) {
+	done := make(chan struct{})
+	Go("test", func() {
+		defer close(done)
+		panic("in a goroutine")
+	})
+	<-done // the test binary is still alive: the panic was recovered
 }

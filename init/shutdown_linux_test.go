@@ -1,0 +1,262 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/init/internal/boot"
+	"github.com/cairn-os/cairn/supervisor"
+	"github.com/cairn-os/cairn/test/need"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+)
+
+// fakeSystem records what shutdown does to the machine instead of doing it.
+// Its reboot reports the command and ends the shutdown goroutine, as the
+// real one ends the machine.
+type fakeSystem struct {
+	mu       sync.Mutex
+	signals  []unix.Signal
+	unmounts []string
+	rebooted chan int
+}
+
+func newFakeSystem() *fakeSystem { return &fakeSystem{rebooted: make(chan int, 1)} }
+
+func (f *fakeSystem) system() system {
+	return system{
+		killAll: func(sig unix.Signal) { f.mu.Lock(); f.signals = append(f.signals, sig); f.mu.Unlock() },
+		unmount: func(path string, _ int) error {
+			f.mu.Lock()
+			f.unmounts = append(f.unmounts, path)
+			f.mu.Unlock()
+			return unix.EINVAL
+		},
+		sync: func() {},
+		reboot: func(cmd int) error {
+			f.rebooted <- cmd
+			runtime.Goexit()
+			return nil
+		},
+	}
+}
+
+// wantReboot waits for the fake reboot and checks its command.
+func (f *fakeSystem) wantReboot(t *testing.T, want int, within time.Duration) {
+	t.Helper()
+	select {
+	case got := <-f.rebooted:
+		if got != want {
+			t.Errorf("reboot(%#x), want reboot(%#x)", got, want)
+		}
+	case <-time.After(within):
+		t.Fatalf("no reboot(%#x) within %s", want, within)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.signals) != 2 || f.signals[0] != unix.SIGTERM || f.signals[1] != unix.SIGKILL {
+		t.Errorf("processes signalled %v, want SIGTERM then SIGKILL", f.signals)
+	}
+}
+
+// TestShutdownWithoutSupervisor is a node whose boot never made the
+// supervisor (no machine config): shutdown used to call Stop on nil and
+// kill PID 1; it must power off.
+func TestShutdownWithoutSupervisor(t *testing.T) {
+	for _, cmd := range []int{unix.LINUX_REBOOT_CMD_POWER_OFF, unix.LINUX_REBOOT_CMD_RESTART} {
+		fs := newFakeSystem()
+		n := &node{sys: fs.system(), loadErr: errors.New("unknown field")}
+		n.requestShutdown(cmd, "test")
+		fs.wantReboot(t, cmd, 10*time.Second)
+	}
+}
+
+// TestShutdownStopsServices stops a real supervised process before the
+// rest of the machine goes down, and unmounts the disks in reverse order.
+func TestShutdownStopsServices(t *testing.T) {
+	sleep := need.Tool(t, "sleep", "coreutils")
+	sup := supervisor.New(supervisor.Options{LogDir: t.TempDir()})
+	if err := sup.Add(supervisor.Service{Name: "sleeper", Path: sleep, Args: []string{"1000"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sup.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, sup, "sleeper", supervisor.StateReady) // no probe: ready once started
+	fs := newFakeSystem()
+	n := &node{sys: fs.system(), services: sup, disks: []string{"/nonexistent/var", "/nonexistent/state"}}
+	n.requestShutdown(unix.LINUX_REBOOT_CMD_POWER_OFF, "test")
+	fs.wantReboot(t, unix.LINUX_REBOOT_CMD_POWER_OFF, 30*time.Second)
+	if s := state(sup, "sleeper"); s != supervisor.StateStopped {
+		t.Errorf("sleeper is %s after shutdown, want %s", s, supervisor.StateStopped)
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if got := strings.Join(fs.unmounts, " "); got != "/nonexistent/state /nonexistent/var" {
+		t.Errorf("unmounted %q, want STATE then /var", got)
+	}
+}
+
+// TestShutdownSurvivesPanic: a panic on the way down (here in ending the
+// processes) does not stop the power off.
+func TestShutdownSurvivesPanic(t *testing.T) {
+	fs := newFakeSystem()
+	sys := fs.system()
+	sys.killAll = func(unix.Signal) { panic("boom") }
+	n := &node{sys: sys}
+	n.requestShutdown(unix.LINUX_REBOOT_CMD_POWER_OFF, "test")
+	select {
+	case got := <-fs.rebooted:
+		if got != unix.LINUX_REBOOT_CMD_POWER_OFF {
+			t.Errorf("reboot(%#x), want power off", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no power off after a panic during shutdown")
+	}
+}
+
+// TestShutdownDuringBoot: a shutdown asked for while a boot step runs
+// waits for that step, and no later step starts.
+func TestShutdownDuringBoot(t *testing.T) {
+	fs := newFakeSystem()
+	n := &node{sys: fs.system()}
+	inStep, release := make(chan struct{}), make(chan struct{})
+	laterRan := false
+	booted := make(chan error, 1)
+	go func() {
+		booted <- n.boot([]boot.Step{
+			{Name: "slow", Run: func() error { close(inStep); <-release; return nil }},
+			{Name: "later", Run: func() error { laterRan = true; return nil }},
+		})
+	}()
+	<-inStep
+	n.requestShutdown(unix.LINUX_REBOOT_CMD_POWER_OFF, "test")
+	select {
+	case <-fs.rebooted:
+		t.Fatal("powered off while a boot step was running")
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	fs.wantReboot(t, unix.LINUX_REBOOT_CMD_POWER_OFF, 10*time.Second)
+	if err := <-booted; err != nil {
+		t.Errorf("boot() = %v, want nil (stopped by the shutdown)", err)
+	}
+	if laterRan {
+		t.Error("a boot step ran after the shutdown began")
+	}
+}
+
+// TestBootStepPanic: a step that panics fails, and the boot goes on.
+func TestBootStepPanic(t *testing.T) {
+	n := &node{sys: newFakeSystem().system()}
+	var nilSupervisor *supervisor.Supervisor
+	ran := false
+	err := n.boot([]boot.Step{
+		{Name: "panics", Run: func() error { nilSupervisor.Status(); return nil }},
+		{Name: "after", Run: func() error { ran = true; return nil }},
+	})
+	if err != nil || !ran {
+		t.Errorf("boot() = %v, later step ran %v; want nil and the boot gone on", err, ran)
+	}
+	if len(n.timeline) != 2 || !strings.HasPrefix(n.timeline[0].Err, "panic: ") {
+		t.Errorf("timeline %+v, want the panicking step recorded with its panic", n.timeline)
+	}
+}
+
+// TestControlWithoutSupervisor serves the control socket of a node whose
+// config did not load: calls that need the supervisor say why there is
+// none, the boot timeline answers, and Shutdown powers off.
+func TestControlWithoutSupervisor(t *testing.T) {
+	fs := newFakeSystem()
+	loadErr := errors.New(`/system/state/config.yaml: unknown field "futureField"`)
+	n := &node{sys: fs.system(), loadErr: loadErr, timeline: []boot.Record{{Name: "load machine config", Start: time.Second, Err: loadErr.Error()}}}
+	sock := filepath.Join(t.TempDir(), "init.sock")
+	srv, err := n.listenControl(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := machine.NewInitClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	tl, err := c.BootTimeline(ctx, &machine.BootTimelineRequest{})
+	if err != nil || len(tl.Steps) != 1 || tl.Steps[0].Error != loadErr.Error() {
+		t.Errorf("BootTimeline() = %v, %v; want the load error in its one step", tl, err)
+	}
+	_, err = c.Services(ctx, &machine.ServicesRequest{})
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "futureField") {
+		t.Errorf("Services() error = %v, want Unavailable naming the load error", err)
+	}
+	_, err = c.ServiceRestart(ctx, &machine.ServiceRestartRequest{Name: "containerd"})
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("ServiceRestart() error = %v, want Unavailable", err)
+	}
+	logs, err := c.Logs(ctx, &machine.LogsRequest{Service: "cairn-agent"})
+	if err == nil {
+		_, err = logs.Recv()
+	}
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("Logs() error = %v, want Unavailable", err)
+	}
+	if _, err := c.Shutdown(ctx, &machine.ShutdownRequest{}); err != nil {
+		t.Fatalf("Shutdown() = %v", err)
+	}
+	fs.wantReboot(t, unix.LINUX_REBOOT_CMD_POWER_OFF, 10*time.Second)
+}
+
+// TestControlReboot: Reboot on the control socket reboots.
+func TestControlReboot(t *testing.T) {
+	fs := newFakeSystem()
+	n := &node{sys: fs.system()}
+	sock := filepath.Join(t.TempDir(), "init.sock")
+	srv, err := n.listenControl(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := machine.NewInitClient(conn).Reboot(ctx, &machine.RebootRequest{}); err != nil {
+		t.Fatalf("Reboot() = %v", err)
+	}
+	fs.wantReboot(t, unix.LINUX_REBOOT_CMD_RESTART, 10*time.Second)
+}
+
+func state(sup *supervisor.Supervisor, name string) supervisor.State {
+	for _, s := range sup.Status() {
+		if s.Name == name {
+			return s.State
+		}
+	}
+	return ""
+}
+
+func waitState(t *testing.T, sup *supervisor.Supervisor, name string, want supervisor.State) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); state(sup, name) != want; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is %s after 10s, want %s", name, state(sup, name), want)
+		}
+	}
+}
