@@ -8,10 +8,13 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/cairn-os/cairn/init/internal/boot"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/u-root/u-root/pkg/dhclient"
 	"github.com/vishvananda/netlink"
@@ -21,13 +24,24 @@ const (
 	// linkWait bounds the wait for NIC drivers to register the links the
 	// config names; the drivers probe while their modules load, so links
 	// are normally there at once.
-	linkWait    = 3 * time.Second
+	linkWait = 3 * time.Second
+	// dhcpTimeout bounds one attempt at a lease on a link.
 	dhcpTimeout = 20 * time.Second
+	// dhcpBootWait is how long the boot waits for leases before it goes
+	// on: a lease not in by then is still applied when it comes, and the
+	// services (the API among them) start meanwhile.
+	dhcpBootWait = 5 * time.Second
+	// dhcpRetry is the pause before asking again on a link that got no
+	// lease: a DHCP server may come up after the node.
+	dhcpRetry = 30 * time.Second
 )
 
 // configureNetwork brings up loopback and every interface of the machine
 // config. A problem with one interface is reported and the others are still
 // configured; the agent listens on whatever addresses the node ends with.
+// DHCP runs in the background: the step waits up to dhcpBootWait from its
+// start for the leases, and each link's first DHCP exchange is a boot timeline record of
+// its own ("DHCP on eth0"), with its error if it got no lease.
 func (n *node) configureNetwork() error {
 	lo, err := netlink.LinkByName("lo")
 	if err == nil {
@@ -39,68 +53,128 @@ func (n *node) configureNetwork() error {
 	if n.cfg == nil {
 		return errNoConfig
 	}
-	// Interfaces are configured side by side: a missing link or a slow
-	// DHCP server on one does not hold up the others.
-	errs := make([]error, len(n.cfg.Network.Interfaces))
+	// The wait for leases counts from here, alongside the wait for links.
+	leaseDeadline := time.Now().Add(dhcpBootWait)
+	nameservers := n.cfg.Network.Nameservers
+	// Interfaces are configured side by side: a missing link on one does
+	// not hold up the others.
+	ifaces := n.cfg.Network.Interfaces
+	errs := make([]error, len(ifaces))
+	leases := make([]<-chan error, len(ifaces))
 	var wg sync.WaitGroup
-	for i, ic := range n.cfg.Network.Interfaces {
+	for i, ic := range ifaces {
+		path := fmt.Sprintf("network.interfaces[%d]", i)
 		wg.Go(func() {
-			if err := configureInterface(ic); err != nil {
-				errs[i] = fmt.Errorf("network.interfaces[%d]: %w", i, err)
+			err := boot.Catch("configure "+path, func() error {
+				link, err := configureInterface(ic)
+				if err == nil && ic.DHCP {
+					leases[i] = n.startDHCP(path, link, nameservers)
+				}
+				return err
+			})
+			if err != nil {
+				errs[i] = fmt.Errorf("%s: %w", path, err)
 			}
 		})
 	}
 	wg.Wait()
-	if ns := n.cfg.Network.Nameservers; len(ns) > 0 {
-		var b strings.Builder
-		for _, s := range ns {
-			fmt.Fprintf(&b, "nameserver %s\n", s)
-		}
-		if err := os.WriteFile("/etc/resolv.conf", []byte(b.String()), 0o644); err != nil {
-			errs = append(errs, err)
-		}
+	if len(nameservers) > 0 {
+		errs = append(errs, writeResolvConf(nameservers))
 	}
+	waitLeases(leases, ifaces, leaseDeadline)
 	return errors.Join(errs...)
 }
 
-func configureInterface(ic machineconfig.Interface) error {
+// waitLeases waits until deadline for the first DHCP exchange on each link
+// that has one (a nil channel has none); their outcome is reported by
+// their own timeline records.
+func waitLeases(leases []<-chan error, ifaces []machineconfig.Interface, deadline time.Time) {
+	timeout := time.NewTimer(time.Until(deadline))
+	defer timeout.Stop()
+	var pending []string
+	for i, ch := range leases {
+		if ch == nil {
+			continue
+		}
+		select {
+		case <-ch:
+			continue
+		case <-timeout.C:
+		}
+		// Out of time: note this one and every other still waiting.
+		for j := i; j < len(leases); j++ {
+			if leases[j] == nil {
+				continue
+			}
+			select {
+			case <-leases[j]:
+			default:
+				pending = append(pending, fmt.Sprintf("network.interfaces[%d] (%s)", j, linkLabel(ifaces[j])))
+			}
+		}
+		break
+	}
+	if len(pending) > 0 {
+		slog.Warn("no DHCP lease yet, going on: still asking in the background", "interfaces", strings.Join(pending, ", "), "waited", dhcpBootWait)
+	}
+}
+
+// linkLabel names the link an interface config selects, for messages.
+func linkLabel(ic machineconfig.Interface) string {
+	switch {
+	case ic.Name != "":
+		return ic.Name
+	case ic.MAC != "":
+		return ic.MAC
+	}
+	return "first link"
+}
+
+func writeResolvConf(nameservers []string) error {
+	var b strings.Builder
+	for _, s := range nameservers {
+		fmt.Fprintf(&b, "nameserver %s\n", s)
+	}
+	return os.WriteFile("/etc/resolv.conf", []byte(b.String()), 0o644)
+}
+
+// configureInterface finds the link of ic and sets its MTU, brings it up,
+// and adds the static addresses and routes; DHCP is left to the caller.
+func configureInterface(ic machineconfig.Interface) (netlink.Link, error) {
 	link, err := findLink(ic, linkWait)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	name := link.Attrs().Name
 	if ic.MTU > 0 {
 		if err := netlink.LinkSetMTU(link, ic.MTU); err != nil {
-			return fmt.Errorf("set mtu %d on %s: %w", ic.MTU, name, err)
+			return nil, fmt.Errorf("set mtu %d on %s: %w", ic.MTU, name, err)
 		}
 	}
 	if err := netlink.LinkSetUp(link); err != nil {
-		return fmt.Errorf("bring up %s: %w", name, err)
+		return nil, fmt.Errorf("bring up %s: %w", name, err)
 	}
 	for _, a := range ic.Addresses {
 		addr, err := netlink.ParseAddr(a)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := netlink.AddrReplace(link, addr); err != nil {
-			return fmt.Errorf("add %s to %s: %w", a, name, err)
+			return nil, fmt.Errorf("add %s to %s: %w", a, name, err)
 		}
 	}
 	for _, r := range ic.Routes {
 		_, dst, err := net.ParseCIDR(r.To)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		route := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: dst, Gw: net.ParseIP(r.Via), Priority: int(r.Metric)}
 		if err := netlink.RouteReplace(route); err != nil {
-			return fmt.Errorf("add route to %s via %s on %s: %w", r.To, r.Via, name, err)
+			return nil, fmt.Errorf("add route to %s via %s on %s: %w", r.To, r.Via, name, err)
 		}
 	}
-	if ic.DHCP {
-		return dhcp(link)
-	}
-	slog.Info("interface configured", "link", name, "addresses", ic.Addresses)
-	return nil
+	slog.Info("interface configured", "link", name, "addresses", ic.Addresses, "dhcp", ic.DHCP)
+	return link, nil
 }
 
 // findLink finds the link an interface config selects: by name, by MAC, or
@@ -139,10 +213,48 @@ func findLink(ic machineconfig.Interface, wait time.Duration) (netlink.Link, err
 	}
 }
 
-// dhcp asks for an IPv4 lease on link and applies it.
-func dhcp(link netlink.Link) error {
+// startDHCP asks for an IPv4 lease on link in the background, until it
+// gets one, and applies it (with the config's nameservers, if it has any,
+// rather than the lease's). The first exchange's outcome is sent on the
+// returned channel and added to the boot timeline as "DHCP on <link>";
+// path is the interface's place in the config, for the error.
+func (n *node) startDHCP(path string, link netlink.Link, nameservers []string) <-chan error {
+	first := make(chan error, 1)
 	name := link.Attrs().Name
-	ctx, cancel := context.WithTimeout(context.Background(), dhcpTimeout)
+	boot.Go("DHCP on "+name, func() {
+		for attempt := 0; ; attempt++ {
+			start := boot.SinceBoot()
+			err := dhcp(link, dhcpTimeout)
+			if err == nil && len(nameservers) > 0 {
+				err = writeResolvConf(nameservers)
+			}
+			if attempt == 0 {
+				first <- err
+				r := boot.Record{Name: "DHCP on " + name, Start: start, Duration: boot.SinceBoot() - start}
+				if err != nil {
+					r.Err = fmt.Sprintf("%s: %v; asking again every %s", path, err, dhcpRetry)
+				}
+				n.addRecord(r)
+			}
+			if err == nil {
+				if attempt > 0 {
+					slog.Info("DHCP lease after retrying", "link", name, "attempts", attempt+1)
+				}
+				return
+			}
+			if attempt == 0 {
+				slog.Warn("DHCP got no lease, asking again in the background", "link", name, "err", err, "every", dhcpRetry)
+			}
+			time.Sleep(dhcpRetry)
+		}
+	})
+	return first
+}
+
+// dhcp asks for an IPv4 lease on link for up to timeout and applies it.
+func dhcp(link netlink.Link, timeout time.Duration) error {
+	name := link.Attrs().Name
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cfg := dhclient.Config{Timeout: 5 * time.Second, Retries: 3}
 	var errs []error
@@ -157,5 +269,17 @@ func dhcp(link netlink.Link) error {
 		slog.Info("DHCP lease", "link", name, "lease", res.Lease.String())
 		return nil
 	}
-	return fmt.Errorf("DHCP on %s: no lease: %w", name, errors.Join(errs...))
+	if len(errs) == 0 {
+		errs = append(errs, fmt.Errorf("link %s is not up", name))
+	}
+	return fmt.Errorf("DHCP on %s: no lease within %s: %w", name, timeout, errors.Join(errs...))
+}
+
+// addRecord adds a record of work done beside the boot steps (in the
+// background) to the boot timeline, in order of start.
+func (n *node) addRecord(r boot.Record) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	i := sort.Search(len(n.timeline), func(i int) bool { return n.timeline[i].Start > r.Start })
+	n.timeline = slices.Insert(n.timeline, i, r)
 }
