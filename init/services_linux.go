@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/cairn-os/cairn/init/internal/boot"
 	"github.com/cairn-os/cairn/init/internal/containers"
 	"github.com/cairn-os/cairn/internal/containerdconfig"
 	"github.com/cairn-os/cairn/internal/criimage"
@@ -99,7 +100,7 @@ func (n *node) startServices() error {
 		n.images[s.Name] = s.Image
 		services = append(services, supervisor.Service{
 			Name:      s.Name,
-			Launcher:  &containers.Launcher{Socket: containerdconfig.Node.Socket, HostsDir: containerdconfig.Node.HostsDir, Service: s},
+			Launcher:  &containers.Launcher{Socket: containerdconfig.Node.Socket, HostsDir: containerdconfig.Node.HostsDir, ShimCgroup: containers.ShimCgroup, Service: s},
 			DependsOn: []string{"containerd"},
 			Restart:   restartPolicies[s.Restart],
 			Cgroup:    "system/" + s.Name,
@@ -108,7 +109,7 @@ func (n *node) startServices() error {
 		})
 	}
 	events, _ := n.services.Subscribe() // for the node's lifetime
-	go n.importSandboxImage(events)
+	boot.Go("import the sandbox image", func() { n.importSandboxImage(events) })
 	var errs []error
 	for _, svc := range services {
 		if err := n.services.Add(svc); err != nil {

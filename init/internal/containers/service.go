@@ -3,7 +3,9 @@
 // containerd's certs.d), makes a container on the host network in the
 // service's own cgroup, and starts its task; each Launch is one run, so the
 // supervisor restarts it with backoff and a failed pull is retried, its
-// error the reason shown for the service. List reports what containerd
+// error the reason shown for the service. A run outlives a restart of
+// containerd: its shim is in a cgroup of its own, and the Launcher waits
+// for the task again once containerd is back. List reports what containerd
 // holds.
 package containers
 
@@ -11,7 +13,9 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/remotes/docker"
@@ -22,6 +26,7 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/cairn-os/cairn/init/internal/boot"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/supervisor"
 )
@@ -34,7 +39,10 @@ const Namespace = "system"
 type Launcher struct {
 	Socket   string // containerd's socket
 	HostsDir string // containerd's certs.d, for pulls
-	Service  machineconfig.Service
+	// ShimCgroup, if set, is the cgroup of the run's shim (ShimCgroup on a
+	// node), apart from containerd's own.
+	ShimCgroup string
+	Service    machineconfig.Service
 }
 
 // ShimCgroup holds the containerd shims of system services, apart from
@@ -109,7 +117,11 @@ func (l *Launcher) launch(ctx context.Context, c *containerd.Client, opts superv
 	if err != nil {
 		return nil, fmt.Errorf("create container %s: %w", id, err)
 	}
-	task, err := ctr.NewTask(ctx, cio.NewCreator(cio.WithStreams(nil, opts.Output, opts.Output)), containerd.WithShimCgroup(ShimCgroup))
+	var taskOpts []containerd.NewTaskOpts
+	if l.ShimCgroup != "" {
+		taskOpts = append(taskOpts, containerd.WithShimCgroup(l.ShimCgroup))
+	}
+	task, err := ctr.NewTask(ctx, cio.NewCreator(cio.WithStreams(nil, opts.Output, opts.Output)), taskOpts...)
 	if err != nil {
 		ctr.Delete(ctx, containerd.WithSnapshotCleanup)
 		return nil, fmt.Errorf("create task %s: %w", id, err)
@@ -125,8 +137,8 @@ func (l *Launcher) launch(ctx context.Context, c *containerd.Client, opts superv
 		ctr.Delete(ctx, containerd.WithSnapshotCleanup)
 		return nil, fmt.Errorf("start %s: %w", id, err)
 	}
-	inst := &instance{client: c, ctr: ctr, task: task, exited: make(chan supervisor.Exit, 1)}
-	go inst.wait(statusC)
+	inst := &instance{client: c, ctr: ctr, task: task, exited: make(chan supervisor.Exit, 1), killed: make(chan struct{})}
+	boot.Go("wait for "+id, func() { inst.wait(statusC) })
 	return inst, nil
 }
 
@@ -135,17 +147,36 @@ type instance struct {
 	ctr    containerd.Container
 	task   containerd.Task
 	exited chan supervisor.Exit
+	// killed is closed by Kill: a wait for containerd to come back gives
+	// up then.
+	killed   chan struct{}
+	killOnce sync.Once
 }
 
+// rewaitInterval is how often wait asks a containerd that went away
+// whether it is back.
+const rewaitInterval = 500 * time.Millisecond
+
 // wait reports the task's exit once, after removing the task and container
-// so the next run starts clean.
+// so the next run starts clean. A containerd restart ends the Wait call
+// but not the task, whose shim runs on outside containerd's cgroup: wait
+// then asks again once containerd is back, so the run goes on.
 func (i *instance) wait(statusC <-chan containerd.ExitStatus) {
-	st := <-statusC
 	ctx := namespaces.WithNamespace(context.Background(), Namespace)
+	var code uint32
+	var err error
+	for {
+		st := <-statusC
+		if code, _, err = st.Result(); err == nil {
+			break
+		}
+		if statusC, code, err = i.rewait(ctx, err); statusC == nil {
+			break
+		}
+	}
 	i.task.Delete(ctx)
 	i.ctr.Delete(ctx, containerd.WithSnapshotCleanup)
 	i.client.Close()
-	code, _, err := st.Result()
 	e := supervisor.Exit{Err: err}
 	if err == nil {
 		e.Status = syscall.WaitStatus(code << 8) // an exit status, as wait(2) encodes it
@@ -154,6 +185,36 @@ func (i *instance) wait(statusC <-chan containerd.ExitStatus) {
 		}
 	}
 	i.exited <- e
+}
+
+// rewait is called when waiting for the task failed with waitErr. It polls
+// containerd until it answers about the task: a task still running is
+// waited for again (a new channel); one stopped but still known returns its
+// exit code; a task containerd no longer knows (it ended while containerd
+// was away), or a Kill meanwhile, ends the run with an error.
+func (i *instance) rewait(ctx context.Context, waitErr error) (<-chan containerd.ExitStatus, uint32, error) {
+	for {
+		st, err := i.task.Status(ctx)
+		switch {
+		case err == nil && st.Status == containerd.Stopped:
+			return nil, st.ExitStatus, nil
+		case err == nil:
+			statusC, err := i.task.Wait(ctx)
+			if err != nil {
+				return nil, 0, err
+			}
+			return statusC, 0, nil
+		case errdefs.IsNotFound(err):
+			// containerd, restarting, removes the tasks whose process ended
+			// while it was away, exit status and all.
+			return nil, 0, fmt.Errorf("the task ended while containerd was away, its exit status unknown: %w", err)
+		}
+		select {
+		case <-i.killed:
+			return nil, 0, fmt.Errorf("killed while containerd did not answer: %w", waitErr)
+		case <-time.After(rewaitInterval):
+		}
+	}
 }
 
 func (i *instance) Exited() <-chan supervisor.Exit { return i.exited }
@@ -165,6 +226,7 @@ func (i *instance) Signal(sig syscall.Signal) error {
 
 // Kill ends every process of the container.
 func (i *instance) Kill() error {
+	i.killOnce.Do(func() { close(i.killed) })
 	err := i.task.Kill(namespaces.WithNamespace(context.Background(), Namespace), syscall.SIGKILL, containerd.WithKillAll)
 	if errdefs.IsNotFound(err) {
 		return nil
