@@ -19,23 +19,38 @@ import (
 	"github.com/cairn-os/cairn/qemu"
 	"github.com/cairn-os/cairn/test/kube"
 	"github.com/cairn-os/cairn/test/registry"
+	"github.com/diskfs/go-diskfs/partition/gpt"
 )
 
 // unmatchedMAC selects no link of the VM: the config asks for an interface
 // the node does not have.
 const unmatchedMAC = "02:00:00:00:00:99"
 
+// The VM's second NIC (qemu.Options.IsolatedNIC) is on a network where
+// nothing answers: DHCP on it times out. The config also gives it a static
+// address, which it gets at once.
+const (
+	isolatedLink    = "eth1"
+	isolatedAddress = "192.168.77.10/24"
+	// dhcpAddress is what QEMU's user network leases to the first NIC.
+	dhcpAddress = "10.0.2.15/24"
+)
+
 // podNetwork is the cluster's pod network: kube-controller-manager gives
 // the node a range of it.
 const podNetwork = "10.244.0.0/16"
 
-// TestBoot builds an image with a non-default hostname and a static
-// address, boots it, and checks the node through its API only. The config
-// also names an interface the VM lacks: the node must boot anyway, report
-// it, and serve the API on the address it has. It declares two system
-// services: one whose image the guest pulls from a registry on the host,
-// one whose registry is unreachable. The node joins a control plane on the
-// host and runs a Pod (see testPod).
+// TestBoot builds an image whose config `cairn config gen` made without
+// addresses (DHCP on eth0) with a non-default hostname, boots it, and
+// checks the node through its API only. The config also names an interface
+// the VM lacks, and asks for DHCP on a second NIC where nothing answers:
+// the node must boot anyway without waiting for that lease, report both,
+// and serve the API on the addresses it has. It declares two system
+// services, with cgroup limits for them, containerd and the agent: one
+// whose image the guest pulls from a registry on the host, one whose
+// registry is unreachable. The node joins a control plane on the host and
+// runs a Pod (see testPod). Later boots of the same disk grow EPHEMERAL,
+// then find it damaged.
 func TestBoot(t *testing.T) {
 	dir := t.TempDir()
 	port := freePort(t)
@@ -46,14 +61,26 @@ func TestBoot(t *testing.T) {
 	}
 	guestRegistry := fmt.Sprintf("%s:%d", guestHost, reg.Port())
 	kc := kube.Start(t, kube.Options{PodCIDR: podNetwork, ServingIPs: []net.IP{net.ParseIP(guestHost)}})
-	cairn(t, "config", "gen", "--out", dir, "--hostname", "e2e-node", "--interface", "eth0",
-		"--address", "10.0.2.15/24", "--gateway", "10.0.2.2", "--nameserver", "10.0.2.3",
-		"--endpoint", endpoint)
-	editConfig(t, filepath.Join(dir, "machine.yaml"), func(cfg *machineconfig.Config) {
-		cfg.Network.Interfaces = append(cfg.Network.Interfaces, machineconfig.Interface{MAC: unmatchedMAC, Addresses: []string{"192.0.2.10/24"}})
+	cairn(t, "config", "gen", "--out", dir, "--hostname", "e2e-node", "--interface", "eth0", "--endpoint", endpoint)
+	config := filepath.Join(dir, "machine.yaml")
+	editConfig(t, config, func(cfg *machineconfig.Config) {
+		if ic := cfg.Network.Interfaces; len(ic) != 1 || !ic[0].DHCP || len(ic[0].Addresses) != 0 {
+			t.Fatalf("cairn config gen without --address wrote interfaces %+v, want DHCP alone", ic)
+		}
+		cfg.Network.Interfaces = append(cfg.Network.Interfaces,
+			machineconfig.Interface{MAC: unmatchedMAC, Addresses: []string{"192.0.2.10/24"}},
+			machineconfig.Interface{Name: isolatedLink, DHCP: true, Addresses: []string{isolatedAddress}},
+		)
+		cfg.Machine.Resources = machineconfig.MachineResources{
+			Containerd: machineconfig.Resources{MemoryMax: "1Gi", CPUWeight: 200, PidsMax: 4096},
+			Agent:      machineconfig.Resources{MemoryMax: "768Mi", CPUMax: "1500m"},
+		}
 		cfg.Containerd.Registries = []machineconfig.Registry{{Host: guestRegistry, Endpoints: []string{"http://" + guestRegistry}}}
 		cfg.Services = []machineconfig.Service{
-			{Name: "hello", Image: guestRegistry + "/cairn-test/hello:v1", Args: []string{"--from-config"}},
+			{
+				Name: "hello", Image: guestRegistry + "/cairn-test/hello:v1", Args: []string{"--from-config"},
+				Resources: machineconfig.Resources{MemoryMax: "64Mi", CPUMax: "250m", CPUWeight: 50, PidsMax: 64},
+			},
 			{Name: "unreachable", Image: "10.0.2.2:1/cairn-test/none:v1"},
 		}
 		cfg.Cluster = &machineconfig.Cluster{
@@ -61,12 +88,16 @@ func TestBoot(t *testing.T) {
 			ClusterCIDRs: []string{podNetwork},
 		}
 	})
-	cairn(t, "image", "build", "-c", filepath.Join(dir, "machine.yaml"), "-o", filepath.Join(dir, "node.raw"), "--assets", binDir)
+	cfg, err := machineconfig.Load(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cairn(t, "image", "build", "-c", config, "-o", filepath.Join(dir, "node.raw"), "--assets", binDir)
 
 	c, cc := dialNode(t, dir, endpoint)
 
 	metricsPort := freePort(t)
-	vm, err := qemu.Start(qemu.Options{Disk: filepath.Join(dir, "node.raw"), APIPort: port, MetricsPort: metricsPort})
+	vm, err := qemu.Start(qemu.Options{Disk: filepath.Join(dir, "node.raw"), APIPort: port, MetricsPort: metricsPort, IsolatedNIC: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,13 +115,13 @@ func TestBoot(t *testing.T) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	if err := vm.WaitReady(ctx, func(ctx context.Context) error {
+	if err := vm.WaitReady(ctx, "the API", func(ctx context.Context) error {
 		_, err := c.Version(ctx, &machine.VersionRequest{})
 		return err
 	}, nil); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("API ready %s after QEMU started (accel %s)", time.Since(start).Round(time.Second), vm.Accel)
+	t.Logf("API ready %s after QEMU started (accel %s)", time.Since(start).Round(time.Second), vm.Accel())
 	ready := func(ctx context.Context) error {
 		// While the node reboots, QEMU still accepts connections on the
 		// forwarded port: bound every call.
@@ -107,13 +138,49 @@ func TestBoot(t *testing.T) {
 	if v.Hostname != "e2e-node" {
 		t.Errorf("Version().Hostname = %q, want e2e-node", v.Hostname)
 	}
-	if !slices.Contains(v.Addresses, "10.0.2.15/24") {
-		t.Errorf("Version().Addresses = %v, want 10.0.2.15/24 among them", v.Addresses)
-	}
 	if !strings.HasPrefix(v.Kernel, "6.1.") {
 		t.Errorf("Version().Kernel = %q, want the pinned Debian 6.1 kernel", v.Kernel)
 	}
-	checkTimeline(t, v.BootTimeline)
+
+	t.Run("DHCPLease", func(t *testing.T) {
+		// The boot waits a few seconds for leases, then goes on: the lease
+		// may come after the API.
+		v := waitVersion(t, ctx, c, "DHCP on eth0 in the boot timeline", func(v *machine.VersionResponse) bool {
+			return step(v.BootTimeline, "DHCP on eth0") != nil
+		})
+		if s := step(v.BootTimeline, "DHCP on eth0"); s.Error != "" {
+			t.Errorf("DHCP on eth0 failed: %s", s.Error)
+		}
+		if !slices.Contains(v.Addresses, dhcpAddress) {
+			t.Errorf("Version().Addresses = %v, want the lease %s among them", v.Addresses, dhcpAddress)
+		}
+		if !slices.Contains(v.Addresses, isolatedAddress) {
+			t.Errorf("Version().Addresses = %v, want %s, the static address of %s, among them", v.Addresses, isolatedAddress, isolatedLink)
+		}
+	})
+
+	t.Run("DHCPTimeoutDoesNotBlockBoot", func(t *testing.T) {
+		v := waitVersion(t, ctx, c, "DHCP on "+isolatedLink+" in the boot timeline", func(v *machine.VersionResponse) bool {
+			return step(v.BootTimeline, "DHCP on "+isolatedLink) != nil
+		})
+		d := step(v.BootTimeline, "DHCP on "+isolatedLink)
+		if !strings.Contains(d.Error, "network.interfaces[2]") || !strings.Contains(d.Error, "DHCP on "+isolatedLink+": no lease") {
+			t.Errorf("DHCP on %s error = %q, want no lease on %s reported for network.interfaces[2]", isolatedLink, d.Error, isolatedLink)
+		}
+		dhcpEnd := d.Start.AsDuration() + d.Duration.AsDuration()
+		network, services := step(v.BootTimeline, "configure network"), step(v.BootTimeline, "start services")
+		if network == nil || services == nil {
+			t.Fatalf("boot timeline lacks configure network or start services: %v", v.BootTimeline)
+		}
+		if took := network.Duration.AsDuration(); took > 10*time.Second {
+			t.Errorf("configure network took %s, want the DHCP timeout (%s) not waited for", took, d.Duration.AsDuration())
+		}
+		if services.Start.AsDuration() >= dhcpEnd {
+			t.Errorf("start services at %s, after the DHCP on %s gave up (%s): the boot waited for it", services.Start.AsDuration(), isolatedLink, dhcpEnd)
+		}
+		t.Logf("DHCP on %s gave up after %s; services started at %s", isolatedLink, d.Duration.AsDuration().Round(time.Millisecond), services.Start.AsDuration().Round(time.Millisecond))
+		checkTimeline(t, v.BootTimeline)
+	})
 
 	t.Run("CLI", func(t *testing.T) {
 		out := cairn(t, "node", "--cairnconfig", filepath.Join(dir, "cairnconfig"), "version")
@@ -154,7 +221,7 @@ func TestBoot(t *testing.T) {
 		testPod(t, ctx, kc, c, filepath.Join(dir, "cairnconfig"), guestRegistry+"/cairn-test/hello:v1", metricsPort, start)
 	})
 
-	t.Run("Services", func(t *testing.T) { testServices(t, ctx, c) })
+	t.Run("Services", func(t *testing.T) { testServices(t, ctx, c, cfg) })
 
 	t.Run("Reboot", func(t *testing.T) {
 		if _, err := c.Reboot(ctx, &machine.RebootRequest{}); err != nil {
@@ -166,7 +233,7 @@ func TestBoot(t *testing.T) {
 				t.Fatal("API still answering a minute after Reboot")
 			}
 		}
-		if err := vm.WaitReady(ctx, ready, nil); err != nil {
+		if err := vm.WaitReady(ctx, "the API", ready, nil); err != nil {
 			t.Fatal(err)
 		}
 		v2, err := c.Version(ctx, &machine.VersionRequest{})
@@ -211,28 +278,13 @@ func TestBoot(t *testing.T) {
 		if err := os.Truncate(disk, st.Size()+1<<30); err != nil {
 			t.Fatal(err)
 		}
-		vm, err := qemu.Start(qemu.Options{Disk: disk, APIPort: port})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			select {
-			case <-vm.Done():
-			default:
-				vm.Kill()
-			}
-		}()
-		if err := vm.WaitReady(ctx, ready, nil); err != nil {
-			t.Fatal(err)
-		}
+		vm := bootAgain(t, ctx, disk, port, ready)
 		v, err := c.Version(ctx, &machine.VersionRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, s := range v.BootTimeline {
-			if s.Name == "prepare EPHEMERAL" && s.Error != "" {
-				t.Errorf("prepare EPHEMERAL failed after the disk grew: %s", s.Error)
-			}
+		if s := step(v.BootTimeline, "prepare EPHEMERAL"); s == nil || s.Error != "" {
+			t.Errorf("prepare EPHEMERAL after the disk grew = %v, want it done without error", s)
 		}
 		log, _ := os.ReadFile(vm.Opts.ConsoleLog)
 		if !strings.Contains(string(log), "EPHEMERAL partition grown") {
@@ -241,15 +293,128 @@ func TestBoot(t *testing.T) {
 		waitService(t, ctx, c, "containerd", "Ready on the grown EPHEMERAL", func(s map[string]*machine.ServiceStatus) bool {
 			return s["containerd"].GetState() == "Ready"
 		})
-		if _, err := c.Shutdown(ctx, &machine.ShutdownRequest{}); err != nil {
+		shutdown(t, ctx, c, vm)
+	})
+
+	t.Run("DamagedEphemeralReported", func(t *testing.T) {
+		// EPHEMERAL's superblock is wiped while the node is off: e2fsck
+		// cannot repair that on its own, so /var stays unmounted. The node
+		// must still answer, and say why containerd cannot run.
+		disk := filepath.Join(dir, "node.raw")
+		wipeSuperblock(t, disk, "EPHEMERAL")
+		vm := bootAgain(t, ctx, disk, port, ready)
+		v, err := c.Version(ctx, &machine.VersionRequest{})
+		if err != nil {
 			t.Fatal(err)
 		}
+		if s := step(v.BootTimeline, "prepare EPHEMERAL"); s == nil || !strings.Contains(s.Error, "EPHEMERAL") || !strings.Contains(s.Error, "damaged") {
+			t.Errorf("prepare EPHEMERAL = %v, want it failed, saying EPHEMERAL is damaged", s)
+		}
+		st := waitService(t, ctx, c, "containerd", "in Backoff, and the agent Ready", func(s map[string]*machine.ServiceStatus) bool {
+			return s["containerd"].GetState() == "Backoff" && s["cairn-agent"].GetState() == "Ready"
+		})
+		if r := st["containerd"].Reason; !strings.Contains(r, "EPHEMERAL is not mounted on /var") || !strings.Contains(r, "damaged") {
+			t.Errorf("containerd's reason = %q, want it to say EPHEMERAL is damaged and not mounted on /var", r)
+		}
+		if s := st["hello"]; s.GetState() != "Waiting" || !strings.Contains(s.GetReason(), "containerd") {
+			t.Errorf("hello = %s (%q), want Waiting for containerd", s.GetState(), s.GetReason())
+		}
+		shutdown(t, ctx, c, vm)
+	})
+}
+
+// bootAgain boots the disk of TestBoot again and waits for the API.
+func bootAgain(t *testing.T, ctx context.Context, disk string, port int, ready func(context.Context) error) *qemu.VM {
+	t.Helper()
+	vm, err := qemu.Start(qemu.Options{Disk: disk, APIPort: port, IsolatedNIC: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
 		select {
 		case <-vm.Done():
-		case <-time.After(60 * time.Second):
-			t.Fatal("QEMU still running 60s after Shutdown")
+		default:
+			vm.Kill()
+		}
+		if t.Failed() {
+			log, _ := os.ReadFile(vm.Opts.ConsoleLog)
+			t.Logf("console log:\n%s", log)
 		}
 	})
+	start := time.Now()
+	if err := vm.WaitReady(ctx, "the API", ready, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("API ready %s after QEMU started (accel %s)", time.Since(start).Round(time.Second), vm.Accel())
+	return vm
+}
+
+// shutdown powers the node off through the API and waits for QEMU to exit.
+func shutdown(t *testing.T, ctx context.Context, c *client.Client, vm *qemu.VM) {
+	t.Helper()
+	if _, err := c.Shutdown(ctx, &machine.ShutdownRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-vm.Done():
+	case <-time.After(60 * time.Second):
+		t.Fatal("QEMU still running 60s after Shutdown")
+	}
+}
+
+// wipeSuperblock zeroes the primary ext4 superblock (1 KiB at offset 1 KiB)
+// of the partition labelled label on a raw disk image.
+func wipeSuperblock(t *testing.T, disk, label string) {
+	t.Helper()
+	f, err := os.OpenFile(disk, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	table, err := gpt.Read(f, 512, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range table.Partitions {
+		if p.Name != label {
+			continue
+		}
+		if _, err := f.WriteAt(make([]byte, 1024), int64(p.Start)*512+1024); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Fatalf("%s has no partition labelled %s", disk, label)
+}
+
+// step returns the boot step or record named name, nil if there is none.
+func step(steps []*machine.BootStep, name string) *machine.BootStep {
+	for _, s := range steps {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// waitVersion polls Version for up to 2 minutes until cond holds.
+func waitVersion(t *testing.T, ctx context.Context, c *client.Client, what string, cond func(*machine.VersionResponse) bool) *machine.VersionResponse {
+	t.Helper()
+	var v *machine.VersionResponse
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+		var err error
+		if v, err = c.Version(ctx, &machine.VersionRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		if cond(v) {
+			return v
+		}
+	}
+	t.Fatalf("no %s after 2 minutes: %v", what, v)
+	return nil
 }
 
 // editConfig changes the machine config at path.
@@ -270,7 +435,8 @@ func editConfig(t *testing.T, path string, edit func(*machineconfig.Config)) {
 }
 
 // checkTimeline wants every boot step of both stages, in order, and no
-// error but the one for the interface the VM lacks.
+// error but those for the interface the VM lacks and the DHCP that gets no
+// answer.
 func checkTimeline(t *testing.T, steps []*machine.BootStep) {
 	t.Helper()
 	var names []string
@@ -286,12 +452,16 @@ func checkTimeline(t *testing.T, steps []*machine.BootStep) {
 			if !strings.Contains(s.Error, "network.interfaces[1]") || !strings.Contains(s.Error, unmatchedMAC) {
 				t.Errorf("configure network error = %q, want it to name network.interfaces[1] and %s", s.Error, unmatchedMAC)
 			}
+			if strings.Contains(s.Error, "network.interfaces[2]") {
+				t.Errorf("configure network error = %q, want the DHCP on %s reported apart, not by the step", s.Error, isolatedLink)
+			}
+		case s.Name == "DHCP on "+isolatedLink:
 		case s.Error != "":
 			t.Errorf("boot step %q failed: %s", s.Name, s.Error)
 		}
 		t.Logf("boot step %8.3fs %7.3fs %s", s.Start.AsDuration().Seconds(), s.Duration.AsDuration().Seconds(), s.Name)
 	}
-	for _, want := range []string{"mount root squashfs", "mount STATE", "load machine config", "configure network", "start services"} {
+	for _, want := range []string{"mount root squashfs", "mount STATE", "load machine config", "configure network", "DHCP on eth0", "DHCP on " + isolatedLink, "start services"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("boot timeline %v lacks %q", names, want)
 		}
