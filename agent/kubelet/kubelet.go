@@ -89,6 +89,10 @@ type Config struct {
 	// every certCheckInterval (default 1 min).
 	now               func() time.Time
 	certCheckInterval time.Duration
+	// plegRelist is how often the runtime is listed whole to catch what
+	// its events missed: 0 means every 5 s, a negative duration never, so
+	// that a test proves what the CRI's events do alone.
+	plegRelist time.Duration
 }
 
 // RuntimeInfo tells the container runtime's name and version.

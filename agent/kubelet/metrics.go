@@ -12,6 +12,7 @@ import (
 type metrics struct {
 	podStart      prometheus.Histogram
 	leaseRenewals *prometheus.CounterVec
+	wakeups       *prometheus.CounterVec
 }
 
 // newMetrics registers the metrics with reg; nil keeps them unregistered.
@@ -27,6 +28,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: ns, Subsystem: sub, Name: "lease_renewals_total",
 			Help: "Renewals of the node's Lease, by result (success or failure).",
 		}, []string{"result"}),
+		wakeups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "pod_worker_wakeups_total",
+			Help: "Syncs of pods, by what woke the pod's worker (a sync asked for by several counts for each): " +
+				"pod (the Pod object was added, its spec changed or it is being deleted), " +
+				"event (a CRI container event), relist (the runtime's periodic list), probe (a probe's result changed), " +
+				"conflict (a status write met a newer Pod), resync (the pod resync period passed), backoff (a container's back-off ended) " +
+				"or retry (after a failed sync).",
+		}, []string{"source"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -36,6 +45,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.leaseRenewals, err = register(reg, m.leaseRenewals); err != nil {
+		return nil, err
+	}
+	if m.wakeups, err = register(reg, m.wakeups); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -66,4 +78,9 @@ func (m *metrics) leaseRenewed(err error) {
 // podStarted records how long a pod took from being seen to Running.
 func (m *metrics) podStarted(seen time.Time) {
 	m.podStart.Observe(time.Since(seen).Seconds())
+}
+
+// woke counts one sync of a pod, woken by source.
+func (m *metrics) woke(source wakeSource) {
+	m.wakeups.WithLabelValues(string(source)).Inc()
 }

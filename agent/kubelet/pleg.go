@@ -24,11 +24,16 @@ import (
 const plegRelist = 5 * time.Second
 
 // pleg watches the runtime for changes to pods. wake is called with the
-// pod's UID, from pleg's goroutines.
+// pod's UID and what told (wakeEvent or wakeRelist), from pleg's
+// goroutines.
 type pleg struct {
 	rt   criv1.RuntimeServiceClient
-	wake func(types.UID)
+	wake func(types.UID, wakeSource)
 	log  *slog.Logger
+	// relistEvery is how often the runtime is listed: 0 means
+	// plegRelist, a negative duration never (tests that prove what the
+	// events alone do).
+	relistEvery time.Duration
 	// last is the state of each container and sandbox (by ID) at the
 	// previous relist, with its pod.
 	last map[string]plegEntry
@@ -46,9 +51,13 @@ func (p *pleg) run(ctx context.Context) {
 		defer close(done)
 		p.watch(ctx)
 	}()
-	for {
+	every := p.relistEvery
+	if every == 0 {
+		every = plegRelist
+	}
+	for every > 0 {
 		p.relist(ctx)
-		if !sleep(ctx, plegRelist) {
+		if !sleep(ctx, every) {
 			break
 		}
 	}
@@ -69,7 +78,7 @@ func (p *pleg) watch(ctx context.Context) {
 			}
 			b.reset()
 			if uid := eventPod(ev); uid != "" {
-				p.wake(uid)
+				p.wake(uid, wakeEvent)
 			}
 		}
 		if ctx.Err() != nil {
@@ -132,7 +141,7 @@ func (p *pleg) relist(ctx context.Context) {
 	}
 	for uid := range changed {
 		if uid != "" {
-			p.wake(uid)
+			p.wake(uid, wakeRelist)
 		}
 	}
 }

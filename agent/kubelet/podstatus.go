@@ -2,6 +2,7 @@ package kubelet
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -10,6 +11,7 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/cairn-os/cairn/agent/kubelet/pods"
 )
@@ -184,36 +186,49 @@ func (s *podSyncer) containerStatus(c pods.ContainerStatus, prev corev1.Containe
 }
 
 // writeStatus writes status as the Pod's if it differs from what the API
-// holds, and keeps the Pod the API server returns.
-func (s *podSyncer) writeStatus(ctx context.Context, w *podWorker, pod *corev1.Pod, status corev1.PodStatus) error {
+// holds, and keeps the Pod the API server returns; written says it wrote.
+//
+// It patches the status alone, with the Pod's UID and resourceVersion as
+// preconditions: a Pod changed since (labels, annotations, someone else's
+// condition) makes the write conflict, and it is done again from the Pod
+// as it is now. An update of the whole Pod would instead be refused
+// (Forbidden) when the labels changed: the API server's NodeRestriction
+// lets a node change no labels through the status, and reads the stale
+// labels as a change.
+func (s *podSyncer) writeStatus(ctx context.Context, w *podWorker, pod *corev1.Pod, status corev1.PodStatus) (written bool, err error) {
 	if apiequality.Semantic.DeepEqual(pod.Status, status) {
-		return nil
+		return false, nil
 	}
-	p := pod.DeepCopy()
-	p.Status = status
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": pod.UID, "resourceVersion": pod.ResourceVersion},
+		"status":   status,
+	})
+	if err != nil {
+		return false, err
+	}
 	uctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	got, err := s.k.client.CoreV1().Pods(p.Namespace).UpdateStatus(uctx, p, metav1.UpdateOptions{})
+	got, err := s.k.client.CoreV1().Pods(pod.Namespace).Patch(uctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	switch {
 	case apierrors.IsConflict(err):
 		// The Pod changed since the watch told, or the watch is behind
 		// (for a while after the API server was away): sync again at
 		// once with the Pod as it is now.
-		fresh, gerr := s.k.client.CoreV1().Pods(p.Namespace).Get(uctx, p.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(gerr) || (gerr == nil && fresh.UID != p.UID) {
-			return nil
+		fresh, gerr := s.k.client.CoreV1().Pods(pod.Namespace).Get(uctx, pod.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(gerr) || (gerr == nil && fresh.UID != pod.UID) {
+			return false, nil
 		}
 		if gerr != nil {
-			return fmt.Errorf("update the Pod's status: %w; get the Pod: %w", err, gerr)
+			return false, fmt.Errorf("patch the Pod's status: %w; get the Pod: %w", err, gerr)
 		}
 		w.setLatest(fresh)
-		w.nudge()
-		return nil
+		w.nudge(wakeConflict)
+		return false, nil
 	case apierrors.IsNotFound(err):
-		return nil
+		return false, nil
 	case err != nil:
-		return fmt.Errorf("update the Pod's status: %w", err)
+		return false, fmt.Errorf("patch the Pod's status: %w", err)
 	}
 	w.setLatest(got)
-	return nil
+	return true, nil
 }

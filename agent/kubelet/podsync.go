@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,6 +32,21 @@ import (
 // away without that is killed at once. A pod in a terminal phase is not
 // synced again: its containers would otherwise be started anew should its
 // sandbox be gone.
+
+// wakeSource is what woke a pod's worker to sync the pod: the label of
+// the pod_worker_wakeups_total metric.
+type wakeSource string
+
+const (
+	wakePod      wakeSource = "pod"      // the Pod object was added, its spec changed, or it is being deleted
+	wakeEvent    wakeSource = "event"    // a CRI container event (pleg)
+	wakeRelist   wakeSource = "relist"   // the runtime's periodic list (pleg)
+	wakeProbe    wakeSource = "probe"    // a probe's result changed
+	wakeConflict wakeSource = "conflict" // a status write met a newer Pod
+	wakeResync   wakeSource = "resync"   // PodResync passed
+	wakeBackoff  wakeSource = "backoff"  // a container's back-off ended
+	wakeRetry    wakeSource = "retry"    // the error back-off after a failed sync ended
+)
 
 // housekeepingInterval is how often the runtime's sandboxes of pods the
 // node no longer has are removed.
@@ -67,14 +83,16 @@ type podWorker struct {
 	// syncing cancels the Sync in flight, if any: a pod being deleted
 	// need not wait for an image pull.
 	syncing context.CancelFunc
-	// dirty says the runtime's containers or a probe's result changed:
-	// sync without waiting.
-	dirty bool
+	// dirty holds what said, since the last sync, that the runtime's
+	// containers or a probe's result changed, or that a status write met
+	// a newer Pod: sync without waiting.
+	dirty []wakeSource
 }
 
 func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) {
 	s := &podSyncer{k: k, node: node, workers: map[types.UID]*podWorker{}, killed: map[types.UID]bool{}, orphanLogs: map[types.UID]time.Time{}, scheme: "containerd"}
-	s.probes = &probe.Manager{Runtime: k.cfg.Pods.Runtime, Stop: k.cfg.Pods.StopUnhealthy, Event: k.cfg.Pods.Event, Log: k.log, Changed: s.changed}
+	s.probes = &probe.Manager{Runtime: k.cfg.Pods.Runtime, Stop: k.cfg.Pods.StopUnhealthy, Event: k.cfg.Pods.Event, Log: k.log,
+		Changed: func(uid types.UID) { s.changed(uid, wakeProbe) }}
 	if v, err := k.cfg.RuntimeInfo.RuntimeVersion(ctx); err == nil {
 		if i := indexScheme(v); i > 0 {
 			s.scheme = v[:i]
@@ -102,7 +120,7 @@ func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) {
 	s.wg.Go(func() { inf.RunWithContext(ctx) })
 	if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		s.wg.Go(func() { s.housekeeping(ctx) })
-		p := &pleg{rt: k.cfg.Pods.Runtime, wake: s.changed, log: k.log}
+		p := &pleg{rt: k.cfg.Pods.Runtime, wake: s.changed, log: k.log, relistEvery: k.cfg.plegRelist}
 		s.wg.Go(func() { p.run(ctx) })
 		rotator := &logrotate.Rotator{Runtime: k.cfg.Pods.Runtime, Log: k.log}
 		s.wg.Go(func() { rotator.Run(ctx) })
@@ -113,20 +131,22 @@ func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) {
 }
 
 // changed wakes a pod's goroutine for a change in the runtime or a probe
-// result.
-func (s *podSyncer) changed(uid types.UID) {
+// result, which source tells.
+func (s *podSyncer) changed(uid types.UID, source wakeSource) {
 	s.mu.Lock()
 	w := s.workers[uid]
 	s.mu.Unlock()
 	if w != nil {
-		w.nudge()
+		w.nudge(source)
 	}
 }
 
-// nudge has the goroutine sync without waiting.
-func (w *podWorker) nudge() {
+// nudge has the goroutine sync without waiting, for source.
+func (w *podWorker) nudge(source wakeSource) {
 	w.mu.Lock()
-	w.dirty = true
+	if !slices.Contains(w.dirty, source) {
+		w.dirty = append(w.dirty, source)
+	}
 	w.mu.Unlock()
 	w.poke()
 }
@@ -212,10 +232,10 @@ func (w *podWorker) poke() {
 	}
 }
 
-func (w *podWorker) latest() (pod *corev1.Pod, gone, dirty bool) {
+func (w *podWorker) latest() (pod *corev1.Pod, gone bool, dirty []wakeSource) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	dirty, w.dirty = w.dirty, false
+	dirty, w.dirty = w.dirty, nil
 	return w.pod, w.gone, dirty
 }
 
@@ -246,6 +266,7 @@ func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) (killed bool) {
 	errBackoff := backoff{min: time.Second, max: 30 * time.Second}
 	var synced *corev1.Pod // the pod as last synced, to tell spec changes from status writes
 	next := time.Now()
+	due := wakePod // what the timer is set for
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -263,9 +284,20 @@ func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) (killed bool) {
 		// A wake by an update that changed only the status (our own
 		// writes) waits for the timer, which keeps the error backoff.
 		deleting := gone || pod.DeletionTimestamp != nil
-		changed := synced == nil || deleting || dirty || pod.Generation != synced.Generation
-		if !changed && time.Now().Before(next) {
+		podChanged := synced == nil || deleting || pod.Generation != synced.Generation
+		if !podChanged && len(dirty) == 0 && time.Now().Before(next) {
 			continue
+		}
+		// Counted by each source that asked for this sync; the timer's
+		// only when nothing else did.
+		for _, source := range dirty {
+			s.k.metrics.woke(source)
+		}
+		switch {
+		case podChanged:
+			s.k.metrics.woke(wakePod)
+		case len(dirty) == 0:
+			s.k.metrics.woke(due)
 		}
 		var err error
 		var retryAt time.Time
@@ -281,14 +313,17 @@ func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) (killed bool) {
 		}
 		synced = pod
 		d := s.k.cfg.PodResync
-		if !retryAt.IsZero() {
-			d = max(min(d, time.Until(retryAt)), 0)
+		due = wakeResync
+		if !retryAt.IsZero() && time.Until(retryAt) < d {
+			d, due = max(time.Until(retryAt), 0), wakeBackoff
 		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return false
 			}
-			d = max(d, errBackoff.next())
+			if b := errBackoff.next(); b > d {
+				d, due = b, wakeRetry
+			}
 			log.Warn("pod sync failed", "err", err, "retry in", d)
 		} else {
 			errBackoff.reset()
@@ -353,10 +388,11 @@ func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod,
 			return st.RetryAt(), errors.Join(syncErr, fmt.Errorf("stop sandbox of ended pod: %w", err))
 		}
 	}
-	if err := s.writeStatus(ctx, w, pod, status); err != nil {
+	written, err := s.writeStatus(ctx, w, pod, status)
+	if err != nil {
 		return st.RetryAt(), errors.Join(syncErr, err)
 	}
-	if status.Phase != pod.Status.Phase {
+	if written && status.Phase != pod.Status.Phase {
 		log.Info("pod phase", "phase", status.Phase)
 		if status.Phase == corev1.PodRunning && pod.Status.Phase == corev1.PodPending {
 			s.k.metrics.podStarted(w.seen)

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -68,6 +69,7 @@ type Runtime struct {
 	network   string
 	made      []string // directories outside Dir that did not exist before
 	sandboxes []string // IDs of the sandboxes seen in cleanup
+	stopped   bool     // by Stop, until StartAgain
 }
 
 // Start starts containerd and returns when its CRI reports the runtime and
@@ -239,17 +241,48 @@ func (r *Runtime) start(bin string) error {
 // returns once the CRI is ready. The shims, and so the containers, live on.
 func (r *Runtime) Restart() {
 	r.tb.Helper()
+	r.Stop()
+	r.StartAgain()
+}
+
+// Stop kills containerd, as a crash would, and returns once it has
+// exited: its CRI is away until StartAgain. The shims, and so the
+// containers, live on. (Cleanup starts it again, if it is stopped, to
+// remove the sandboxes.)
+func (r *Runtime) Stop() {
+	r.tb.Helper()
+	if r.stopped {
+		r.tb.Fatal("runtime: Stop: containerd is already stopped")
+	}
 	r.cmd.Process.Kill()
 	<-r.exited
 	r.conn.Close()
-	if err := r.start(binaries(r.tb)); err != nil {
-		r.tb.Fatalf("runtime: restart: %v", err)
+	r.stopped = true
+}
+
+// StartAgain starts containerd again after Stop, with the same socket,
+// state and network, and returns once the CRI is ready.
+func (r *Runtime) StartAgain() {
+	r.tb.Helper()
+	if err := r.startAgain(); err != nil {
+		r.tb.Fatalf("runtime: start again: %v", err)
 	}
+}
+
+func (r *Runtime) startAgain() error {
+	if !r.stopped {
+		return errors.New("containerd is not stopped")
+	}
+	if err := r.start(binaries(r.tb)); err != nil {
+		return err
+	}
+	r.stopped = false
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
 	if err := r.waitReady(ctx); err != nil {
-		r.tb.Fatalf("runtime: restart: %v (log: %s)", err, r.logTail())
+		return fmt.Errorf("%w (log: %s)", err, r.logTail())
 	}
+	return nil
 }
 
 // waitReady waits for the socket, then for the CRI to report RuntimeReady
@@ -333,6 +366,11 @@ func pauseArchive(dir string) (string, error) {
 
 // cleanup undoes Start, reporting what it could not undo.
 func (r *Runtime) cleanup() {
+	if r.stopped {
+		if err := r.startAgain(); err != nil {
+			r.tb.Errorf("runtime: start containerd again to remove the sandboxes: %v", err)
+		}
+	}
 	if r.conn != nil {
 		r.removeSandboxes()
 		r.conn.Close()

@@ -111,11 +111,15 @@ func (w *Worker) cgroupParent(pod *corev1.Pod) string {
 // says which step failed; the status is still as complete as it could be
 // made, or nil if the runtime could not be read at all (containerd away):
 // then nothing is known of the pod's containers, not even that they are
-// gone.
+// gone. A pod that ended for good (Succeeded or Failed) in a sandbox that
+// is no longer ready is not run again in a new one.
 func (w *Worker) Sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
 	sandboxes, err := w.sandboxes(ctx, pod)
 	if err != nil {
 		return nil, err
+	}
+	if st, err := w.ended(ctx, pod, sandboxes); st != nil || err != nil {
+		return st, err
 	}
 	sandboxID, sandboxCfg, made, err := w.ensureSandbox(ctx, pod, sandboxes)
 	if err != nil {
@@ -132,10 +136,20 @@ func (w *Worker) Sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
 			return nil, fmt.Errorf("containers of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
 	}
+	// In a sandbox that replaced one that died, containers go on from
+	// the attempts of the earlier ones: the runtime keeps their names
+	// (name, pod, attempt) until the pod is killed, and the restarts
+	// count on.
+	var first map[string]uint32
+	if older := len(sandboxes) > 1 || made && len(sandboxes) > 0; older {
+		if first, err = w.nextAttempts(ctx, pod); err != nil {
+			return nil, err
+		}
+	}
 	now := w.now()
 	var errs []error
 	step := func(c *corev1.Container, policy corev1.RestartPolicy) ContainerStatus {
-		cs, err := w.syncContainer(ctx, pod, c, policy, history[c.Name], sb, now)
+		cs, err := w.syncContainer(ctx, pod, c, policy, history[c.Name], first[c.Name], sb, now)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -167,6 +181,52 @@ func (w *Worker) Sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
 	}
 	st.Phase = phase(pod, st.InitContainers, st.Containers)
 	return st, errors.Join(errs...)
+}
+
+// ended returns the status of a pod that ended for good in its last
+// sandbox, which is no longer ready (the pod worker stops the sandbox of
+// a pod that ended): nothing runs again, in no new sandbox, as with the
+// kubelet. It returns nil if the pod has a ready sandbox, none at all, or
+// would run again in a new one (its restartPolicy restarts a container).
+func (w *Worker) ended(ctx context.Context, pod *corev1.Pod, sandboxes []*criv1.PodSandbox) (*Status, error) {
+	var last *criv1.PodSandbox
+	for _, sb := range sandboxes {
+		if sb.State == criv1.PodSandboxState_SANDBOX_READY {
+			return nil, nil
+		}
+		if last == nil || sb.GetMetadata().GetAttempt() > last.GetMetadata().GetAttempt() {
+			last = sb
+		}
+	}
+	if last == nil {
+		return nil, nil
+	}
+	history, err := w.history(ctx, last.Id)
+	if err != nil {
+		return nil, fmt.Errorf("containers of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	st := &Status{}
+	seen := func(c *corev1.Container, policy corev1.RestartPolicy) ContainerStatus {
+		h := history[c.Name]
+		if len(h) == 0 {
+			return containerStatus(c.Name, nil)
+		}
+		cs := containerStatus(c.Name, h[len(h)-1])
+		if cs.State == Terminated && policy != corev1.RestartPolicyNever && w.stoppedUnhealthy(cs.ID) {
+			cs.State = Waiting // to restart, whatever its exit code
+		}
+		return cs
+	}
+	for i := range pod.Spec.InitContainers {
+		st.InitContainers = append(st.InitContainers, seen(&pod.Spec.InitContainers[i], initRestartPolicy(pod.Spec.RestartPolicy)))
+	}
+	for i := range pod.Spec.Containers {
+		st.Containers = append(st.Containers, seen(&pod.Spec.Containers[i], pod.Spec.RestartPolicy))
+	}
+	if st.Phase = phase(pod, st.InitContainers, st.Containers); st.Phase != corev1.PodSucceeded && st.Phase != corev1.PodFailed {
+		return nil, nil
+	}
+	return st, nil
 }
 
 // ensureSandbox returns the pod's ready sandbox among its sandboxes,
@@ -223,6 +283,23 @@ func (w *Worker) history(ctx context.Context, sandboxID string) (map[string][]*c
 	return out, nil
 }
 
+// nextAttempts returns, by container name, the attempt after the last of
+// the pod's containers in any of its sandboxes.
+func (w *Worker) nextAttempts(ctx context.Context, pod *corev1.Pod) (map[string]uint32, error) {
+	resp, err := w.Runtime.ListContainers(ctx, &criv1.ListContainersRequest{
+		Filter: &criv1.ContainerFilter{LabelSelector: map[string]string{LabelPodUID: string(pod.UID)}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("containers of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	next := map[string]uint32{}
+	for _, c := range resp.Containers {
+		name := c.GetMetadata().GetName()
+		next[name] = max(next[name], c.GetMetadata().GetAttempt()+1)
+	}
+	return next, nil
+}
+
 // sandbox is the pod's ready sandbox, as its containers are made in it.
 type sandbox struct {
 	id  string
@@ -231,12 +308,13 @@ type sandbox struct {
 }
 
 // syncContainer takes the next step for one container, whose CRI
-// containers so far are history: it starts it if it has none, or if the
-// latest exited and policy restarts it once its backoff has passed.
+// containers in the sandbox so far are history: it starts it, as the
+// first-th attempt, if it has none, or if the latest exited and policy
+// restarts it once its backoff has passed.
 func (w *Worker) syncContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, policy corev1.RestartPolicy,
-	history []*criv1.ContainerStatus, sb sandbox, now time.Time) (ContainerStatus, error) {
+	history []*criv1.ContainerStatus, first uint32, sb sandbox, now time.Time) (ContainerStatus, error) {
 	if len(history) == 0 {
-		return w.startContainer(ctx, pod, c, 0, sb)
+		return w.startContainer(ctx, pod, c, first, sb)
 	}
 	latest := history[len(history)-1]
 	cs := containerStatus(c.Name, latest)

@@ -306,3 +306,63 @@ func TestKillGracePeriod(t *testing.T) {
 		t.Errorf("Kill of a container that ignores SIGTERM took %v, want about the grace period %v", d, grace)
 	}
 }
+
+// TestEndedPodNotRunAgain stops the sandbox of pods that ended, as the
+// pod worker does to release their network, and wants Sync to leave a
+// pod that ended for good as it ended — no new sandbox, nothing run
+// again, the same phase — and to run again, in a new sandbox, only a pod
+// whose restartPolicy restarts its container.
+func TestEndedPodNotRunAgain(t *testing.T) {
+	e := setup(t)
+	for _, tc := range []struct {
+		name     string
+		policy   corev1.RestartPolicy
+		exitCode string
+		ended    corev1.PodPhase // "" if it runs again
+	}{
+		{"never-failed", corev1.RestartPolicyNever, "1", corev1.PodFailed},
+		{"never-succeeded", corev1.RestartPolicyNever, "0", corev1.PodSucceeded},
+		{"onfailure-succeeded", corev1.RestartPolicyOnFailure, "0", corev1.PodSucceeded},
+		{"always", corev1.RestartPolicyAlways, "0", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := newPod(tc.name, tc.policy, corev1.Container{
+				Name: "c", Image: e.echo, ImagePullPolicy: corev1.PullIfNotPresent, Env: []corev1.EnvVar{{Name: "EXIT_CODE", Value: tc.exitCode}},
+			})
+			st := e.syncUntil(t, pod, "exited", func(st *pods.Status) bool {
+				c := st.Containers[0]
+				return c.State == pods.Terminated || c.Reason == pods.ReasonCrashLoopBackOff
+			})
+			first := st.Containers[0].ID
+			if _, err := e.rt.RuntimeClient.StopPodSandbox(e.ctx, &criv1.StopPodSandboxRequest{PodSandboxId: st.SandboxID}); err != nil {
+				t.Fatal(err)
+			}
+			again, err := e.w.Sync(e.ctx, pod)
+			if err != nil {
+				t.Fatalf("Sync after the sandbox stopped: %v", err)
+			}
+			sbs, err := e.rt.RuntimeClient.ListPodSandbox(e.ctx, &criv1.ListPodSandboxRequest{
+				Filter: &criv1.PodSandboxFilter{LabelSelector: map[string]string{pods.LabelPodUID: string(pod.UID)}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.ended == "" {
+				if len(sbs.Items) != 2 || again.SandboxID == "" || again.SandboxID == st.SandboxID {
+					t.Errorf("%d sandboxes, Sync's %q: want a new one made for the pod that restarts", len(sbs.Items), again.SandboxID)
+				}
+				// Its container goes on counting in the new sandbox.
+				if c := again.Containers[0]; c.ID == "" || c.ID == first || c.RestartCount != 1 {
+					t.Errorf("container in the new sandbox %+v, want a new one, restart count 1", c)
+				}
+				return
+			}
+			if again.Phase != tc.ended || again.SandboxID != "" || again.Containers[0].ID != first || again.Containers[0].State != pods.Terminated {
+				t.Errorf("Sync after the sandbox stopped = %+v, want %s with container %s terminated and no sandbox", again, tc.ended, first)
+			}
+			if len(sbs.Items) != 1 {
+				t.Errorf("%d sandboxes of the pod, want only the stopped one: nothing run again", len(sbs.Items))
+			}
+		})
+	}
+}
