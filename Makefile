@@ -85,10 +85,11 @@ test-unit:
 bench: deps bench-pods
 	$(GO) test -tags e2e -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/e2e/
 
-# Pod startup latency, CPU time and memory of the agent's kubelet part, with
-# the raw CRI calls and the upstream kubelet on the same containerd
-# (test/bench, as root). CAIRN_BENCH_AGENT_PROFILE=FILE also writes a CPU
-# profile of the agent.
+# Pod startup latency, CPU time and memory of cairn-agent (built from
+# ./agent, the whole process) and of its kubelet part alone (podagent), with
+# the raw CRI calls and the upstream kubelet on the same control plane and
+# containerd (test/bench, as root; 5-10 min). CAIRN_BENCH_AGENT_PROFILE=FILE
+# also writes a CPU profile of podagent.
 bench-pods: cluster components
 	$(TEST_ENV) $(GO) test -tags bench -run '^$$' -bench PodStartup -benchtime 1x -timeout 40m ./test/bench/
 

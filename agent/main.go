@@ -27,6 +27,7 @@ import (
 	"github.com/cairn-os/cairn/agent/kubelet"
 	"github.com/cairn-os/cairn/agent/kubelet/cri"
 	"github.com/cairn-os/cairn/agent/proxy"
+	"github.com/cairn-os/cairn/internal/containerdconfig"
 	"github.com/cairn-os/cairn/internal/version"
 	"github.com/cairn-os/cairn/machineconfig"
 )
@@ -35,17 +36,34 @@ func main() {
 	configPath := flag.String("config", "/system/state/config.yaml", "machine config")
 	initSocket := flag.String("init-socket", "/run/cairn/init.sock", "init's control socket")
 	kubeletDir := flag.String("kubelet-dir", "/var/lib/cairn/kubelet", "the kubelet part's state: client certificate")
+	paths := nodePaths{}
+	flag.StringVar(&paths.criSocket, "cri-socket", cri.DefaultSocket, "containerd's socket, for its CRI")
+	flag.StringVar(&paths.podLogRoot, "pod-log-root", "/var/log/pods", "the pods' container logs, which the management API reads back")
+	flag.StringVar(&paths.cniBinDir, "cni-bin-dir", containerdconfig.Node.CNIBinDir, "the CNI plugins")
+	flag.StringVar(&paths.cniConfDir, "cni-conf-dir", containerdconfig.Node.CNIConfDir, "where the pod network is written for containerd's CRI")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	// client-go logs through klog: the same structured log.
 	klog.SetSlogLogger(slog.Default().With("component", "client-go"))
-	if err := run(*configPath, *initSocket, *kubeletDir); err != nil {
+	if err := run(*configPath, *initSocket, *kubeletDir, paths); err != nil {
 		slog.Error("cairn-agent failed", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(configPath, initSocket, kubeletDir string) error {
+// nodePaths are where the agent finds containerd and the CNI plugins and
+// writes the pod network and the pods' logs. The flags' defaults are the
+// node's paths; the pod startup benchmark (test/bench) runs the agent on a
+// host beside a containerd of its own.
+type nodePaths struct {
+	criSocket, podLogRoot string
+	cniBinDir, cniConfDir string
+}
+
+// run serves the management API and the metrics, and runs the kubelet
+// part, until SIGTERM or SIGINT. Init need not be there: the API calls
+// that go to it fail while it is not.
+func run(configPath, initSocket, kubeletDir string, paths nodePaths) error {
 	cfg, err := loadConfig(configPath)
 	if err != nil {
 		return err
@@ -55,7 +73,7 @@ func run(configPath, initSocket, kubeletDir string) error {
 		return err
 	}
 	defer initc.Close()
-	srv, err := api.NewServer(cfg, initc, podLogRoot)
+	srv, err := api.NewServer(cfg, initc, paths.podLogRoot)
 	if err != nil {
 		return err
 	}
@@ -77,7 +95,7 @@ func run(configPath, initSocket, kubeletDir string) error {
 			slog.Error("metrics not served", "err", err)
 		}
 	}()
-	kubeletDone := startKubelet(ctx, cfg, kubeletDir, reg)
+	kubeletDone := startKubelet(ctx, cfg, kubeletDir, paths, reg)
 	go func() {
 		<-ctx.Done()
 		slog.Info("stopping: finishing calls in flight")
@@ -90,17 +108,10 @@ func run(configPath, initSocket, kubeletDir string) error {
 	return err
 }
 
-// Where the kubelet part finds the container runtime and puts the pods'
-// container logs.
-const (
-	criSocket  = cri.DefaultSocket
-	podLogRoot = "/var/log/pods"
-)
-
 // startKubelet runs the kubelet part if cfg has a cluster section, until
 // ctx ends; the channel closes when it has stopped. It retries what fails
 // on its own and only logs.
-func startKubelet(ctx context.Context, cfg *machineconfig.Config, dir string, reg *prometheus.Registry) <-chan struct{} {
+func startKubelet(ctx context.Context, cfg *machineconfig.Config, dir string, paths nodePaths, reg *prometheus.Registry) <-chan struct{} {
 	done := make(chan struct{})
 	if cfg.Cluster == nil {
 		close(done)
@@ -111,7 +122,7 @@ func startKubelet(ctx context.Context, cfg *machineconfig.Config, dir string, re
 		// The client connects lazily and again whenever containerd is
 		// away: until it answers, the Node reports NotReady and pod syncs
 		// fail and are retried.
-		rt, err := cri.New(criSocket, cri.WithMetrics(reg))
+		rt, err := cri.New(paths.criSocket, cri.WithMetrics(reg))
 		if err != nil {
 			slog.Error("kubelet part not started: CRI client", "err", err)
 			return
@@ -123,10 +134,10 @@ func startKubelet(ctx context.Context, cfg *machineconfig.Config, dir string, re
 			Dir:           dir,
 			RuntimeInfo:   rt,
 			RuntimeStatus: rt,
-			Pods:          kubelet.NewPodWorker(cfg.Cluster, rt, podLogRoot),
+			Pods:          kubelet.NewPodWorker(cfg.Cluster, rt, paths.podLogRoot),
 			OnJoined: func(ctx context.Context, client kubernetes.Interface, node *corev1.Node) {
 				var wg sync.WaitGroup
-				wg.Go(func() { writePodNetwork(ctx, client, node) })
+				wg.Go(func() { writePodNetwork(ctx, client, node, paths) })
 				runProxy(ctx, cfg.Cluster, client, node, reg)
 				wg.Wait()
 			},

@@ -12,15 +12,15 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cairn-os/cairn/agent/cni"
-	"github.com/cairn-os/cairn/internal/containerdconfig"
 )
 
 // writePodNetwork writes the pod network for containerd's CRI once the
 // Node has its pod ranges — at registration from cluster.podCIDR, or soon
 // after from kube-controller-manager's node IPAM —, retrying until it is
 // written or ctx ends. Until then the CRI reports its network not ready,
-// and so does the Node.
-func writePodNetwork(ctx context.Context, client kubernetes.Interface, node *corev1.Node) {
+// and so does the Node. The plugins are in paths.cniBinDir, the network is
+// written to paths.cniConfDir.
+func writePodNetwork(ctx context.Context, client kubernetes.Interface, node *corev1.Node, paths nodePaths) {
 	log := slog.Default().With("component", "cni")
 	for delay := time.Second; ; delay = min(2*delay, 10*time.Second) {
 		cidrs, err := podCIDRs(node)
@@ -28,8 +28,8 @@ func writePodNetwork(ctx context.Context, client kubernetes.Interface, node *cor
 			var path string
 			path, err = cni.Write(ctx, cni.Network{
 				PodCIDRs: cidrs,
-				BinDir:   containerdconfig.Node.CNIBinDir,
-				ConfDir:  containerdconfig.Node.CNIConfDir,
+				BinDir:   paths.cniBinDir,
+				ConfDir:  paths.cniConfDir,
 			})
 			if err == nil {
 				log.Info("pod network written", "file", path, "podCIDRs", cidrs)

@@ -5,8 +5,17 @@
 //
 // BenchmarkPodStartup (`make bench-pods`) starts one control plane
 // (test/kube) and one containerd (test/runtime), and on them, one after
-// another, starts 50 pods one at a time and then 50 at once with three
-// contenders: the raw CRI calls (the floor), cairn-agent's kubelet part
-// (cmd/podagent, a process of its own) and the upstream kubelet. It prints
-// the pods' startup latencies and the processes' CPU time and memory.
+// another, starts 50 pods one at a time and then 50 at once with four
+// contenders: the raw CRI calls (the floor); cairn-agent itself, the
+// binary built from ./agent with its management API, metrics and Service
+// proxier, from a machine config that machineconfig.Generate makes, with
+// a stub of init's control socket in the benchmark's process; its kubelet
+// part alone (cmd/podagent, a process of its own); and the upstream
+// kubelet. It prints the pods' startup latencies,
+// the processes' CPU time and memory, each with its PID and command line,
+// and cairn-agent's and podagent's ratios to the floor and the kubelet.
+//
+// cairn-agent's proxier programs the table inet cairn in the host's
+// network namespace: the benchmark refuses to start if the host has one,
+// and deletes it after.
 package bench

@@ -45,24 +45,28 @@ const (
 )
 
 // EnvAgentProfile names the environment variable that, when set to a file
-// name, makes BenchmarkPodStartup write there a CPU profile of the agent
+// name, makes BenchmarkPodStartup write there a CPU profile of podagent
 // during its concurrent run. Profiling costs CPU time: the figures of that
-// run are not the agent's alone.
+// run are not podagent's alone.
 const EnvAgentProfile = "CAIRN_BENCH_AGENT_PROFILE"
 
 // BenchmarkPodStartup prints the startup latency of podCount pods, started
 // one after another and all at once, from their creation to their status
-// Running seen through a watch, with cairn-agent's kubelet part and with
-// the upstream kubelet, and the raw CRI calls as the floor. All of them
-// run on the same containerd, one after another, with the pods' image
-// present. It also prints the CPU time each node process used during the
-// concurrent run and its memory with the pods running.
+// Running seen through a watch, with cairn-agent (the whole process built
+// from ./agent), with its kubelet part alone (cmd/podagent) and with the
+// upstream kubelet, and the raw CRI calls as the floor. All of them run on
+// the same control plane and containerd, one after another, with the
+// pods' image present. It also prints the CPU time each node process used
+// during the concurrent run and its memory with the pods running, naming
+// each process by its PID and command.
 func BenchmarkPodStartup(b *testing.B) {
 	kubeletBin := clusterBinary(b, "kubelet")
 	c := kube.Start(b, kube.Options{})
 	rt := runtime.Start(b)
 	image := helloImage(b, rt)
-	agentBin := buildPodAgent(b)
+	cairnAgentBin := buildNodeBinary(b, "./agent", "cairn-agent")
+	podAgentBin := buildNodeBinary(b, "./test/bench/cmd/podagent", "podagent")
+	cniBin := cniPluginDir(b)
 	ctrd, err := containerdPID(rt)
 	if err != nil {
 		b.Fatal(err)
@@ -70,15 +74,18 @@ func BenchmarkPodStartup(b *testing.B) {
 	profile := os.Getenv(EnvAgentProfile)
 	for i := 0; b.Loop(); i++ {
 		floor := criFloor(b, rt, ctrd, image)
-		agent := runNode(b, c, rt, ctrd, fmt.Sprintf("bench-agent-%d", i), image, profile != "", func(node, dir string) *proc {
-			return startAgent(b, c, rt, agentBin, dir, node, profile)
+		agent := runNode(b, c, rt, ctrd, fmt.Sprintf("bench-cairn-agent-%d", i), image, false, func(node, dir string) *proc {
+			return startCairnAgent(b, c, rt, cairnAgentBin, cniBin, dir, node)
+		})
+		podAgent := runNode(b, c, rt, ctrd, fmt.Sprintf("bench-podagent-%d", i), image, profile != "", func(node, dir string) *proc {
+			return startPodAgent(b, c, rt, podAgentBin, dir, node, profile)
 		})
 		kubelet := runNode(b, c, rt, ctrd, fmt.Sprintf("bench-kubelet-%d", i), image, false, func(node, dir string) *proc {
 			return startKubelet(b, c, rt, kubeletBin, dir, node)
 		})
-		report(b, floor, agent, kubelet)
+		report(b, ctrd, floor, agent, podAgent, kubelet)
 		if profile != "" {
-			fmt.Printf("agent CPU profile of the concurrent run: go tool pprof -top %s\n", profile)
+			fmt.Printf("podagent CPU profile of the concurrent run: go tool pprof -top %s\n", profile)
 		}
 	}
 }
@@ -119,26 +126,9 @@ func helloImage(b *testing.B, rt *runtime.Runtime) string {
 	return image
 }
 
-// buildPodAgent builds cmd/podagent as the node binaries are built.
-func buildPodAgent(b *testing.B) string {
-	b.Helper()
-	root, err := repo.Root()
-	if err != nil {
-		b.Fatal(err)
-	}
-	bin := filepath.Join(b.TempDir(), "podagent")
-	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -buildid=", "-o", bin, "./test/bench/cmd/podagent")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("build podagent: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// startAgent starts cmd/podagent as Node node, joining c with its
+// startPodAgent starts cmd/podagent as Node node, joining c with its
 // bootstrap token and running pods on rt, with its state in dir.
-func startAgent(b *testing.B, c *kube.Cluster, rt *runtime.Runtime, bin, dir, node, profile string) *proc {
+func startPodAgent(b *testing.B, c *kube.Cluster, rt *runtime.Runtime, bin, dir, node, profile string) *proc {
 	b.Helper()
 	cluster, err := json.Marshal(machineconfig.Cluster{
 		Server: c.URL, CA: string(c.CAPEM), BootstrapToken: c.BootstrapToken,
@@ -158,7 +148,7 @@ func startAgent(b *testing.B, c *kube.Cluster, rt *runtime.Runtime, bin, dir, no
 	}
 	return startProc(b, "podagent", filepath.Join(dir, "podagent.log"), exec.Command(bin, args...), func() {
 		if err := removeSandboxes(context.Background(), rt); err != nil {
-			b.Errorf("after the agent: %v", err)
+			b.Errorf("after podagent: %v", err)
 		}
 	})
 }
@@ -173,6 +163,12 @@ type nodeFigures struct {
 	hostBusy, hostTotal time.Duration
 	idleCPU             time.Duration // over settle, with the pods running
 	rss, peakRSS        int64
+	// The node process measured: its name, PID and command line when its
+	// memory was read (none for the CRI floor), and a line on what its
+	// own figures say it did, if it has any.
+	name, command string
+	pid           int
+	summary       string
 }
 
 // cpuTimes are the CPU times of the node process, containerd and the host
@@ -211,7 +207,12 @@ func runNode(b *testing.B, c *kube.Cluster, rt *runtime.Runtime, containerd int,
 	p := start(node, b.TempDir())
 	r := &nodeRun{b: b, ctx: ctx, client: c.Client, rt: rt, node: node, image: image, p: p}
 	r.waitNodeReady()
-	var f nodeFigures
+	if p.ready != nil {
+		if err := p.ready(ctx); err != nil {
+			r.fatalf("%v", err)
+		}
+	}
+	f := nodeFigures{name: p.name, pid: p.cmd.Process.Pid}
 	f.seq = r.sequential()
 	r.deleteAll(node + "-seq")
 	r.concurrent(&f, containerd, profile)
@@ -221,6 +222,14 @@ func runNode(b *testing.B, c *kube.Cluster, rt *runtime.Runtime, containerd int,
 	var err error
 	if f.rss, f.peakRSS, err = p.mem(); err != nil {
 		b.Fatal(err)
+	}
+	if f.command, err = p.command(); err != nil {
+		b.Fatal(err)
+	}
+	if p.summary != nil {
+		if f.summary, err = p.summary(ctx); err != nil {
+			r.fatalf("%v", err)
+		}
 	}
 	r.deleteAll(node + "-conc")
 	p.stop()
@@ -537,46 +546,3 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 func seconds(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
-
-// report prints the figures as a table, and the main ones as the
-// benchmark's metrics.
-func report(b *testing.B, floor, agent, kubelet nodeFigures) {
-	contenders := []struct {
-		name string
-		f    nodeFigures
-	}{{"cri-floor", floor}, {"agent", agent}, {"kubelet", kubelet}}
-	fmt.Printf("pod startup of %d pods, creation to Running seen through a watch (cri-floor: RunPodSandbox+CreateContainer+StartContainer), nearest-rank percentiles;\n", podCount)
-	fmt.Printf("concurrent: CPU-seconds of containerd and of the whole host (busy, of what its CPUs had) until the last pod was Ready\n")
-	for _, mode := range []string{"sequential", "concurrent"} {
-		for _, c := range contenders {
-			lat, extra := c.f.seq, ""
-			if mode == "concurrent" {
-				lat = c.f.conc
-				extra = fmt.Sprintf(" all-ready=%s cpu-seconds: containerd=%.2f host-busy=%.2f of %.2f",
-					seconds(c.f.concWall), c.f.containerdCPU.Seconds(), c.f.hostBusy.Seconds(), c.f.hostTotal.Seconds())
-			}
-			fmt.Printf("pod-startup %s %-9s p50=%s p90=%s p99=%s%s\n", mode, c.name,
-				seconds(percentile(lat, 50)), seconds(percentile(lat, 90)), seconds(percentile(lat, 99)), extra)
-		}
-		lat := func(f nodeFigures) []time.Duration {
-			if mode == "concurrent" {
-				return f.conc
-			}
-			return f.seq
-		}
-		fmt.Printf("pod-startup %s agent/cri-floor p50=%.2f p99=%.2f (goal <= 1.10)\n", mode,
-			percentile(lat(agent), 50).Seconds()/percentile(lat(floor), 50).Seconds(),
-			percentile(lat(agent), 99).Seconds()/percentile(lat(floor), 99).Seconds())
-	}
-	ratio := agent.cpu.Seconds() / kubelet.cpu.Seconds()
-	fmt.Printf("cpu-seconds concurrent agent=%.2f kubelet=%.2f ratio=%.2f (goal <= 0.30)\n", agent.cpu.Seconds(), kubelet.cpu.Seconds(), ratio)
-	fmt.Printf("cpu-seconds idle over %v with %d pods agent=%.2f kubelet=%.2f\n", settle, podCount, agent.idleCPU.Seconds(), kubelet.idleCPU.Seconds())
-	fmt.Printf("rss with %d pods running agent=%.1f MiB (peak %.1f) kubelet=%.1f MiB (peak %.1f) (goal: agent <= 60 MiB)\n",
-		podCount, mib(agent.rss), mib(agent.peakRSS), mib(kubelet.rss), mib(kubelet.peakRSS))
-
-	b.ReportMetric(percentile(agent.seq, 50).Seconds()/percentile(floor.seq, 50).Seconds(), "agent/floor-seq-p50")
-	b.ReportMetric(percentile(agent.conc, 99).Seconds(), "agent-conc-p99-s")
-	b.ReportMetric(percentile(kubelet.conc, 99).Seconds(), "kubelet-conc-p99-s")
-	b.ReportMetric(ratio, "agent/kubelet-cpu")
-	b.ReportMetric(mib(agent.rss), "agent-rss-MiB")
-}

@@ -4,6 +4,7 @@ package bench
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,6 +23,11 @@ type proc struct {
 	exited    chan struct{}
 	after     func() // undoes what the process leaves behind
 	stopped   sync.Once
+	// ready, if not nil, waits until the whole process is at work, once
+	// its Node is Ready; summary, if not nil, is a line on what the
+	// process's own figures say it did.
+	ready   func(context.Context) error
+	summary func(context.Context) (string, error)
 }
 
 // startProc starts cmd in a process group of its own, killed if the
@@ -83,6 +89,18 @@ func (p *proc) tail() string {
 		b = b[len(b)-6000:]
 	}
 	return fmt.Sprintf("--- last lines of %s (%s):\n%s", p.name, p.log, b)
+}
+
+// command is the process's command line as /proc/PID/cmdline has it now,
+// the arguments separated by spaces.
+func (p *proc) command() (string, error) { return pidCommand(p.cmd.Process.Pid) }
+
+func pidCommand(pid int) (string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return "", err
+	}
+	return strings.Join(strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00"), " "), nil
 }
 
 // userHZ is the unit of /proc/PID/stat's times: USER_HZ, 100 on Linux.
