@@ -32,8 +32,10 @@ const (
 	// services (the API among them) start meanwhile.
 	dhcpBootWait = 5 * time.Second
 	// dhcpRetry is the pause before asking again on a link that got no
-	// lease: a DHCP server may come up after the node.
-	dhcpRetry = 30 * time.Second
+	// lease (a DHCP server may come up after the node), doubling up to
+	// dhcpRetryMax.
+	dhcpRetry    = 30 * time.Second
+	dhcpRetryMax = 5 * time.Minute
 )
 
 // configureNetwork brings up loopback and every interface of the machine
@@ -214,7 +216,7 @@ func findLink(ic machineconfig.Interface, wait time.Duration) (netlink.Link, err
 }
 
 // startDHCP asks for an IPv4 lease on link in the background, until it
-// gets one, and applies it (with the config's nameservers, if it has any,
+// gets one (waiting dhcpRetry, doubling, between attempts), and applies it (with the config's nameservers, if it has any,
 // rather than the lease's). The first exchange's outcome is sent on the
 // returned channel and added to the boot timeline as "DHCP on <link>";
 // path is the interface's place in the config, for the error.
@@ -222,6 +224,7 @@ func (n *node) startDHCP(path string, link netlink.Link, nameservers []string) <
 	first := make(chan error, 1)
 	name := link.Attrs().Name
 	boot.Go("DHCP on "+name, func() {
+		delay := dhcpRetry
 		for attempt := 0; ; attempt++ {
 			start := boot.SinceBoot()
 			err := dhcp(link, dhcpTimeout)
@@ -232,7 +235,7 @@ func (n *node) startDHCP(path string, link netlink.Link, nameservers []string) <
 				first <- err
 				r := boot.Record{Name: "DHCP on " + name, Start: start, Duration: boot.SinceBoot() - start}
 				if err != nil {
-					r.Err = fmt.Sprintf("%s: %v; asking again every %s", path, err, dhcpRetry)
+					r.Err = fmt.Sprintf("%s: %v; asking again in the background", path, err)
 				}
 				n.addRecord(r)
 			}
@@ -243,9 +246,10 @@ func (n *node) startDHCP(path string, link netlink.Link, nameservers []string) <
 				return
 			}
 			if attempt == 0 {
-				slog.Warn("DHCP got no lease, asking again in the background", "link", name, "err", err, "every", dhcpRetry)
+				slog.Warn("DHCP got no lease, asking again in the background", "link", name, "err", err, "after", delay)
 			}
-			time.Sleep(dhcpRetry)
+			time.Sleep(delay)
+			delay = min(2*delay, dhcpRetryMax)
 		}
 	})
 	return first

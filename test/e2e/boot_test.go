@@ -224,6 +224,7 @@ func TestBoot(t *testing.T) {
 	t.Run("Services", func(t *testing.T) { testServices(t, ctx, c, cfg) })
 
 	t.Run("Reboot", func(t *testing.T) {
+		asked := time.Now()
 		if _, err := c.Reboot(ctx, &machine.RebootRequest{}); err != nil {
 			t.Fatal(err)
 		}
@@ -233,6 +234,7 @@ func TestBoot(t *testing.T) {
 				t.Fatal("API still answering a minute after Reboot")
 			}
 		}
+		away := time.Now()
 		if err := vm.WaitReady(ctx, "the API", ready, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -240,6 +242,8 @@ func TestBoot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Logf("API away %s after Reboot, back %s later, at guest uptime %s",
+			away.Sub(asked).Round(100*time.Millisecond), time.Since(away).Round(100*time.Millisecond), v2.Uptime.AsDuration().Round(100*time.Millisecond))
 		if v2.Uptime.AsDuration() >= v.Uptime.AsDuration()+time.Since(start) || v2.Hostname != "e2e-node" {
 			t.Errorf("after Reboot: uptime %s, hostname %q; want a fresh boot of e2e-node", v2.Uptime.AsDuration(), v2.Hostname)
 		}
