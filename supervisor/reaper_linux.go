@@ -28,7 +28,8 @@ func NewReaper() *Reaper {
 	signal.Notify(sigs, unix.SIGCHLD)
 	go func() {
 		for range sigs {
-			r.reap()
+			// A panic here would end all reaping: log it, and go on.
+			guard(slog.Default(), "reap", func() error { r.reap(); return nil })
 		}
 	}()
 	return r

@@ -43,7 +43,11 @@ func (s *Supervisor) run(sv *service) {
 		}
 		s.set(sv, StateStarting, "")
 		started := s.opts.Clock.Now()
-		inst, err := sv.launcher.Launch(sv.ctx, LaunchOptions{Output: sv.logs})
+		var inst Instance
+		err := guard(sv.log, "launch", func() (err error) {
+			inst, err = sv.launcher.Launch(sv.ctx, LaunchOptions{Output: sv.logs})
+			return err
+		})
 		var reason string
 		failed := true
 		switch {
@@ -157,7 +161,7 @@ func (s *Supervisor) watch(sv *service, inst Instance) (Exit, ending) {
 func (s *Supervisor) probe(ctx context.Context, sv *service, ready chan<- struct{}) {
 	for interval := firstProbe; ; interval = min(interval*2, lastProbe) {
 		cctx, cancel := context.WithTimeout(ctx, probeTimeout)
-		err := sv.spec.Ready.Check(cctx, s.opts.Starter)
+		err := guard(sv.log, "readiness probe", func() error { return sv.spec.Ready.Check(cctx, s.opts.Starter) })
 		cancel()
 		if err == nil {
 			close(ready)

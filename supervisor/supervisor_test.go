@@ -380,12 +380,56 @@ func TestLauncher(t *testing.T) {
 	}
 }
 
-// goroutineLauncher fails its first launch; later runs are goroutines that
-// end when signalled.
-type goroutineLauncher struct{ runs int }
+// TestPanicsFailTheService: a Launcher or a readiness probe that panics
+// fails that service's start or check, as an error would — the service
+// backs off and starts again — and the supervisor (PID 1 on a node) lives.
+func TestPanicsFailTheService(t *testing.T) {
+	l := &goroutineLauncher{panics: true}
+	clock := newFakeClock()
+	s := New(Options{Clock: clock, Log: quietLog()})
+	checks := 0
+	probe := ProbeFunc(func(context.Context) error {
+		checks++
+		if checks == 1 {
+			var m map[string]int
+			m["nil map"] = 1 // a real runtime panic
+		}
+		return nil
+	})
+	if err := s.Add(Service{Name: "svc", Launcher: l, StopSignal: syscall.SIGINT, Ready: probe}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the panic's backoff", func() bool { return strings.Contains(status(t, s, "svc").Reason, "launch panicked: first launch panics") })
+	clock.Advance(clock.waitTimer(t))
+	waitFor(t, "the probe's panic as its reason", func() bool {
+		return strings.Contains(status(t, s, "svc").Reason, "not ready: readiness probe panicked: assignment to entry in nil map")
+	})
+	clock.Advance(clock.waitTimer(t))
+	if st := waitState(t, s, "svc", StateReady); st.Pid != 2 || st.Restarts != 1 {
+		t.Errorf("after the panics: pid %d, restarts %d; want run 2 ready after one restart", st.Pid, st.Restarts)
+	}
+	stop(t, s)
+	logs, _ := s.Logs("svc", 0)
+	if !strings.HasPrefix(string(logs), "[supervisor] start failed: launch panicked: first launch panics\n") {
+		t.Errorf("Logs(svc) = %q", logs)
+	}
+}
+
+// goroutineLauncher fails (or, with panics, panics in) its first launch;
+// later runs are goroutines that end when signalled.
+type goroutineLauncher struct {
+	runs   int
+	panics bool
+}
 
 func (l *goroutineLauncher) Launch(_ context.Context, opts LaunchOptions) (Instance, error) {
 	l.runs++
+	if l.runs == 1 && l.panics {
+		panic("first launch panics")
+	}
 	if l.runs == 1 {
 		return nil, errors.New("first launch fails")
 	}
