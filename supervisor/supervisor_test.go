@@ -402,7 +402,9 @@ func TestPanicsFailTheService(t *testing.T) {
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the panic's backoff", func() bool { return strings.Contains(status(t, s, "svc").Reason, "launch panicked: first launch panics") })
+	waitFor(t, "the panic's backoff", func() bool {
+		return strings.Contains(status(t, s, "svc").Reason, "launch panicked: first launch panics")
+	})
 	clock.Advance(clock.waitTimer(t))
 	waitFor(t, "the probe's panic as its reason", func() bool {
 		return strings.Contains(status(t, s, "svc").Reason, "not ready: readiness probe panicked: assignment to entry in nil map")
