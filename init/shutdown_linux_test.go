@@ -180,18 +180,7 @@ func TestControlWithoutSupervisor(t *testing.T) {
 	fs := newFakeSystem()
 	loadErr := errors.New(`/system/state/config.yaml: unknown field "futureField"`)
 	n := &node{sys: fs.system(), loadErr: loadErr, timeline: []boot.Record{{Name: "load machine config", Start: time.Second, Err: loadErr.Error()}}}
-	sock := filepath.Join(t.TempDir(), "init.sock")
-	srv, err := n.listenControl(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := machine.NewInitClient(conn)
+	c := controlClient(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -224,20 +213,10 @@ func TestControlWithoutSupervisor(t *testing.T) {
 func TestControlReboot(t *testing.T) {
 	fs := newFakeSystem()
 	n := &node{sys: fs.system()}
-	sock := filepath.Join(t.TempDir(), "init.sock")
-	srv, err := n.listenControl(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	c := controlClient(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := machine.NewInitClient(conn).Reboot(ctx, &machine.RebootRequest{}); err != nil {
+	if _, err := c.Reboot(ctx, &machine.RebootRequest{}); err != nil {
 		t.Fatalf("Reboot() = %v", err)
 	}
 	fs.wantReboot(t, unix.LINUX_REBOOT_CMD_RESTART, 10*time.Second)
@@ -259,4 +238,22 @@ func waitState(t *testing.T, sup *supervisor.Supervisor, name string, want super
 			t.Fatalf("%s is %s after 10s, want %s", name, state(sup, name), want)
 		}
 	}
+}
+
+// controlClient serves n's control socket in the test's directory and
+// returns a client of it; both end with the test.
+func controlClient(t *testing.T, n *node) machine.InitClient {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "init.sock")
+	srv, err := n.listenControl(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return machine.NewInitClient(conn)
 }

@@ -100,21 +100,7 @@ func TestBoot(t *testing.T) {
 	c, cc := dialNode(t, dir, endpoint)
 
 	metricsPort := freePort(t)
-	vm, err := qemu.Start(qemu.Options{Disk: filepath.Join(dir, "node.raw"), APIPort: port, MetricsPort: metricsPort, IsolatedNIC: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		select {
-		case <-vm.Done():
-		default:
-			vm.Kill()
-		}
-		if t.Failed() {
-			log, _ := os.ReadFile(vm.Opts.ConsoleLog)
-			t.Logf("console log:\n%s", log)
-		}
-	})
+	vm := bootVM(t, qemu.Options{Disk: filepath.Join(dir, "node.raw"), APIPort: port, MetricsPort: metricsPort, IsolatedNIC: true})
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -337,21 +323,7 @@ func TestBoot(t *testing.T) {
 // bootAgain boots the disk of TestBoot again and waits for the API.
 func bootAgain(t *testing.T, ctx context.Context, disk string, port int, ready func(context.Context) error) *qemu.VM {
 	t.Helper()
-	vm, err := qemu.Start(qemu.Options{Disk: disk, APIPort: port, IsolatedNIC: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		select {
-		case <-vm.Done():
-		default:
-			vm.Kill()
-		}
-		if t.Failed() {
-			log, _ := os.ReadFile(vm.Opts.ConsoleLog)
-			t.Logf("console log:\n%s", log)
-		}
-	})
+	vm := bootVM(t, qemu.Options{Disk: disk, APIPort: port, IsolatedNIC: true})
 	start := time.Now()
 	if err := vm.WaitReady(ctx, "the API", ready, nil); err != nil {
 		t.Fatal(err)

@@ -41,21 +41,7 @@ func TestBrokenConfig(t *testing.T) {
 	editStateConfig(t, disk, func(cfg []byte) []byte { return append(cfg, "futureField: true\n"...) })
 	c, _ := dialNode(t, dir, endpoint)
 
-	vm, err := qemu.Start(qemu.Options{Disk: disk, APIPort: port})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		select {
-		case <-vm.Done():
-		default:
-			vm.Kill()
-		}
-		if t.Failed() {
-			log, _ := os.ReadFile(vm.Opts.ConsoleLog)
-			t.Logf("console log:\n%s", log)
-		}
-	})
+	vm := bootVM(t, qemu.Options{Disk: disk, APIPort: port})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	ready := func(ctx context.Context) error {

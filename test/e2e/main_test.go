@@ -16,6 +16,7 @@ import (
 
 	"github.com/cairn-os/cairn/api/client"
 	"github.com/cairn-os/cairn/machineconfig"
+	"github.com/cairn-os/cairn/qemu"
 )
 
 // binDir holds cairn, init and cairn-agent built for this test run.
@@ -106,4 +107,28 @@ func dialNode(t testing.TB, dir, endpoint string) (*client.Client, *machineconfi
 	}
 	t.Cleanup(func() { c.Close() })
 	return c, cc
+}
+
+// bootVM starts a VM with o; when the test ends QEMU is stopped if it
+// still runs, and a failed test logs the console. A fallback from KVM to
+// TCG is logged.
+func bootVM(t testing.TB, o qemu.Options) *qemu.VM {
+	t.Helper()
+	o.Notify = func(line string) { t.Log(line) }
+	vm, err := qemu.Start(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		select {
+		case <-vm.Done():
+		default:
+			vm.Kill()
+		}
+		if t.Failed() {
+			log, _ := os.ReadFile(vm.Opts.ConsoleLog)
+			t.Logf("console log:\n%s", log)
+		}
+	})
+	return vm
 }
