@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -432,12 +433,16 @@ func (vm *VM) consoleLines() []string {
 	}
 	var lines []string
 	for _, l := range strings.Split(string(raw), "\n") {
-		if l = strings.TrimSpace(l); l != "" {
+		// The firmware clears the screen with terminal escapes.
+		if l = strings.TrimSpace(terminalEscape.ReplaceAllString(l, "")); l != "" {
 			lines = append(lines, l)
 		}
 	}
 	return lines
 }
+
+// terminalEscape matches a terminal control sequence (CSI).
+var terminalEscape = regexp.MustCompile(`\x1b\[[0-9;=?]*[A-Za-z]`)
 
 // LastConsoleLine returns the last non-empty line of the console log.
 func (vm *VM) LastConsoleLine() string {

@@ -281,3 +281,20 @@ func TestQEMUDiesWithItsParent(t *testing.T) {
 		return nil
 	})
 }
+
+// TestConsoleLines: the console's lines come without the firmware's
+// terminal escapes, and lines that held only escapes are dropped.
+func TestConsoleLines(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "console.log")
+	raw := "\x1b[2J\x1b[01;01H\x1b[=3h\x1b[2J\x1b[01;01H\nBdsDxe: starting Boot0001\r\n\x1b[1m\x1b[33mcairn: boot done\x1b[0m\n\n"
+	if err := os.WriteFile(log, []byte(raw), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	vm := &VM{Opts: Options{ConsoleLog: log}}
+	if got, want := vm.consoleLines(), []string{"BdsDxe: starting Boot0001", "cairn: boot done"}; strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("consoleLines() = %q, want %q", got, want)
+	}
+	if got := vm.LastConsoleLine(); got != "cairn: boot done" {
+		t.Errorf("LastConsoleLine() = %q", got)
+	}
+}
