@@ -27,6 +27,7 @@ import (
 	"github.com/cairn-os/cairn/agent/kubelet"
 	"github.com/cairn-os/cairn/agent/kubelet/cri"
 	"github.com/cairn-os/cairn/agent/proxy"
+	"github.com/cairn-os/cairn/internal/backoff"
 	"github.com/cairn-os/cairn/internal/containerdconfig"
 	"github.com/cairn-os/cairn/internal/version"
 	"github.com/cairn-os/cairn/machineconfig"
@@ -161,7 +162,8 @@ func runProxy(ctx context.Context, cluster *machineconfig.Cluster, client kubern
 		return
 	}
 	cfg.Logger = slog.Default().With("component", "proxy")
-	for delay := time.Second; ; delay = min(2*delay, 30*time.Second) {
+	b := backoff.Backoff{Initial: time.Second, Max: 30 * time.Second, Jitter: 0.2}
+	for {
 		p := proxy.New(cfg, client)
 		reg.MustRegister(p) // a new proxier's metrics start over
 		err := p.Run(ctx)
@@ -169,11 +171,10 @@ func runProxy(ctx context.Context, cluster *machineconfig.Cluster, client kubern
 		if ctx.Err() != nil {
 			return
 		}
-		slog.Error("Service dataplane stopped, restarting", "err", err, "in", delay)
-		select {
-		case <-ctx.Done():
+		delay := b.Next()
+		slog.Error("Service dataplane stopped, restarting", "err", err, "in", delay.Round(time.Millisecond))
+		if backoff.Sleep(ctx, backoff.RealClock, delay) != nil {
 			return
-		case <-time.After(delay):
 		}
 	}
 }

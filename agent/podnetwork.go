@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cairn-os/cairn/agent/cni"
+	"github.com/cairn-os/cairn/internal/backoff"
 )
 
 // writePodNetwork writes the pod network for containerd's CRI once the
@@ -22,7 +23,8 @@ import (
 // written to paths.cniConfDir.
 func writePodNetwork(ctx context.Context, client kubernetes.Interface, node *corev1.Node, paths nodePaths) {
 	log := slog.Default().With("component", "cni")
-	for delay := time.Second; ; delay = min(2*delay, 10*time.Second) {
+	b := backoff.Backoff{Initial: time.Second, Max: 10 * time.Second, Jitter: 0.2}
+	for {
 		cidrs, err := podCIDRs(node)
 		if err == nil && len(cidrs) > 0 {
 			var path string
@@ -36,15 +38,14 @@ func writePodNetwork(ctx context.Context, client kubernetes.Interface, node *cor
 				return
 			}
 		}
+		delay := b.Next()
 		if err != nil {
-			log.Error("pod network not written, retrying", "err", err, "in", delay)
+			log.Error("pod network not written, retrying", "err", err, "in", delay.Round(time.Millisecond))
 		} else {
-			log.Info("waiting for the Node's pod CIDR", "in", delay)
+			log.Info("waiting for the Node's pod CIDR", "in", delay.Round(time.Millisecond))
 		}
-		select {
-		case <-ctx.Done():
+		if backoff.Sleep(ctx, backoff.RealClock, delay) != nil {
 			return
-		case <-time.After(delay):
 		}
 		got, err := client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cairn-os/cairn/init/internal/boot"
+	"github.com/cairn-os/cairn/internal/backoff"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/u-root/u-root/pkg/dhclient"
 	"github.com/vishvananda/netlink"
@@ -216,7 +217,7 @@ func findLink(ic machineconfig.Interface, wait time.Duration) (netlink.Link, err
 }
 
 // startDHCP asks for an IPv4 lease on link in the background, until it
-// gets one (waiting dhcpRetry, doubling, between attempts), and applies it (with the config's nameservers, if it has any,
+// gets one (waiting dhcpRetry, doubling up to dhcpRetryMax with jitter, between attempts), and applies it (with the config's nameservers, if it has any,
 // rather than the lease's). The first exchange's outcome is sent on the
 // returned channel and added to the boot timeline as "DHCP on <link>";
 // path is the interface's place in the config, for the error.
@@ -224,7 +225,8 @@ func (n *node) startDHCP(path string, link netlink.Link, nameservers []string) <
 	first := make(chan error, 1)
 	name := link.Attrs().Name
 	boot.Go("DHCP on "+name, func() {
-		delay := dhcpRetry
+		b := backoff.Backoff{Initial: dhcpRetry, Max: dhcpRetryMax, Jitter: 0.2}
+		delay := b.Next()
 		for attempt := 0; ; attempt++ {
 			start := boot.SinceBoot()
 			err := dhcp(link, dhcpTimeout)
@@ -246,10 +248,10 @@ func (n *node) startDHCP(path string, link netlink.Link, nameservers []string) <
 				return
 			}
 			if attempt == 0 {
-				slog.Warn("DHCP got no lease, asking again in the background", "link", name, "err", err, "after", delay)
+				slog.Warn("DHCP got no lease, asking again in the background", "link", name, "err", err, "after", delay.Round(time.Millisecond))
 			}
 			time.Sleep(delay)
-			delay = min(2*delay, dhcpRetryMax)
+			delay = b.Next()
 		}
 	})
 	return first

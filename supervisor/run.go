@@ -22,8 +22,8 @@ const (
 // until it is stopped.
 func (s *Supervisor) run(sv *service) {
 	var (
-		delay time.Duration // the last backoff delay, 0 after a reset
-		last  Instance      // the last run, to clean up after on stop
+		delay = s.restartBackoff // this service's restart delays
+		last  Instance           // the last run, to clean up after on stop
 	)
 	defer func() {
 		if last != nil {
@@ -65,7 +65,8 @@ func (s *Supervisor) run(sv *service) {
 				last = nil
 				return
 			case restarted:
-				last, delay = nil, 0
+				last = nil
+				delay.Reset()
 				continue
 			}
 			reason, failed = e.String(), e.Failed()
@@ -88,18 +89,21 @@ func (s *Supervisor) run(sv *service) {
 				return
 			case ack := <-sv.restart:
 				close(ack)
-				delay = 0
+				delay.Reset()
 				continue
 			}
 		}
-		delay = s.backoff.next(delay, s.opts.Clock.Now().Sub(started))
+		if s.opts.Clock.Now().Sub(started) >= restartReset {
+			delay.Reset()
+		}
+		d := delay.Next()
 		s.set(sv, StateBackoff, reason)
-		sv.logs.note("restarting in %s", delay)
+		sv.logs.note("restarting in %s", d.Round(time.Millisecond))
 		select {
-		case <-s.opts.Clock.After(delay):
+		case <-s.opts.Clock.After(d):
 		case ack := <-sv.restart:
 			close(ack)
-			delay = 0
+			delay.Reset()
 		case <-sv.ctx.Done():
 			return
 		}

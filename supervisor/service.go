@@ -5,6 +5,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cairn-os/cairn/internal/backoff"
 	"github.com/opencontainers/cgroups"
 )
 
@@ -92,20 +93,12 @@ type ServiceStatus struct {
 	Ready     bool
 }
 
-// backoff is the restart delay schedule: initial doubling up to max, back
-// to initial once a run has lasted reset.
-type backoff struct {
-	initial, max, reset time.Duration
-}
+// restartBackoff is the restart delay schedule: 1 s doubling to 30 s, with
+// up to a fifth more at random so that a service that failed on many nodes
+// at once (a lost API server, a bad config) does not restart on all of them
+// in step. A run that lasted restartReset starts it over.
+var restartBackoff = backoff.Backoff{Initial: time.Second, Max: 30 * time.Second, Jitter: 0.2}
 
-// defaultBackoff is 1 s doubling to 30 s, reset after a healthy minute.
-var defaultBackoff = backoff{initial: time.Second, max: 30 * time.Second, reset: time.Minute}
-
-// next returns the delay before the next start, given the previous delay
-// (0 for none) and how long the last run lasted.
-func (b backoff) next(prev, ran time.Duration) time.Duration {
-	if prev == 0 || ran >= b.reset {
-		return b.initial
-	}
-	return min(prev*2, b.max)
-}
+// restartReset is how long a healthy run lasts before the restart delay
+// starts over.
+const restartReset = time.Minute

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/cairn-os/cairn/internal/backoff"
 )
 
 // Options configure a Supervisor. The zero value works: processes waited
@@ -40,9 +42,9 @@ type Options struct {
 
 // Supervisor runs services: Add them, Start, and Stop at the end.
 type Supervisor struct {
-	opts    Options
-	backoff backoff
-	events  broker
+	opts           Options
+	restartBackoff backoff.Backoff
+	events         broker
 
 	mu       sync.Mutex
 	services map[string]*service
@@ -75,7 +77,7 @@ func New(opts Options) *Supervisor {
 		opts.Starter = DirectStarter{}
 	}
 	if opts.Clock == nil {
-		opts.Clock = realClock{}
+		opts.Clock = backoff.RealClock
 	}
 	if opts.Log == nil {
 		opts.Log = slog.Default()
@@ -90,10 +92,10 @@ func New(opts Options) *Supervisor {
 		opts.RingBytes = 256 << 10
 	}
 	return &Supervisor{
-		opts:     opts,
-		backoff:  defaultBackoff,
-		services: make(map[string]*service),
-		changed:  make(chan struct{}),
+		opts:           opts,
+		restartBackoff: restartBackoff,
+		services:       make(map[string]*service),
+		changed:        make(chan struct{}),
 	}
 }
 

@@ -16,34 +16,26 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-func TestBackoffNext(t *testing.T) {
-	tests := []struct {
-		name      string
-		prev, ran time.Duration
-		want      time.Duration
-	}{
-		{"first restart", 0, time.Millisecond, time.Second},
-		{"doubles", time.Second, time.Millisecond, 2 * time.Second},
-		{"doubles again", 8 * time.Second, time.Second, 16 * time.Second},
-		{"capped", 16 * time.Second, time.Second, 30 * time.Second},
-		{"stays capped", 30 * time.Second, time.Second, 30 * time.Second},
-		{"reset after a healthy minute", 30 * time.Second, time.Minute, time.Second},
-	}
-	for _, tt := range tests {
-		if got := defaultBackoff.next(tt.prev, tt.ran); got != tt.want {
-			t.Errorf("%s: next(%s, %s) = %s, want %s", tt.name, tt.prev, tt.ran, got, tt.want)
+// TestRestartBackoffJitter checks the restart schedule's spread: each
+// delay between the doubling delay and a fifth more.
+func TestRestartBackoffJitter(t *testing.T) {
+	b := restartBackoff
+	for i, base := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second} {
+		if got := b.Next(); got < base || got > base+base/5 {
+			t.Errorf("restart delay #%d = %s, want within [%s, %s]", i+1, got, base, base+base/5)
 		}
 	}
 }
 
 // TestCrashLoopBacksOff drives a crashing service with a fake clock: the
 // delays before each restart double from 1 s to 30 s, and go back to 1 s
-// after a run that lasted a minute.
+// after a run that lasted a minute (without jitter, to see the schedule).
 func TestCrashLoopBacksOff(t *testing.T) {
 	dir := t.TempDir()
 	hold := filepath.Join(dir, "hold")
 	clock := newFakeClock()
 	s := New(Options{Clock: clock, Log: quietLog()})
+	s.restartBackoff.Jitter = 0
 	err := s.Add(Service{
 		Name: "crasher", Path: "/bin/sh",
 		Args: []string{"-c", `while [ -e "$1" ]; do sleep 0.01; done; exit 3`, "sh", hold},
@@ -357,6 +349,7 @@ func TestLauncher(t *testing.T) {
 	l := &goroutineLauncher{}
 	clock := newFakeClock()
 	s := New(Options{Clock: clock, Log: quietLog()})
+	s.restartBackoff.Jitter = 0 // the log line says the delay
 	if err := s.Add(Service{Name: "svc", Launcher: l, StopSignal: syscall.SIGINT}); err != nil {
 		t.Fatal(err)
 	}

@@ -3,30 +3,17 @@ package kubelet
 import (
 	"context"
 	"log/slog"
-	"math/rand/v2"
 	"time"
+
+	"github.com/cairn-os/cairn/internal/backoff"
 )
 
-// backoff is a delay that starts at min and doubles after each failure up
-// to max, with up to a fifth more at random so that nodes that lost the
-// API server together do not come back in step.
-type backoff struct {
-	min, max time.Duration
-	cur      time.Duration // 0 before the first failure
-}
-
-// next returns the delay after one more failure.
-func (b *backoff) next() time.Duration {
-	b.cur = min(max(2*b.cur, b.min), b.max)
-	return b.cur + rand.N(b.cur/5+1)
-}
-
-// reset starts over after a success; it reports whether there were
-// failures since the last reset.
-func (b *backoff) reset() bool {
-	failed := b.cur != 0
-	b.cur = 0
-	return failed
+// newBackoff is the delay schedule after failed calls to the API server or
+// the runtime: min doubling after each failure up to max, with up to a
+// fifth more at random so that nodes that lost the API server together do
+// not come back in step.
+func newBackoff(min, max time.Duration) backoff.Backoff {
+	return backoff.Backoff{Initial: min, Max: max, Jitter: 0.2}
 }
 
 // sleep waits d, or until ctx ends; it reports whether d passed.
@@ -43,7 +30,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // retry calls f until it returns nil, logging each failure and waiting as
 // b says; it returns ctx's error if ctx ends first.
-func retry(ctx context.Context, log *slog.Logger, what string, b backoff, f func(context.Context) error) error {
+func retry(ctx context.Context, log *slog.Logger, what string, b backoff.Backoff, f func(context.Context) error) error {
 	for {
 		err := f(ctx)
 		if err == nil {
@@ -52,7 +39,7 @@ func retry(ctx context.Context, log *slog.Logger, what string, b backoff, f func
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		d := b.next()
+		d := b.Next()
 		log.Warn("cannot "+what+"; retrying", "err", err, "in", d.Round(time.Millisecond))
 		if !sleep(ctx, d) {
 			return ctx.Err()

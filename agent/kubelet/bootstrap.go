@@ -68,7 +68,7 @@ func requestCertificate(ctx context.Context, csrs certclient.CertificateSigningR
 // restarts, for as long as ctx lasts: an approval may need a person.
 func waitForCertificate(ctx context.Context, csrs certclient.CertificateSigningRequestInterface, name string, log *slog.Logger) ([]byte, error) {
 	sel := fields.OneTermEqualSelector("metadata.name", name).String()
-	b := backoff{min: 500 * time.Millisecond, max: 10 * time.Second}
+	b := newBackoff(500*time.Millisecond, 10*time.Second)
 	for {
 		started := time.Now()
 		cert, done, err := listAndWatch(ctx, csrs, sel)
@@ -78,12 +78,12 @@ func waitForCertificate(ctx context.Context, csrs certclient.CertificateSigningR
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		case err == nil && time.Since(started) > time.Second:
-			b.reset() // the watch ended as watches do: list again now
+			b.Reset() // the watch ended as watches do: list again now
 			continue
 		case err == nil:
 			err = errors.New("watch ended at once")
 		}
-		d := b.next()
+		d := b.Next()
 		log.Warn("cannot watch the CSR; retrying", "csr", name, "err", err, "in", d.Round(time.Millisecond))
 		if !sleep(ctx, d) {
 			return nil, ctx.Err()

@@ -222,7 +222,7 @@ func newKubelet(cfg Config) (*kubelet, error) {
 }
 
 func (k *kubelet) run(ctx context.Context) {
-	joinBackoff := backoff{min: time.Second, max: 30 * time.Second}
+	joinBackoff := newBackoff(time.Second, 30*time.Second)
 	if retry(ctx, k.log, "get the node's credentials", joinBackoff, k.creds.init) != nil {
 		return
 	}

@@ -24,7 +24,7 @@ const leaseDuration = 40 * time.Second
 func (k *kubelet) renewLease(ctx context.Context, node *corev1.Node) {
 	leases := k.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
 	var lease *coordv1.Lease
-	b := backoff{min: 200 * time.Millisecond, max: k.cfg.LeaseInterval}
+	b := newBackoff(200*time.Millisecond, k.cfg.LeaseInterval)
 	for {
 		var err error
 		wait := k.cfg.LeaseInterval
@@ -34,9 +34,9 @@ func (k *kubelet) renewLease(ctx context.Context, node *corev1.Node) {
 		}
 		k.metrics.leaseRenewed(err)
 		if err != nil {
-			wait = b.next()
+			wait = b.Next()
 			k.log.Warn("cannot renew the Lease; retrying", "err", err, "in", wait.Round(time.Millisecond))
-		} else if b.reset() {
+		} else if b.Reset() {
 			k.log.Info("renewed the Lease again")
 		}
 		if !sleep(ctx, wait) {

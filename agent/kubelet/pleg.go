@@ -67,7 +67,7 @@ func (p *pleg) run(ctx context.Context) {
 // watch follows the runtime's container events, again after the stream
 // breaks.
 func (p *pleg) watch(ctx context.Context) {
-	b := backoff{min: time.Second, max: 30 * time.Second}
+	b := newBackoff(time.Second, 30*time.Second)
 	for {
 		stream, err := p.rt.GetContainerEvents(ctx, &criv1.GetEventsRequest{})
 		for err == nil {
@@ -76,7 +76,7 @@ func (p *pleg) watch(ctx context.Context) {
 			if err != nil {
 				break
 			}
-			b.reset()
+			b.Reset()
 			if uid := eventPod(ev); uid != "" {
 				p.wake(uid, wakeEvent)
 			}
@@ -84,7 +84,7 @@ func (p *pleg) watch(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		d := b.next()
+		d := b.Next()
 		p.log.Debug("CRI container events interrupted; the relist covers meanwhile", "err", err, "retry in", d)
 		if !sleep(ctx, d) {
 			return

@@ -263,7 +263,7 @@ func newerOrSame(a, b string) bool {
 func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) (killed bool) {
 	defer s.probes.Remove(w.uid)
 	log := s.k.log
-	errBackoff := backoff{min: time.Second, max: 30 * time.Second}
+	errBackoff := newBackoff(time.Second, 30*time.Second)
 	var synced *corev1.Pod // the pod as last synced, to tell spec changes from status writes
 	next := time.Now()
 	due := wakePod // what the timer is set for
@@ -321,12 +321,12 @@ func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) (killed bool) {
 			if ctx.Err() != nil {
 				return false
 			}
-			if b := errBackoff.next(); b > d {
+			if b := errBackoff.Next(); b > d {
 				d, due = b, wakeRetry
 			}
 			log.Warn("pod sync failed", "err", err, "retry in", d)
 		} else {
-			errBackoff.reset()
+			errBackoff.Reset()
 		}
 		next = time.Now().Add(d)
 		if !timer.Stop() {

@@ -19,7 +19,7 @@ func rotateAt(leaf *x509.Certificate) time.Time {
 // certificate has expired nonetheless, the API server refuses it, and the
 // renewal falls back to the bootstrap token.
 func (c *credentials) rotate(ctx context.Context, client kubernetes.Interface) {
-	b := backoff{min: time.Second, max: 5 * time.Minute}
+	b := newBackoff(time.Second, 5*time.Minute)
 	for {
 		leaf := c.cert.Load().Leaf
 		if wait := rotateAt(leaf).Sub(c.now()); wait > 0 {
@@ -41,10 +41,10 @@ func (c *credentials) rotate(ctx context.Context, client kubernetes.Interface) {
 			return
 		}
 		if err == nil {
-			b.reset()
+			b.Reset()
 			continue
 		}
-		d := b.next()
+		d := b.Next()
 		c.log.Warn("cannot renew the client certificate; retrying", "err", err, "expires", leaf.NotAfter, "in", d.Round(time.Millisecond))
 		if !sleep(ctx, d) {
 			return

@@ -214,7 +214,7 @@ func sameStatus(a, b *corev1.NodeStatus) bool {
 func (k *kubelet) reportStatus(ctx context.Context) {
 	nodes := k.client.CoreV1().Nodes()
 	lastPatch := time.Now() // registration wrote a status
-	b := backoff{min: 200 * time.Millisecond, max: k.cfg.StatusInterval}
+	b := newBackoff(200*time.Millisecond, k.cfg.StatusInterval)
 	wait := k.cfg.StatusInterval
 	for sleep(ctx, wait) {
 		patched, err := k.updateStatus(ctx, nodes, time.Since(lastPatch) >= k.cfg.StatusReportInterval)
@@ -222,11 +222,11 @@ func (k *kubelet) reportStatus(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			wait = b.next()
+			wait = b.Next()
 			k.log.Warn("cannot update the node status; retrying", "err", err, "in", wait.Round(time.Millisecond))
 			continue
 		}
-		if b.reset() {
+		if b.Reset() {
 			k.log.Info("updating the node status again")
 		}
 		if patched {

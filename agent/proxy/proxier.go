@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairn-os/cairn/internal/backoff"
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -179,9 +180,9 @@ func (p *Proxier) loop(ctx context.Context) error {
 	full := time.NewTicker(p.cfg.ResyncPeriod)
 	defer full.Stop()
 	var (
-		last    time.Time
-		backoff time.Duration
-		retry   <-chan time.Time
+		last  time.Time
+		b     = backoff.Backoff{Initial: p.cfg.MinSyncInterval, Max: 30 * time.Second, Jitter: 0.2}
+		retry <-chan time.Time
 	)
 	wantFull := true
 	for {
@@ -211,12 +212,13 @@ func (p *Proxier) loop(ctx context.Context) error {
 		err := p.sync(wantFull)
 		wantFull = false
 		if err != nil {
-			backoff = min(max(2*backoff, p.cfg.MinSyncInterval), 30*time.Second)
-			p.log.Error("sync failed; retrying with a full sync", "err", err, "in", backoff)
-			retry = time.After(backoff)
+			d := b.Next()
+			p.log.Error("sync failed; retrying with a full sync", "err", err, "in", d.Round(time.Millisecond))
+			retry = time.After(d)
 			continue
 		}
-		backoff, retry = 0, nil
+		b.Reset()
+		retry = nil
 	}
 }
 

@@ -191,9 +191,9 @@ func TestPersistentRefusalIsRetriedWithBackoff(t *testing.T) {
 		t.Errorf("web2, written only by refused transactions, is in the table")
 	}
 	// Backoff: retry k comes at least MinSyncInterval·2^(k-1) after the
-	// failure before it (capped at 30s): failures at about 0, 10, 30, 70,
-	// 150, 310, 630, 1270 and 2550ms, where a retry every MinSyncInterval
-	// would fail 250 times.
+	// failure before it (capped at 30s; the jitter only adds up to a
+	// fifth): failures at about 0, 10, 30, 70, 150, 310, 630, 1270 and
+	// 2550ms, where a retry every MinSyncInterval would fail 250 times.
 	if len(fails) < 5 || len(fails) > 12 {
 		t.Errorf("%d failed syncs in %v, want 5 to 12 (backoff from %v, doubling)", len(fails), watch, e.cfg.MinSyncInterval)
 	}
