@@ -53,6 +53,10 @@ type Options struct {
 	// auto gives up on KVM and starts the VM again with TCG (default 30 s;
 	// the firmware writes to the console within a second or two).
 	Silence time.Duration
+	// Stall is how long WaitReady lets the console stay unchanged while
+	// the node is not ready before it gives up with the reason (default
+	// 3 min).
+	Stall time.Duration
 	// Notify, if set, is told in one line when the VM falls back to TCG.
 	Notify func(string)
 }
@@ -95,6 +99,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Silence == 0 {
 		o.Silence = 30 * time.Second
+	}
+	if o.Stall == 0 {
+		o.Stall = 3 * time.Minute
 	}
 	if o.Notify == nil {
 		o.Notify = func(string) {}
@@ -355,15 +362,11 @@ func (vm *VM) Powerdown() error {
 	return nil
 }
 
-// Stall is how long WaitReady lets the console stay unchanged while the
-// node is not ready before it gives up with the reason.
-var Stall = 3 * time.Minute
-
 // WaitReady calls probe every second until it succeeds, QEMU exits or ctx
 // ends; waitingFor names what probe waits for. progress, if set, is called
 // after each failed probe with the elapsed time and a line saying what it
 // waits for and the console's last line. A boot that makes no progress —
-// the console unchanged for Stall — fails at once with QEMU's stderr and
+// the console unchanged for Opts.Stall — fails at once with QEMU's stderr and
 // the console's last lines.
 func (vm *VM) WaitReady(ctx context.Context, waitingFor string, probe func(context.Context) error, progress func(time.Duration, string)) error {
 	start := time.Now()
@@ -387,9 +390,9 @@ func (vm *VM) WaitReady(ctx context.Context, waitingFor string, probe func(conte
 			}
 			progress(time.Since(start), line)
 		}
-		if time.Since(lastChange) > Stall {
+		if time.Since(lastChange) > vm.Opts.Stall {
 			return fmt.Errorf("node makes no progress: its console has not changed for %s while waiting for %s (last probe: %v)%s%s; see %s",
-				Stall, waitingFor, err, vm.qemuStderr(), vm.consoleTail(5), vm.Opts.ConsoleLog)
+				vm.Opts.Stall, waitingFor, err, vm.qemuStderr(), vm.consoleTail(5), vm.Opts.ConsoleLog)
 		}
 		select {
 		case <-ctx.Done():

@@ -161,13 +161,10 @@ func TestKVMFailureLines(t *testing.T) {
 }
 
 // TestWaitReadyStall: a boot whose console never changes fails with the
-// reason once Stall has passed, not when the caller's deadline does.
+// reason once Options.Stall has passed, not when the caller's deadline does.
 func TestWaitReadyStall(t *testing.T) {
 	needQEMU(t)
-	old := Stall
-	Stall = 3 * time.Second
-	defer func() { Stall = old }()
-	vm, err := newVM(Options{Disk: emptyDisk(t), MemoryMiB: 256, CPUs: 1})
+	vm, err := newVM(Options{Disk: emptyDisk(t), MemoryMiB: 256, CPUs: 1, Stall: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -246,19 +246,9 @@ func TestBoot(t *testing.T) {
 		if _, err := c.Shutdown(ctx, &machine.ShutdownRequest{}); err != nil {
 			t.Fatal(err)
 		}
-		stopped := time.Now()
-		select {
-		case <-vm.Done():
-			t.Logf("QEMU exited %s after Shutdown", time.Since(stopped).Round(100*time.Millisecond))
-		case <-time.After(60 * time.Second):
-			t.Fatal("QEMU still running 60s after Shutdown")
-		}
-		log, err := os.ReadFile(vm.Opts.ConsoleLog)
-		if err != nil {
-			t.Fatal(err)
-		}
+		log := waitPoweredOff(t, vm, "Shutdown")
 		for _, want := range []string{"cairn: boot done", "cairn: shutting down then=power off", "cairn: bye then=power off"} {
-			if !strings.Contains(string(log), want) {
+			if !strings.Contains(log, want) {
 				t.Errorf("console log lacks %q", want)
 			}
 		}
@@ -338,11 +328,25 @@ func shutdown(t *testing.T, ctx context.Context, c *client.Client, vm *qemu.VM) 
 	if _, err := c.Shutdown(ctx, &machine.ShutdownRequest{}); err != nil {
 		t.Fatal(err)
 	}
+	waitPoweredOff(t, vm, "Shutdown")
+}
+
+// waitPoweredOff waits up to a minute for QEMU to exit after what was
+// asked of the node, and returns the console log.
+func waitPoweredOff(t *testing.T, vm *qemu.VM, after string) string {
+	t.Helper()
+	asked := time.Now()
 	select {
 	case <-vm.Done():
+		t.Logf("QEMU exited %s after %s", time.Since(asked).Round(100*time.Millisecond), after)
 	case <-time.After(60 * time.Second):
-		t.Fatal("QEMU still running 60s after Shutdown")
+		t.Fatalf("QEMU still running 60s after %s", after)
 	}
+	log, err := os.ReadFile(vm.Opts.ConsoleLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(log)
 }
 
 // wipeSuperblock zeroes the primary ext4 superblock (1 KiB at offset 1 KiB)

@@ -85,17 +85,7 @@ func TestBrokenConfig(t *testing.T) {
 	if err := vm.Powerdown(); err != nil {
 		t.Fatal(err)
 	}
-	pressed := time.Now()
-	select {
-	case <-vm.Done():
-		t.Logf("QEMU exited %s after the ACPI power button", time.Since(pressed).Round(100*time.Millisecond))
-	case <-time.After(60 * time.Second):
-		t.Fatal("QEMU still running 60s after the ACPI power button was pressed")
-	}
-	log, err := os.ReadFile(vm.Opts.ConsoleLog)
-	if err != nil {
-		t.Fatal(err)
-	}
+	log := waitPoweredOff(t, vm, "the ACPI power button")
 	for _, want := range []string{
 		"cairn: ERROR the machine config cannot be loaded",
 		`unknown field "futureField"`,
@@ -106,17 +96,17 @@ func TestBrokenConfig(t *testing.T) {
 		"cairn: shutdown requested by=ACPI power button ",
 		"cairn: bye then=power off",
 	} {
-		if !strings.Contains(string(log), want) {
+		if !strings.Contains(log, want) {
 			t.Errorf("console log lacks %q", want)
 		}
 	}
-	for _, line := range strings.Split(string(log), "\n") {
+	for _, line := range strings.Split(log, "\n") {
 		if strings.Contains(line, "machine config") || strings.Contains(line, "recovery") || strings.Contains(line, "shut") ||
 			strings.Contains(line, "ACPI") || strings.Contains(line, "bye") {
 			t.Logf("console: %s", line)
 		}
 	}
-	if strings.Contains(string(log), "panic recovered") || strings.Contains(string(log), "Kernel panic") {
+	if strings.Contains(log, "panic recovered") || strings.Contains(log, "Kernel panic") {
 		t.Errorf("console log tells of a panic:\n%s", log)
 	}
 }
