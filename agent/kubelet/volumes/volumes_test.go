@@ -343,13 +343,14 @@ func TestSetupErrors(t *testing.T) {
 			t.Cleanup(func() { e.m.TearDown(pod.UID) })
 			// The other volumes are still made: the token works. Setup
 			// is tried again while the Node authorizer does not know
-			// the pod yet (a Forbidden hidden behind the volume's own
-			// error).
+			// the pod or its ConfigMaps yet (a Forbidden in place of the
+			// volume's own error).
 			token := filepath.Join(e.m.Root, string(pod.UID), "volumes", "kubernetes.io~projected", apiAccess(t, pod), "token")
 			var err error
 			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 				_, err = e.m.Setup(context.Background(), pod)
-				if _, statErr := os.Stat(token); statErr == nil || time.Now().After(deadline) {
+				_, statErr := os.Stat(token)
+				if (statErr == nil && !apierrors.IsForbidden(err)) || time.Now().After(deadline) {
 					break
 				}
 			}
