@@ -135,10 +135,13 @@ func (s *Supervisor) watch(sv *service, inst Instance) (Exit, ending) {
 
 	ctx, cancel := context.WithCancel(sv.ctx)
 	defer cancel()
-	ready := make(chan struct{})
+	// Without a probe a service is ready once launched: said here, not
+	// through the channel, so a stop racing the select cannot skip Ready.
+	var ready chan struct{}
 	if sv.spec.Ready == nil {
-		close(ready)
+		s.set(sv, StateReady, "")
 	} else {
+		ready = make(chan struct{})
 		go s.probe(ctx, sv, ready)
 	}
 	for {
