@@ -28,20 +28,20 @@ import (
 	"github.com/cairn-os/cairn/agent/kubelet/cri"
 	"github.com/cairn-os/cairn/agent/proxy"
 	"github.com/cairn-os/cairn/internal/backoff"
-	"github.com/cairn-os/cairn/internal/containerdconfig"
+	"github.com/cairn-os/cairn/internal/layout"
 	"github.com/cairn-os/cairn/internal/version"
 	"github.com/cairn-os/cairn/machineconfig"
 )
 
 func main() {
-	configPath := flag.String("config", "/system/state/config.yaml", "machine config")
-	initSocket := flag.String("init-socket", "/run/cairn/init.sock", "init's control socket")
-	kubeletDir := flag.String("kubelet-dir", "/var/lib/cairn/kubelet", "the kubelet part's state: client certificate")
+	configPath := flag.String("config", layout.MachineConfig, "machine config")
+	initSocket := flag.String("init-socket", layout.InitSocket, "init's control socket")
+	kubeletDir := flag.String("kubelet-dir", layout.KubeletDir, "the kubelet part's state: client certificate")
 	paths := nodePaths{}
-	flag.StringVar(&paths.criSocket, "cri-socket", cri.DefaultSocket, "containerd's socket, for its CRI")
-	flag.StringVar(&paths.podLogRoot, "pod-log-root", "/var/log/pods", "the pods' container logs, which the management API reads back")
-	flag.StringVar(&paths.cniBinDir, "cni-bin-dir", containerdconfig.Node.CNIBinDir, "the CNI plugins")
-	flag.StringVar(&paths.cniConfDir, "cni-conf-dir", containerdconfig.Node.CNIConfDir, "where the pod network is written for containerd's CRI")
+	flag.StringVar(&paths.criSocket, "cri-socket", layout.ContainerdSocket, "containerd's socket, for its CRI")
+	flag.StringVar(&paths.podLogRoot, "pod-log-root", layout.PodLogRoot, "the pods' container logs, which the management API reads back")
+	flag.StringVar(&paths.cniBinDir, "cni-bin-dir", layout.CNIBinDir, "the CNI plugins")
+	flag.StringVar(&paths.cniConfDir, "cni-conf-dir", layout.CNIConfDir, "where the pod network is written for containerd's CRI")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	// client-go logs through klog: the same structured log.

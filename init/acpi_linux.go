@@ -7,9 +7,10 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/cairn-os/cairn/init/internal/boot"
 	"github.com/mdlayher/genetlink"
 	"github.com/mdlayher/netlink"
+
+	"github.com/cairn-os/cairn/init/internal/boot"
 )
 
 // The kernel's ACPI events as generic netlink messages (drivers/acpi/event.c):

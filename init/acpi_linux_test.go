@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cairn-os/cairn/test/need"
 	"github.com/mdlayher/netlink"
+
+	"github.com/cairn-os/cairn/test/need"
 )
 
 // acpiMessage encodes an acpi_event message's attributes as the kernel

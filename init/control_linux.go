@@ -10,17 +10,19 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/cairn-os/cairn/api/machine"
-	"github.com/cairn-os/cairn/init/internal/boot"
-	"github.com/cairn-os/cairn/init/internal/containers"
-	"github.com/cairn-os/cairn/internal/containerdconfig"
-	"github.com/cairn-os/cairn/supervisor"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/init/internal/boot"
+	"github.com/cairn-os/cairn/init/internal/containers"
+	"github.com/cairn-os/cairn/internal/containerdconfig"
+	"github.com/cairn-os/cairn/internal/layout"
+	"github.com/cairn-os/cairn/supervisor"
 )
 
 // controlServer is init's side of the control socket, used by the agent.
@@ -30,7 +32,7 @@ type controlServer struct {
 }
 
 func (n *node) serveControl() error {
-	_, err := n.listenControl(controlSock)
+	_, err := n.listenControl(layout.InitSocket)
 	return err
 }
 

@@ -8,10 +8,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cairn-os/cairn/init/internal/boot"
 	"github.com/cairn-os/cairn/init/internal/ephemeral"
 	"github.com/cairn-os/cairn/supervisor"
-	"golang.org/x/sys/unix"
 )
 
 const varDir = "/var"

@@ -14,11 +14,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/u-root/u-root/pkg/dhclient"
+	"github.com/vishvananda/netlink"
+
 	"github.com/cairn-os/cairn/init/internal/boot"
 	"github.com/cairn-os/cairn/internal/backoff"
 	"github.com/cairn-os/cairn/machineconfig"
-	"github.com/u-root/u-root/pkg/dhclient"
-	"github.com/vishvananda/netlink"
 )
 
 const (

@@ -5,9 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/cairn-os/cairn/init/internal/boot"
 	"github.com/cairn-os/cairn/machineconfig"
-	"github.com/google/go-cmp/cmp"
 )
 
 // TestWaitLeasesBounded returns as soon as every lease is in, and at the

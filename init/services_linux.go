@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/opencontainers/cgroups"
+
 	"github.com/cairn-os/cairn/init/internal/boot"
 	"github.com/cairn-os/cairn/init/internal/containers"
 	"github.com/cairn-os/cairn/internal/containerdconfig"
@@ -17,7 +19,6 @@ import (
 	"github.com/cairn-os/cairn/internal/layout"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/supervisor"
-	"github.com/opencontainers/cgroups"
 )
 
 const (
@@ -68,7 +69,7 @@ func (n *node) startServices() error {
 	containerd := supervisor.Service{
 		Name:  "containerd",
 		Path:  "/usr/bin/containerd",
-		Args:  []string{"--config", containerdconfig.ConfigPath},
+		Args:  []string{"--config", layout.ContainerdConfig},
 		Env:   []string{"PATH=/usr/bin:/sbin"},
 		Ready: supervisor.UnixSocketProbe(containerdconfig.Node.Socket),
 		// The node's own services are the last the OOM killer picks.
@@ -85,10 +86,10 @@ func (n *node) startServices() error {
 	}
 	services := []supervisor.Service{containerd, {
 		Name:        "cairn-agent",
-		Path:        agentPath,
+		Path:        layout.AgentBinary,
 		Ready:       supervisor.TCPProbe(fmt.Sprintf("127.0.0.1:%d", n.cfg.Machine.API.Port)),
 		OOMScoreAdj: &systemOOMScore,
-		Args:        []string{"--config", configPath, "--init-socket", controlSock},
+		Args:        []string{"--config", layout.MachineConfig, "--init-socket", layout.InitSocket},
 		Env:         []string{"PATH=/usr/bin:/sbin"},
 		Cgroup:      "system/cairn-agent",
 		Resources:   cgroupResources(n.cfg.Machine.Resources.Agent),

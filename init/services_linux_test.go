@@ -3,9 +3,10 @@ package main
 import (
 	"testing"
 
-	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/google/go-cmp/cmp"
 	"github.com/opencontainers/cgroups"
+
+	"github.com/cairn-os/cairn/machineconfig"
 )
 
 // TestCgroupResources turns the machine config's limits into the

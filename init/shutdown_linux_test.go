@@ -10,15 +10,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-os/cairn/api/machine"
-	"github.com/cairn-os/cairn/init/internal/boot"
-	"github.com/cairn-os/cairn/supervisor"
-	"github.com/cairn-os/cairn/test/need"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/init/internal/boot"
+	"github.com/cairn-os/cairn/supervisor"
+	"github.com/cairn-os/cairn/test/need"
 )
 
 // fakeSystem records what shutdown does to the machine instead of doing it.

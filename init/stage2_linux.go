@@ -14,17 +14,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cairn-os/cairn/init/internal/boot"
+	"github.com/cairn-os/cairn/internal/layout"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/supervisor"
-	"golang.org/x/sys/unix"
-)
-
-const (
-	stateDir    = "/system/state"
-	configPath  = stateDir + "/config.yaml"
-	agentPath   = "/usr/bin/cairn-agent"
-	controlSock = "/run/cairn/init.sock"
 )
 
 // node is what stage 2 sets up and later tears down.
@@ -232,10 +227,10 @@ func (n *node) mountState() error {
 	if err != nil {
 		return err
 	}
-	if err := boot.MountAll([]boot.Mount{{Source: dev, Target: stateDir, FSType: "ext4", Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, Data: ""}}); err != nil {
+	if err := boot.MountAll([]boot.Mount{{Source: dev, Target: layout.StateDir, FSType: "ext4", Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, Data: ""}}); err != nil {
 		return err
 	}
-	n.disks = append(n.disks, stateDir)
+	n.disks = append(n.disks, layout.StateDir)
 	return nil
 }
 
@@ -245,14 +240,14 @@ func (n *node) mountState() error {
 // up, and the management API answers if its credentials were salvaged, so
 // that the operator can see why; nothing else the config asks for runs.
 func (n *node) loadConfig() error {
-	cfg, err := machineconfig.Load(configPath)
+	cfg, err := machineconfig.Load(layout.MachineConfig)
 	if err == nil {
 		n.cfg = cfg
 		return nil
 	}
-	rec, _ := machineconfig.RecoverFile(configPath) // its read error is err's
+	rec, _ := machineconfig.RecoverFile(layout.MachineConfig) // its read error is err's
 	n.cfg, n.loadErr, n.recovery = rec.Config, err, rec
-	slog.Error("the machine config cannot be loaded", "path", configPath, "err", err)
+	slog.Error("the machine config cannot be loaded", "path", layout.MachineConfig, "err", err)
 	slog.Warn(rec.String())
 	slog.Warn("the node runs no system services and no kubelet until its machine config loads: " + recoveryAdvice)
 	return fmt.Errorf("%w; %s", err, rec)
@@ -319,7 +314,7 @@ func (n *node) shutdown(cmd int) {
 			if !ok {
 				// A boot step still holds the node: unmount what stage 2
 				// mounts on disk, by name, in the reverse order of the boot.
-				disks = []string{varDir, stateDir}
+				disks = []string{varDir, layout.StateDir}
 			}
 			for i := len(disks) - 1; i >= 0; i-- {
 				n.unmountBelow(disks[i])

@@ -24,20 +24,17 @@ type Paths struct {
 
 // Node holds the paths on a Cairn node.
 var Node = Paths{
-	Root:       "/var/lib/containerd",
-	State:      "/run/containerd",
-	Socket:     "/run/containerd/containerd.sock",
-	HostsDir:   "/etc/containerd/certs.d",
-	CNIBinDir:  "/opt/cni/bin",
-	CNIConfDir: "/etc/cni/net.d",
+	Root:       layout.ContainerdRoot,
+	State:      layout.ContainerdState,
+	Socket:     layout.ContainerdSocket,
+	HostsDir:   layout.RegistryHostsDir,
+	CNIBinDir:  layout.CNIBinDir,
+	CNIConfDir: layout.CNIConfDir,
 }
-
-// ConfigPath is containerd's config file on a node.
-const ConfigPath = "/etc/containerd/config.toml"
 
 // Files returns the node's containerd config files by absolute path.
 func Files(cfg *machineconfig.Config) map[string][]byte {
-	files := map[string][]byte{ConfigPath: []byte(Config(Node, false))}
+	files := map[string][]byte{layout.ContainerdConfig: []byte(Config(Node, false))}
 	for _, r := range cfg.Containerd.Registries {
 		files[path.Join(Node.HostsDir, r.Host, "hosts.toml")] = []byte(hosts(r))
 	}

@@ -7,8 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/cairn-os/cairn/internal/layout"
+	"github.com/cairn-os/cairn/machineconfig"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -19,7 +21,7 @@ func TestFilesGolden(t *testing.T) {
 		{Host: "docker.io", Endpoints: []string{"https://mirror.example", "https://registry-1.docker.io"}, InsecureSkipVerify: true},
 	}}}
 	files := Files(cfg)
-	want := []string{Node.HostsDir + "/10.0.2.2:5000/hosts.toml", Node.HostsDir + "/docker.io/hosts.toml", ConfigPath}
+	want := []string{Node.HostsDir + "/10.0.2.2:5000/hosts.toml", Node.HostsDir + "/docker.io/hosts.toml", layout.ContainerdConfig}
 	if diff := cmp.Diff(want, SortedPaths(files)); diff != "" {
 		t.Fatalf("Files() paths (-want +got):\n%s", diff)
 	}

@@ -1,5 +1,7 @@
-// Package layout names what the image build and the node must agree on:
-// paths in the root filesystem and names of images shipped inside it.
+// Package layout names what the image build, init and the agent must agree
+// on: paths on a node and names of images shipped inside its root
+// filesystem. Programs take these as their flags' defaults; tests pass
+// their own.
 package layout
 
 const (
@@ -14,4 +16,35 @@ const (
 	// SandboxArchive is where the root filesystem holds it, as an image
 	// archive containerd imports.
 	SandboxArchive = "/usr/share/cairn/images/pause.tar"
+)
+
+// Paths on a node.
+const (
+	// StateDir is where the STATE partition is mounted.
+	StateDir = "/system/state"
+	// MachineConfig is the machine config the node runs on.
+	MachineConfig = StateDir + "/config.yaml"
+	// InitSocket is PID 1's control socket, which the agent calls.
+	InitSocket = "/run/cairn/init.sock"
+	// AgentBinary is the node agent.
+	AgentBinary = "/usr/bin/cairn-agent"
+	// KubeletDir is the kubelet part's state: client certificate, pods'
+	// volumes.
+	KubeletDir = "/var/lib/cairn/kubelet"
+	// PodLogRoot holds the pods' container logs.
+	PodLogRoot = "/var/log/pods"
+
+	// ContainerdConfig is containerd's config file.
+	ContainerdConfig = "/etc/containerd/config.toml"
+	// ContainerdSocket is containerd's socket, which also serves its CRI.
+	ContainerdSocket = "/run/containerd/containerd.sock"
+	// ContainerdRoot and ContainerdState are containerd's persistent and
+	// runtime directories.
+	ContainerdRoot  = "/var/lib/containerd"
+	ContainerdState = "/run/containerd"
+	// RegistryHostsDir holds one hosts.toml directory per registry host.
+	RegistryHostsDir = "/etc/containerd/certs.d"
+	// CNIBinDir holds the CNI plugins; CNIConfDir the pod network.
+	CNIBinDir  = "/opt/cni/bin"
+	CNIConfDir = "/etc/cni/net.d"
 )

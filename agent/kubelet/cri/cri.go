@@ -25,9 +25,6 @@ import (
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// DefaultSocket is containerd's socket on a Cairn node.
-const DefaultSocket = "/run/containerd/containerd.sock"
-
 // maxMsgSize bounds the messages of the CRI, as large as the kubelet's:
 // a ListContainers of a busy node is large.
 const maxMsgSize = 16 << 20

@@ -28,11 +28,12 @@ import (
 
 	"github.com/cairn-os/cairn/agent/kubelet"
 	"github.com/cairn-os/cairn/agent/kubelet/cri"
+	"github.com/cairn-os/cairn/internal/layout"
 	"github.com/cairn-os/cairn/machineconfig"
 )
 
 func main() {
-	socket := flag.String("cri-socket", cri.DefaultSocket, "the container runtime's CRI socket")
+	socket := flag.String("cri-socket", layout.ContainerdSocket, "the container runtime's CRI socket")
 	nodeName := flag.String("node-name", "", "the Node's name")
 	clusterFile := flag.String("cluster", "", "JSON file of the machine config's cluster section (server, CA, bootstrap token or kubeconfig)")
 	dir := flag.String("dir", "", "the kubelet part's state: client certificate")
