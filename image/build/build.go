@@ -103,22 +103,32 @@ func (o Options) withDefaults() Options {
 // asset returns the path of the slash-separated name in o.Assets.
 func (o Options) asset(name string) string { return filepath.Join(o.Assets, filepath.FromSlash(name)) }
 
-// An input is a file the build reads and records in the manifest.
+// An input is a file the build reads and records in the manifest. A file
+// of the build host comes from a Debian package, a file of the assets from
+// a make target.
 type input struct {
 	name, path string
 	note       string // recorded in the manifest, e.g. the Debian package
-	from       string // what provides the file, said when it is missing
+	pkg        string // the Debian package providing the file, or
+	target     string // the make target building it into the assets
+}
+
+// remedy says what provides the missing input.
+func (in input) remedy() string {
+	if in.pkg != "" {
+		return "install the Debian package " + in.pkg + " (hack/deps.sh)"
+	}
+	return "`make " + in.target + "` builds it into the assets directory"
 }
 
 // hostInputs are the files of the build host and of o.Assets that go into
 // the image: all inputs but the machine config and the kernel package.
 func hostInputs(o Options) []input {
 	asset := func(name, note, target string) input {
-		return input{name, o.asset(name), note,
-			"`make " + target + "` builds it into the assets directory"}
+		return input{name: name, path: o.asset(name), note: note, target: target}
 	}
 	deb := func(name, path, pkg string) input {
-		return input{name, path, pkg, "install the Debian package " + pkg + " (hack/deps.sh)"}
+		return input{name: name, path: path, note: pkg, pkg: pkg}
 	}
 	ins := []input{
 		deb("uki-stub", stubPath, "systemd-boot-efi"),
@@ -158,7 +168,7 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 	inputs := hostInputs(o)
 	for _, in := range inputs {
 		if _, err := os.Stat(in.path); err != nil {
-			return nil, fmt.Errorf("input %s missing: %w: %s", in.name, err, in.from)
+			return nil, fmt.Errorf("input %s missing: %w: %s", in.name, err, in.remedy())
 		}
 	}
 	stage1Bin, initBin, agentBin, pauseBin := o.asset("init-stage1"), o.asset("init"), o.asset("cairn-agent"), o.asset("pause")
