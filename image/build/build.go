@@ -156,7 +156,7 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 	stage("validate machine config")
 	cfgBytes, err := os.ReadFile(o.Config)
 	if err != nil {
-		return nil, fmt.Errorf("machine config: %w", err)
+		return nil, fmt.Errorf("machine config: %w (`cairn config gen` writes one)", err)
 	}
 	if _, err := machineconfig.Parse(cfgBytes); err != nil {
 		return nil, fmt.Errorf("%s: %w", o.Config, err)

@@ -226,7 +226,7 @@ func TestBuildErrors(t *testing.T) {
 		skip     string // asset left out
 		want     []string
 	}{
-		{name: "missing config", noConfig: true, want: []string{"machine config: open ", "nosuch.yaml"}},
+		{name: "missing config", noConfig: true, want: []string{"machine config: open ", "nosuch.yaml", "`cairn config gen` writes one"}},
 		{
 			name: "invalid config",
 			bad: `apiVersion: cairn.dev/v1alpha1
