@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/cairn-os/cairn/image/build"
 	"github.com/dustin/go-humanize"
@@ -26,6 +27,11 @@ func imageCmd() *cobra.Command {
 				}
 				o.Size = int64(n)
 			}
+			epoch, err := sourceDateEpoch()
+			if err != nil {
+				return err
+			}
+			o.SourceDateEpoch = epoch
 			if o.Assets == "" {
 				o.Assets = defaultAssets()
 			}
@@ -58,4 +64,19 @@ func defaultAssets() string {
 		return "."
 	}
 	return filepath.Dir(exe)
+}
+
+// sourceDateEpoch is SOURCE_DATE_EPOCH from the environment, the time
+// reproducible builds stamp their files with, or 0 (the build's default)
+// when it is unset.
+func sourceDateEpoch() (int64, error) {
+	v := os.Getenv("SOURCE_DATE_EPOCH")
+	if v == "" {
+		return 0, nil
+	}
+	e, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("SOURCE_DATE_EPOCH=%q: want seconds since 1970: %w", v, err)
+	}
+	return e, nil
 }

@@ -12,8 +12,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -33,8 +31,8 @@ const (
 	caBundlePath   = "/etc/ssl/certs/ca-certificates.crt"
 )
 
-// DefaultSourceDateEpoch stamps every file of an image when the
-// environment sets no SOURCE_DATE_EPOCH: a fixed time keeps builds
+// DefaultSourceDateEpoch stamps every file of an image when
+// Options.SourceDateEpoch is 0: a fixed time keeps builds
 // reproducible (and is after 1980, which FAT cannot go below).
 const DefaultSourceDateEpoch = 1767225600 // 2026-01-01T00:00:00Z
 
@@ -42,43 +40,51 @@ const DefaultSourceDateEpoch = 1767225600 // 2026-01-01T00:00:00Z
 // the serial console short: a verbose one slows boots under emulation.
 const KernelCmdline = "console=tty0 console=ttyS0,115200 quiet panic=10"
 
-// A HostTool is a program of the build host, from a Debian package, that
+// hostTool is a program of the build host, from a Debian package, that
 // the node runs; its shared libraries come along.
-type HostTool struct{ Path, Package string }
+type hostTool struct{ path, pkg string }
 
-// HostTools are e2fsprogs, which init runs to make, check and grow
+// hostTools are e2fsprogs, which init runs to make, check and grow
 // EPHEMERAL, and nft, which the portmap CNI plugin runs for hostPorts.
-var HostTools = []HostTool{
-	{"/sbin/mke2fs", "e2fsprogs"}, {"/sbin/e2fsck", "e2fsprogs"}, {"/sbin/resize2fs", "e2fsprogs"},
-	{"/sbin/nft", "nftables"},
+func hostTools() []hostTool {
+	return []hostTool{
+		{"/sbin/mke2fs", "e2fsprogs"}, {"/sbin/e2fsck", "e2fsprogs"}, {"/sbin/resize2fs", "e2fsprogs"},
+		{"/sbin/nft", "nftables"},
+	}
 }
 
-// Modules loaded by init stage 1 (to mount the root squashfs) and stage 2.
-// Stage 2's include the pod network's (bridge, veth; br_netfilter so that
-// traffic between pods on the bridge passes the Service rules) and the
-// nftables expressions of the Service dataplane and of portmap. button is
-// the ACPI button driver: init powers off on the power button's events.
-var (
-	BootModules   = []string{"loop", "squashfs", "overlay"}
-	SystemModules = []string{"virtio_pci", "virtio_blk", "virtio_net", "crc32c_generic", "ext4", "vfat", "nls_cp437", "nls_ascii", "button",
+// bootModules are the modules init stage 1 loads to mount the root
+// squashfs.
+func bootModules() []string { return []string{"loop", "squashfs", "overlay"} }
+
+// systemModules are the modules init stage 2 loads: the pod network's
+// (bridge, veth; br_netfilter so that traffic between pods on the bridge
+// passes the Service rules) and the nftables expressions of the Service
+// dataplane and of portmap among them. button is the ACPI button driver:
+// init powers off on the power button's events.
+func systemModules() []string {
+	return []string{"virtio_pci", "virtio_blk", "virtio_net", "crc32c_generic", "ext4", "vfat", "nls_cp437", "nls_ascii", "button",
 		"bridge", "veth", "br_netfilter", "nf_conntrack", "nf_conntrack_netlink", "nf_tables",
 		"nft_chain_nat", "nft_nat", "nft_masq", "nft_ct", "nft_fib_inet", "nft_numgen", "nft_reject_inet"}
-)
+}
 
 // Options of one build.
 type Options struct {
 	Config   string // machine config file
 	Output   string // disk image to write
 	Format   string // raw (default) or qcow2
-	Assets   string // directory holding the node binaries init and cairn-agent
+	Assets   string // directory holding the node binaries (init-stage1, init, cairn-agent, pause) and the components
 	CacheDir string // kernel download cache; default rootfs.DefaultCacheDir()
 	Size     int64  // disk size in bytes; 0 = image default
+	// SourceDateEpoch stamps every file of the image, in seconds since
+	// 1970; 0 = DefaultSourceDateEpoch.
+	SourceDateEpoch int64
 	// Progress gets a line per stage.
 	Progress func(string)
 }
 
-// Build writes the image and its manifest.json beside it.
-func Build(ctx context.Context, o Options) (*image.Manifest, error) {
+// withDefaults returns o with its unset fields set to their defaults.
+func (o Options) withDefaults() Options {
 	if o.Progress == nil {
 		o.Progress = func(string) {}
 	}
@@ -88,12 +94,69 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 	if o.CacheDir == "" {
 		o.CacheDir = rootfs.DefaultCacheDir()
 	}
+	if o.SourceDateEpoch == 0 {
+		o.SourceDateEpoch = DefaultSourceDateEpoch
+	}
+	return o
+}
+
+// asset returns the path of the slash-separated name in o.Assets.
+func (o Options) asset(name string) string { return filepath.Join(o.Assets, filepath.FromSlash(name)) }
+
+// An input is a file the build reads and records in the manifest. A file
+// of the build host comes from a Debian package, a file of the assets from
+// a make target.
+type input struct {
+	name, path string
+	note       string // recorded in the manifest, e.g. the Debian package
+	pkg        string // the Debian package providing the file, or
+	target     string // the make target building it into the assets
+}
+
+// remedy says what provides the missing input.
+func (in input) remedy() string {
+	if in.pkg != "" {
+		return "install the Debian package " + in.pkg + " (hack/deps.sh)"
+	}
+	return "`make " + in.target + "` builds it into the assets directory"
+}
+
+// hostInputs are the files of the build host and of o.Assets that go into
+// the image: all inputs but the machine config and the kernel package.
+func hostInputs(o Options) []input {
+	asset := func(name, note, target string) input {
+		return input{name: name, path: o.asset(name), note: note, target: target}
+	}
+	deb := func(name, path, pkg string) input {
+		return input{name: name, path: path, note: pkg, pkg: pkg}
+	}
+	ins := []input{
+		deb("uki-stub", stubPath, "systemd-boot-efi"),
+		deb("bootloader", bootloaderPath, "systemd-boot-efi"),
+		asset("init-stage1", "", "build"),
+		asset("init", "", "build"),
+		asset("cairn-agent", "", "build"),
+		asset("pause", layout.SandboxImage, "build"),
+		deb("ca-bundle", caBundlePath, "ca-certificates"),
+	}
+	for _, c := range rootfs.Components {
+		ins = append(ins, asset(c.Name, "rootfs/components", "components"))
+	}
+	for _, t := range hostTools() {
+		ins = append(ins, deb(strings.TrimPrefix(t.path, "/"), t.path, t.pkg))
+	}
+	return ins
+}
+
+// Build writes the image and its manifest.json beside it.
+func Build(ctx context.Context, o Options) (*image.Manifest, error) {
+	o = o.withDefaults()
 	stage := stager(o.Progress)
 
 	stage("validate machine config")
 	cfgBytes, err := os.ReadFile(o.Config)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("machine config: %w (`cairn config gen` writes one)", err)
 	}
 	if _, err := machineconfig.Parse(cfgBytes); err != nil {
 		return nil, fmt.Errorf("%s: %w", o.Config, err)
@@ -102,21 +165,13 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	stage1Bin, initBin, agentBin := filepath.Join(o.Assets, "init-stage1"), filepath.Join(o.Assets, "init"), filepath.Join(o.Assets, "cairn-agent")
-	pauseBin := filepath.Join(o.Assets, "pause")
-	var tools []string
-	for _, t := range HostTools {
-		tools = append(tools, t.Path)
-	}
-	for _, f := range slices.Concat([]string{stage1Bin, initBin, agentBin, pauseBin, stubPath, bootloaderPath, caBundlePath}, tools) {
-		if _, err := os.Stat(f); err != nil {
-			return nil, fmt.Errorf("input missing: %w (node binaries and components come from `make build`; host files from the Debian packages systemd-boot-efi, ca-certificates, e2fsprogs and nftables: hack/deps.sh installs them)", err)
+	inputs := hostInputs(o)
+	for _, in := range inputs {
+		if _, err := os.Stat(in.path); err != nil {
+			return nil, fmt.Errorf("input %s missing: %w: %s", in.name, err, in.remedy())
 		}
 	}
-	epoch, err := sourceDateEpoch()
-	if err != nil {
-		return nil, err
-	}
+	stage1Bin, initBin, agentBin, pauseBin := o.asset("init-stage1"), o.asset("init"), o.asset("cairn-agent"), o.asset("pause")
 
 	stage("fetch kernel " + rootfs.KernelPackage + " " + rootfs.KernelVersion)
 	if err := os.MkdirAll(o.CacheDir, 0o755); err != nil {
@@ -139,13 +194,17 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 
 	stage("build the pod sandbox image")
 	sandbox := filepath.Join(work, "pause.tar")
-	if err := sandboxImage(pauseBin, sandbox, epoch); err != nil {
+	if err := sandboxImage(pauseBin, sandbox, o.SourceDateEpoch); err != nil {
 		return nil, err
 	}
 
 	stage("build root filesystem and initramfs")
 	osRelease := []byte(fmt.Sprintf("NAME=\"Cairn\"\nID=cairn\nVERSION_ID=%s\nIMAGE_VERSION=%s\nPRETTY_NAME=\"Cairn %s\"\n",
 		version.Version, version.Version, version.Version))
+	var tools []string
+	for _, t := range hostTools() {
+		tools = append(tools, t.path)
+	}
 	parts, err := rootfs.Build(ctx, rootfs.Spec{
 		Kernel:          kernel,
 		Stage1:          stage1Bin,
@@ -156,9 +215,9 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 		OSRelease:       osRelease,
 		CABundle:        caBundlePath,
 		SandboxImage:    sandbox,
-		BootModules:     BootModules,
-		SystemModules:   SystemModules,
-		SourceDateEpoch: epoch,
+		BootModules:     bootModules(),
+		SystemModules:   systemModules(),
+		SourceDateEpoch: o.SourceDateEpoch,
 	}, work, o.Progress)
 	if err != nil {
 		return nil, err
@@ -177,24 +236,11 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 	}
 
 	m := &image.Manifest{Version: version.Version}
-	type input struct{ name, path, note string }
-	inputs := []input{
-		{"machine-config", o.Config, ""},
-		{"kernel-package", kernel.Deb, rootfs.KernelPackage + "=" + rootfs.KernelVersion},
-		{"uki-stub", stubPath, "systemd-boot-efi"},
-		{"bootloader", bootloaderPath, "systemd-boot-efi"},
-		{"init-stage1", stage1Bin, ""},
-		{"init", initBin, ""},
-		{"cairn-agent", agentBin, ""},
-		{"pause", pauseBin, layout.SandboxImage},
-		{"ca-bundle", caBundlePath, "ca-certificates"},
-	}
-	for _, c := range rootfs.Components {
-		inputs = append(inputs, input{c.Name, filepath.Join(o.Assets, filepath.FromSlash(c.Name)), "rootfs/components"})
-	}
-	for _, t := range HostTools {
-		inputs = append(inputs, input{strings.TrimPrefix(t.Path, "/"), t.Path, t.Package})
-	}
+	// The disk's seed hashes the inputs in this order.
+	inputs = append([]input{
+		{name: "machine-config", path: o.Config},
+		{name: "kernel-package", path: kernel.Deb, note: rootfs.KernelPackage + "=" + rootfs.KernelVersion},
+	}, inputs...)
 	for _, in := range inputs {
 		a, err := image.FileArtifact(in.name, in.path, in.note)
 		if err != nil {
@@ -214,7 +260,7 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 		Bootloader:      bootloaderPath,
 		UKIs:            map[string]string{"cairn-" + version.Version + ".efi": uki},
 		State:           map[string][]byte{"config.yaml": cfgBytes},
-		SourceDateEpoch: epoch,
+		SourceDateEpoch: o.SourceDateEpoch,
 		Seed:            seed.Sum(nil),
 	}, raw); err != nil {
 		return nil, err
@@ -269,16 +315,4 @@ func stager(progress func(string)) func(string) {
 	return func(name string) {
 		progress(fmt.Sprintf("[%5.1fs] %s", time.Since(start).Seconds(), name))
 	}
-}
-
-func sourceDateEpoch() (int64, error) {
-	v := os.Getenv("SOURCE_DATE_EPOCH")
-	if v == "" {
-		return DefaultSourceDateEpoch, nil
-	}
-	e, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("SOURCE_DATE_EPOCH=%q: want seconds since 1970: %w", v, err)
-	}
-	return e, nil
 }
