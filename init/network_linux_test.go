@@ -3,15 +3,12 @@ package main
 import (
 	"errors"
 	"net"
-	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cairn-os/cairn/machineconfig"
-	"github.com/cairn-os/cairn/test/need"
 	"github.com/vishvananda/netlink"
 )
 
@@ -36,32 +33,12 @@ func TestWaitLeasesBounded(t *testing.T) {
 	}
 }
 
-// inNetns runs the calling test again, alone, in a child process in a
-// network namespace of its own, and reports whether this is that child:
-// the parent only checks how the child did. The whole process is in the
-// namespace, goroutines and threads included.
-func inNetns(t *testing.T) bool {
-	t.Helper()
-	if os.Getenv("CAIRN_NETNS_CHILD") == t.Name() {
-		return true
-	}
-	need.Root(t, "a network namespace")
-	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), "CAIRN_NETNS_CHILD="+t.Name())
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s in a network namespace: %v\n%s", t.Name(), err, out)
-	}
-	return false
-}
-
 // TestFindLink finds links as configureInterface asks for them, in a
 // network namespace of the test's: by name once a driver (here a veth
 // link made meanwhile) registers it, by MAC, the first that is not
 // loopback, and none, naming the links there are.
 func TestFindLink(t *testing.T) {
-	if !inNetns(t) {
+	if !inNamespaces(t, syscall.CLONE_NEWNET) {
 		return
 	}
 	mac, _ := net.ParseMAC("02:00:00:00:10:01")
@@ -97,7 +74,7 @@ func TestFindLink(t *testing.T) {
 // interface the node lacks is named in the step's error while the other
 // is still configured.
 func TestConfigureNetwork(t *testing.T) {
-	if !inNetns(t) {
+	if !inNamespaces(t, syscall.CLONE_NEWNET) {
 		return
 	}
 	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "cairn0"}, PeerName: "cairn1"}); err != nil {

@@ -27,11 +27,11 @@ func findPartition(dir, label string, timeout time.Duration) (string, error) {
 	// missed.
 	events, err := listenUevents()
 	if err != nil {
-		if dev, labels := scanPartitions(dir, label); dev != "" {
-			return dev, nil
-		} else {
+		dev, labels := scanPartitions(dir, label)
+		if dev == "" {
 			return "", fmt.Errorf("no partition labelled %s (partitions: %s), and none can be waited for: %w", label, labels, err)
 		}
+		return dev, nil
 	}
 	defer events.Close()
 	events.SetReadDeadline(time.Now().Add(timeout))

@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -332,4 +334,46 @@ func controlClient(t *testing.T, n *node) machine.InitClient {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return machine.NewInitClient(conn)
+}
+
+// TestEndProcesses ends the processes of a PID namespace of the test's,
+// as PID 1 with the real reaper: processes that die of SIGTERM, an orphan
+// among them, end the wait at once; one that ignores SIGTERM is killed
+// after endWait.
+func TestEndProcesses(t *testing.T) {
+	if !inNamespaces(t, syscall.CLONE_NEWPID) {
+		return
+	}
+	r := supervisor.NewReaper()
+	n := newNode(realSystem(r), nil)
+	for _, script := range []string{"exec sleep 60", "sleep 60 & exit 0", "exec sleep 60"} {
+		if _, err := r.Start(exec.Command("/bin/sh", "-c", script)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	n.endProcesses()
+	if took := time.Since(start); took >= endWait {
+		t.Errorf("endProcesses() took %s with processes that end on SIGTERM, want less than endWait (%s)", took, endWait)
+	}
+	waitChildless(t, r)
+
+	if _, err := r.Start(exec.Command("/bin/sh", "-c", "trap '' TERM; exec sleep 60")); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	n.endProcesses()
+	if took := time.Since(start); took < endWait {
+		t.Errorf("endProcesses() took %s with a process ignoring SIGTERM, want endWait (%s) before SIGKILL", took, endWait)
+	}
+	waitChildless(t, r)
+}
+
+func waitChildless(t *testing.T, r *supervisor.Reaper) {
+	t.Helper()
+	select {
+	case <-r.Childless():
+	case <-time.After(10 * time.Second):
+		t.Fatal("processes left 10s after endProcesses")
+	}
 }
