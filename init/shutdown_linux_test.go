@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -358,8 +360,19 @@ func TestEndProcesses(t *testing.T) {
 	}
 	waitChildless(t, r)
 
-	if _, err := r.Start(exec.Command("/bin/sh", "-c", "trap '' TERM; exec sleep 60")); err != nil {
+	// It says when it ignores SIGTERM, before it is sent.
+	pr, pw, err := os.Pipe()
+	if err != nil {
 		t.Fatal(err)
+	}
+	stubborn := exec.Command("/bin/sh", "-c", "trap '' TERM; echo ignoring; exec sleep 60")
+	stubborn.Stdout = pw
+	if _, err := r.Start(stubborn); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	if line, err := bufio.NewReader(pr).ReadString('\n'); line != "ignoring\n" {
+		t.Fatalf("read from the process ignoring SIGTERM: %q, %v", line, err)
 	}
 	start = time.Now()
 	n.endProcesses()
