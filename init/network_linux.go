@@ -180,8 +180,7 @@ func configureInterface(ic machineconfig.Interface) (netlink.Link, error) {
 
 // findLink finds the link an interface config selects: by name, by MAC, or
 // (neither set) the first link that is not loopback, waiting up to wait
-// for a driver to register it. The kernel lists the links there are, then
-// tells of each new one.
+// for a driver to register it.
 func findLink(ic machineconfig.Interface, wait time.Duration) (netlink.Link, error) {
 	var mac net.HardwareAddr
 	if ic.MAC != "" {
@@ -190,14 +189,38 @@ func findLink(ic machineconfig.Interface, wait time.Duration) (netlink.Link, err
 			return nil, err
 		}
 	}
-	all := make(chan netlink.LinkUpdate)
+	matches := func(l netlink.Link) bool {
+		a := l.Attrs()
+		return ic.Name != "" && a.Name == ic.Name ||
+			mac != nil && bytes.Equal(a.HardwareAddr, mac) ||
+			ic.Name == "" && ic.MAC == "" && l.Type() == "device" && a.Flags&net.FlagLoopback == 0
+	}
+	deadline := time.Now().Add(wait)
+	var seen []string
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, fmt.Errorf("no link matches (name %q, mac %q) after %s; links: %s", ic.Name, ic.MAC, wait, strings.Join(seen, ", "))
+		}
+		if l, err := watchLinks(left, matches, &seen); l != nil || err != nil {
+			return l, err
+		}
+	}
+}
+
+// watchLinks asks the kernel for the links there are, then for each new
+// one, until one matches, wait has passed, or the kernel's messages are
+// lost (a full socket buffer ends the subscription: the caller asks again).
+// The links seen that do not match are added to seen, for a message.
+func watchLinks(wait time.Duration, matches func(netlink.Link) bool, seen *[]string) (netlink.Link, error) {
+	updates := make(chan netlink.LinkUpdate)
 	done := make(chan struct{})
-	// The subscription ends on its own once no update came for wait.
+	// The subscription also ends on its own once no update came for wait.
 	tv := unix.NsecToTimeval(wait.Nanoseconds())
-	err := netlink.LinkSubscribeWithOptions(all, done, netlink.LinkSubscribeOptions{
+	err := netlink.LinkSubscribeWithOptions(updates, done, netlink.LinkSubscribeOptions{
 		ListExisting:   true,
 		ReceiveTimeout: &tv,
-		ErrorCallback:  func(error) {}, // its end, at the latest at the timeout
+		ErrorCallback:  func(error) {}, // its end, seen as the channel's close
 	})
 	if err != nil {
 		return nil, fmt.Errorf("subscribe to link updates: %w", err)
@@ -206,36 +229,29 @@ func findLink(ic machineconfig.Interface, wait time.Duration) (netlink.Link, err
 		close(done)
 		// The subscription sends until it notices: take what it still sends.
 		boot.Go("drain link updates", func() {
-			for range all {
+			for range updates {
 			}
 		})
 	}()
 	timeout := time.NewTimer(wait)
 	defer timeout.Stop()
-	var seen []string
-	updates := all
 	for {
 		select {
 		case u, ok := <-updates:
 			if !ok {
-				updates = nil // ended early: wait out the timeout
-				continue
+				return nil, nil
 			}
 			if u.Header.Type != unix.RTM_NEWLINK {
 				continue
 			}
-			l, a := u.Link, u.Link.Attrs()
-			switch {
-			case ic.Name != "" && a.Name == ic.Name,
-				mac != nil && bytes.Equal(a.HardwareAddr, mac),
-				ic.Name == "" && ic.MAC == "" && l.Type() == "device" && a.Flags&net.FlagLoopback == 0:
-				return l, nil
+			if matches(u.Link) {
+				return u.Link, nil
 			}
-			if s := a.Name + " " + a.HardwareAddr.String(); !slices.Contains(seen, s) {
-				seen = append(seen, s)
+			if a := u.Link.Attrs(); !slices.Contains(*seen, a.Name+" "+a.HardwareAddr.String()) {
+				*seen = append(*seen, a.Name+" "+a.HardwareAddr.String())
 			}
 		case <-timeout.C:
-			return nil, fmt.Errorf("no link matches (name %q, mac %q) after %s; links: %s", ic.Name, ic.MAC, wait, strings.Join(seen, ", "))
+			return nil, nil
 		}
 	}
 }

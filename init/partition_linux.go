@@ -47,6 +47,9 @@ func findPartition(dir, label string, timeout time.Duration) (string, error) {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				return "", fmt.Errorf("no partition labelled %s after %s (partitions: %s)", label, timeout, labels)
 			}
+			if errors.Is(err, unix.ENOBUFS) {
+				break // uevents were lost: look again
+			}
 			if err != nil {
 				return "", fmt.Errorf("read uevents: %w", err)
 			}
