@@ -130,7 +130,7 @@ func (n *node) bootSequence() boot.Sequence {
 		{Name: "enable cgroup controllers", Run: enableControllers},
 		{Name: "prepare EPHEMERAL", Run: func() error { varErr = n.prepareEphemeral(); return varErr }},
 		{Name: "mount STATE", Run: n.mountState},
-		{Name: "load machine config", Run: func() (err error) { conf, err = n.loadConfig(); return err }},
+		{Name: "load machine config", Run: func() (err error) { conf, err = n.loadConfig(layout.MachineConfig); return err }},
 		{Name: "set hostname", Run: func() error { return setHostname(conf.Machine.Hostname) }},
 		{Name: "configure network", Run: func() error { return n.configureNetwork(conf.Network) }},
 		{Name: "serve control socket", Run: n.serveControl},
@@ -234,21 +234,21 @@ func (n *node) mountState() error {
 	return nil
 }
 
-// loadConfig loads STATE's machine config. When it cannot, the node runs
+// loadConfig loads the machine config at path (STATE's). When it cannot, the node runs
 // in recovery mode on what machineconfig.Recover salvages from the file
 // (hostname, network, API credentials, else defaults): the network comes
 // up, and the management API answers if its credentials were salvaged, so
 // that the operator can see why; nothing else the config asks for runs.
-func (n *node) loadConfig() (nodeConfig, error) {
-	cfg, err := machineconfig.Load(layout.MachineConfig)
+func (n *node) loadConfig(path string) (nodeConfig, error) {
+	cfg, err := machineconfig.Load(path)
 	if err == nil {
 		return nodeConfig{Config: cfg}, nil
 	}
-	rec, _ := machineconfig.RecoverFile(layout.MachineConfig) // its read error is err's
+	rec, _ := machineconfig.RecoverFile(path) // its read error is err's
 	n.mu.Lock()
 	n.loadErr = err
 	n.mu.Unlock()
-	slog.Error("the machine config cannot be loaded", "path", layout.MachineConfig, "err", err)
+	slog.Error("the machine config cannot be loaded", "path", path, "err", err)
 	slog.Warn(rec.String())
 	slog.Warn("the node runs no system services and no kubelet until its machine config loads: " + recoveryAdvice)
 	return nodeConfig{Config: rec.Config, recovery: rec}, fmt.Errorf("%w; %s", err, rec)
