@@ -234,11 +234,12 @@ func (n *node) mountState() error {
 	return nil
 }
 
-// loadConfig loads the machine config at path (STATE's). When it cannot, the node runs
-// in recovery mode on what machineconfig.Recover salvages from the file
-// (hostname, network, API credentials, else defaults): the network comes
-// up, and the management API answers if its credentials were salvaged, so
-// that the operator can see why; nothing else the config asks for runs.
+// loadConfig loads the machine config at path (STATE's). When it cannot,
+// the node runs in recovery mode on what machineconfig.Recover salvages
+// from the file (hostname, network, API credentials, else defaults): the
+// network comes up, and the management API answers if its credentials were
+// salvaged, so that the operator can see why; nothing else the config asks
+// for runs.
 func (n *node) loadConfig(path string) (nodeConfig, error) {
 	cfg, err := machineconfig.Load(path)
 	if err == nil {
