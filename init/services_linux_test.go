@@ -1,12 +1,17 @@
 package main
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/opencontainers/cgroups"
 
 	"github.com/cairn-os/cairn/machineconfig"
+	"github.com/cairn-os/cairn/test/need"
 )
 
 // TestCgroupResources turns the machine config's limits into the
@@ -30,5 +35,28 @@ func TestCgroupResources(t *testing.T) {
 		if diff := cmp.Diff(tt.want, cgroupResources(tt.r)); diff != "" {
 			t.Errorf("%s: cgroupResources(%+v) mismatch (-want +got):\n%s", tt.name, tt.r, diff)
 		}
+	}
+}
+
+// TestEnableControllers delegates, in a cgroup of the test's below the
+// host's cgroup v2, every controller it has to its children; a directory
+// that is no cgroup is an error.
+func TestEnableControllers(t *testing.T) {
+	need.Root(t, "cgroups")
+	dir := filepath.Join(need.CgroupV2(t), fmt.Sprintf("init-test-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	if err := enableControllers(dir); err != nil {
+		t.Fatalf("enableControllers() = %v", err)
+	}
+	have, _ := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	on, _ := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
+	if diff := cmp.Diff(strings.Fields(string(have)), strings.Fields(string(on))); diff != "" {
+		t.Errorf("controllers delegated (-available +enabled):\n%s", diff)
+	}
+	if err := enableControllers(t.TempDir()); err == nil || !strings.Contains(err.Error(), "cgroup.controllers") {
+		t.Errorf("enableControllers(no cgroup) = %v, want an error naming cgroup.controllers", err)
 	}
 }

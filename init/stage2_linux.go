@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -127,7 +128,7 @@ func (n *node) bootSequence() boot.Sequence {
 		{Name: "mount system filesystems", Run: mountSystem, Fatal: true},
 		{Name: "load kernel modules", Run: boot.LoadModules},
 		{Name: "listen for the power button", Run: n.listenPowerButton},
-		{Name: "enable cgroup controllers", Run: enableControllers},
+		{Name: "enable cgroup controllers", Run: func() error { return enableControllers(cgroupRoot) }},
 		{Name: "prepare EPHEMERAL", Run: func() error { varErr = n.prepareEphemeral(); return varErr }},
 		{Name: "mount STATE", Run: n.mountState},
 		{Name: "load machine config", Run: func() (err error) { conf, err = n.loadConfig(layout.MachineConfig); return err }},
@@ -201,14 +202,15 @@ func mountSystem() error {
 		{Source: "tmpfs", Target: "/tmp", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777"},
 		{Source: "devpts", Target: "/dev/pts", FSType: "devpts", Flags: unix.MS_NOSUID | unix.MS_NOEXEC, Data: "ptmxmode=0666,mode=0620"},
 		{Source: "tmpfs", Target: "/dev/shm", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777"},
-		{Source: "cgroup2", Target: "/sys/fs/cgroup", FSType: "cgroup2", Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, Data: "nsdelegate"},
+		{Source: "cgroup2", Target: cgroupRoot, FSType: "cgroup2", Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, Data: "nsdelegate"},
 	})
 }
 
-// enableControllers delegates every available cgroup v2 controller to the
-// children of the root cgroup, where services and pods are placed.
-func enableControllers() error {
-	raw, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers")
+// enableControllers delegates every cgroup v2 controller available in the
+// cgroup dir (the root, cgroupRoot) to its children, where services and
+// pods are placed.
+func enableControllers(dir string) error {
+	raw, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
 	if err != nil {
 		return err
 	}
@@ -216,8 +218,8 @@ func enableControllers() error {
 	for _, c := range strings.Fields(string(raw)) {
 		enable = append(enable, "+"+c)
 	}
-	if err := os.WriteFile("/sys/fs/cgroup/cgroup.subtree_control", []byte(strings.Join(enable, " ")), 0o644); err != nil {
-		return fmt.Errorf("enable controllers %v: %w", enable, err)
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte(strings.Join(enable, " ")), 0o644); err != nil {
+		return fmt.Errorf("enable controllers %v in %s: %w", enable, dir, err)
 	}
 	return nil
 }
