@@ -35,10 +35,9 @@ var restartPolicies = map[string]supervisor.Policy{
 	machineconfig.RestartNever:     supervisor.RestartNever,
 }
 
-// startServices writes containerd's config and starts the services:
-// containerd, the agent, and the machine config's image-backed services
-// (after containerd is ready). The agent does not wait for containerd, so
-// the API answers even when the runtime cannot start.
+// startServices writes containerd's config and starts the services that
+// nodeServices lists, handing the supervisor to the control socket and the
+// shutdown.
 func (n *node) startServices(cfg *machineconfig.Config, varErr error) error {
 	logDir := filepath.Join(varDir, "log")
 	if varErr != nil {
@@ -62,6 +61,26 @@ func (n *node) startServices(cfg *machineconfig.Config, varErr error) error {
 			return err
 		}
 	}
+	services, images := nodeServices(cfg, varErr)
+	var errs []error
+	for _, svc := range services {
+		if err := sup.Add(svc); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, sup.Start())
+	n.mu.Lock()
+	n.services, n.images = sup, images
+	n.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// nodeServices lists the node's services: containerd, the agent, and the
+// machine config's image-backed services (after containerd is ready); and
+// maps the latter to their image. The agent does not wait for containerd,
+// so the API answers even when the runtime cannot start. Without EPHEMERAL
+// (varErr) containerd does not start.
+func nodeServices(cfg *machineconfig.Config, varErr error) ([]supervisor.Service, map[string]string) {
 	containerd := supervisor.Service{
 		Name:  "containerd",
 		Path:  "/usr/bin/containerd",
@@ -108,17 +127,7 @@ func (n *node) startServices(cfg *machineconfig.Config, varErr error) error {
 			LogFile:   s.Name + ".log",
 		})
 	}
-	var errs []error
-	for _, svc := range services {
-		if err := sup.Add(svc); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	errs = append(errs, sup.Start())
-	n.mu.Lock()
-	n.services, n.images = sup, images
-	n.mu.Unlock()
-	return errors.Join(errs...)
+	return services, images
 }
 
 // cgroupResources turns a service's limits in the machine config into the
