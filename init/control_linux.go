@@ -83,10 +83,8 @@ func recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h
 }
 
 func (c *controlServer) BootTimeline(context.Context, *machine.BootTimelineRequest) (*machine.BootTimelineResponse, error) {
-	c.n.mu.Lock()
-	defer c.n.mu.Unlock()
 	resp := &machine.BootTimelineResponse{}
-	for _, r := range c.n.timeline {
+	for _, r := range c.n.timeline.Records() {
 		resp.Steps = append(resp.Steps, &machine.BootStep{
 			Name:     r.Name,
 			Start:    durationpb.New(r.Start),
@@ -107,9 +105,10 @@ func (c *controlServer) Shutdown(context.Context, *machine.ShutdownRequest) (*ma
 	return &machine.ShutdownResponse{}, nil
 }
 
-// supervisor returns the service supervisor, or an error while there is
-// none (no machine config, or still booting).
-func (c *controlServer) supervisor() (*supervisor.Supervisor, error) {
+// supervisor returns the service supervisor and the images of the
+// image-backed services, or an error while there is none (no machine
+// config, or still booting).
+func (c *controlServer) supervisor() (*supervisor.Supervisor, map[string]string, error) {
 	c.n.mu.Lock()
 	defer c.n.mu.Unlock()
 	if c.n.services == nil {
@@ -117,13 +116,13 @@ func (c *controlServer) supervisor() (*supervisor.Supervisor, error) {
 		if c.n.loadErr != nil {
 			msg = fmt.Sprintf("no services are running: the machine config cannot be loaded: %v", c.n.loadErr)
 		}
-		return nil, status.Error(codes.Unavailable, msg)
+		return nil, nil, status.Error(codes.Unavailable, msg)
 	}
-	return c.n.services, nil
+	return c.n.services, c.n.images, nil
 }
 
 func (c *controlServer) Services(context.Context, *machine.ServicesRequest) (*machine.ServicesResponse, error) {
-	sup, err := c.supervisor()
+	sup, images, err := c.supervisor()
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +136,7 @@ func (c *controlServer) Services(context.Context, *machine.ServicesRequest) (*ma
 			LastExit: s.LastExit,
 			Reason:   s.Reason,
 			Pid:      int32(s.Pid),
-			Image:    c.n.images[s.Name],
+			Image:    images[s.Name],
 		}
 		if !s.Since.IsZero() {
 			ps.Since = timestamppb.New(s.Since)
@@ -152,7 +151,7 @@ func (c *controlServer) Services(context.Context, *machine.ServicesRequest) (*ma
 }
 
 func (c *controlServer) ServiceRestart(_ context.Context, req *machine.ServiceRestartRequest) (*machine.ServiceRestartResponse, error) {
-	sup, err := c.supervisor()
+	sup, _, err := c.supervisor()
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +164,7 @@ func (c *controlServer) ServiceRestart(_ context.Context, req *machine.ServiceRe
 // ServiceKill signals a service's main process, as `kill` would: the
 // supervisor sees a crash and applies the service's restart policy.
 func (c *controlServer) ServiceKill(_ context.Context, req *machine.ServiceKillRequest) (*machine.ServiceKillResponse, error) {
-	sup, err := c.supervisor()
+	sup, _, err := c.supervisor()
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +188,7 @@ func (c *controlServer) ServiceKill(_ context.Context, req *machine.ServiceKillR
 }
 
 func (c *controlServer) Logs(req *machine.LogsRequest, stream grpc.ServerStreamingServer[machine.LogsChunk]) error {
-	sup, err := c.supervisor()
+	sup, _, err := c.supervisor()
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -22,7 +21,7 @@ const varDir = "/var"
 // It runs before STATE is mounted, so the kernel can re-read the partition
 // table while no partition of the disk is in use.
 func (n *node) prepareEphemeral() error {
-	stateDev, err := findPartition("STATE", 10*time.Second)
+	stateDev, err := findPartition(sysBlock, "STATE", partitionWait)
 	if err != nil {
 		return err
 	}
@@ -40,7 +39,7 @@ func (n *node) prepareEphemeral() error {
 			return err
 		}
 	}
-	dev, err := findPartition(ephemeral.Label, 10*time.Second)
+	dev, err := findPartition(sysBlock, ephemeral.Label, partitionWait)
 	if err != nil {
 		return err
 	}
@@ -54,7 +53,7 @@ func (n *node) prepareEphemeral() error {
 	if err := boot.MountAll([]boot.Mount{{Source: dev, Target: varDir, FSType: "ext4", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: ""}}); err != nil {
 		return err
 	}
-	n.disks = append(n.disks, varDir)
+	n.addDisk(varDir)
 	if res.Change == ephemeral.Grown {
 		// Online: resize2fs grows a mounted ext4 without the forced full
 		// check it wants offline.
@@ -95,7 +94,7 @@ func (n *node) run(path string, args ...string) error {
 
 // parentDisk returns the whole disk holding a partition device.
 func parentDisk(part string) (string, error) {
-	sys, err := filepath.EvalSymlinks(filepath.Join("/sys/class/block", filepath.Base(part)))
+	sys, err := filepath.EvalSymlinks(filepath.Join(sysBlock, filepath.Base(part)))
 	if err != nil {
 		return "", err
 	}

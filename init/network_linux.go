@@ -9,13 +9,13 @@ import (
 	"net"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/u-root/u-root/pkg/dhclient"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/cairn-os/cairn/init/internal/boot"
 	"github.com/cairn-os/cairn/internal/backoff"
@@ -46,7 +46,7 @@ const (
 // DHCP runs in the background: the step waits up to dhcpBootWait from its
 // start for the leases, and each link's first DHCP exchange is a boot timeline record of
 // its own ("DHCP on eth0"), with its error if it got no lease.
-func (n *node) configureNetwork() error {
+func (n *node) configureNetwork(network machineconfig.Network) error {
 	lo, err := netlink.LinkByName("lo")
 	if err == nil {
 		err = netlink.LinkSetUp(lo)
@@ -54,15 +54,12 @@ func (n *node) configureNetwork() error {
 	if err != nil {
 		return fmt.Errorf("bring up lo: %w", err)
 	}
-	if n.cfg == nil {
-		return errNoConfig
-	}
 	// The wait for leases counts from here, alongside the wait for links.
 	leaseDeadline := time.Now().Add(dhcpBootWait)
-	nameservers := n.cfg.Network.Nameservers
+	nameservers := network.Nameservers
 	// Interfaces are configured side by side: a missing link on one does
 	// not hold up the others.
-	ifaces := n.cfg.Network.Interfaces
+	ifaces := network.Interfaces
 	errs := make([]error, len(ifaces))
 	leases := make([]<-chan error, len(ifaces))
 	var wg sync.WaitGroup
@@ -182,7 +179,8 @@ func configureInterface(ic machineconfig.Interface) (netlink.Link, error) {
 }
 
 // findLink finds the link an interface config selects: by name, by MAC, or
-// (neither set) the first link that is not loopback.
+// (neither set) the first link that is not loopback, waiting up to wait
+// for a driver to register it.
 func findLink(ic machineconfig.Interface, wait time.Duration) (netlink.Link, error) {
 	var mac net.HardwareAddr
 	if ic.MAC != "" {
@@ -191,29 +189,70 @@ func findLink(ic machineconfig.Interface, wait time.Duration) (netlink.Link, err
 			return nil, err
 		}
 	}
+	matches := func(l netlink.Link) bool {
+		a := l.Attrs()
+		return ic.Name != "" && a.Name == ic.Name ||
+			mac != nil && bytes.Equal(a.HardwareAddr, mac) ||
+			ic.Name == "" && ic.MAC == "" && l.Type() == "device" && a.Flags&net.FlagLoopback == 0
+	}
 	deadline := time.Now().Add(wait)
+	var seen []string
 	for {
-		links, err := netlink.LinkList()
-		if err != nil {
-			return nil, err
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, fmt.Errorf("no link matches (name %q, mac %q) after %s; links: %s", ic.Name, ic.MAC, wait, strings.Join(seen, ", "))
 		}
-		for _, l := range links {
-			a := l.Attrs()
-			switch {
-			case ic.Name != "" && a.Name == ic.Name,
-				mac != nil && bytes.Equal(a.HardwareAddr, mac),
-				ic.Name == "" && ic.MAC == "" && l.Type() == "device" && a.Flags&net.FlagLoopback == 0:
-				return l, nil
+		if l, err := watchLinks(left, matches, &seen); l != nil || err != nil {
+			return l, err
+		}
+	}
+}
+
+// watchLinks asks the kernel for the links there are, then for each new
+// one, until one matches, wait has passed, or the kernel's messages are
+// lost (a full socket buffer ends the subscription: the caller asks again).
+// The links seen that do not match are added to seen, for a message.
+func watchLinks(wait time.Duration, matches func(netlink.Link) bool, seen *[]string) (netlink.Link, error) {
+	updates := make(chan netlink.LinkUpdate)
+	done := make(chan struct{})
+	// The subscription also ends on its own once no update came for wait.
+	tv := unix.NsecToTimeval(wait.Nanoseconds())
+	err := netlink.LinkSubscribeWithOptions(updates, done, netlink.LinkSubscribeOptions{
+		ListExisting:   true,
+		ReceiveTimeout: &tv,
+		ErrorCallback:  func(error) {}, // its end, seen as the channel's close
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to link updates: %w", err)
+	}
+	defer func() {
+		close(done)
+		// The subscription sends until it notices: take what it still sends.
+		boot.Go("drain link updates", func() {
+			for range updates {
 			}
-		}
-		if time.Now().After(deadline) {
-			var names []string
-			for _, l := range links {
-				names = append(names, l.Attrs().Name+" "+l.Attrs().HardwareAddr.String())
+		})
+	}()
+	timeout := time.NewTimer(wait)
+	defer timeout.Stop()
+	for {
+		select {
+		case u, ok := <-updates:
+			if !ok {
+				return nil, nil
 			}
-			return nil, fmt.Errorf("no link matches (name %q, mac %q); links: %s", ic.Name, ic.MAC, strings.Join(names, ", "))
+			if u.Header.Type != unix.RTM_NEWLINK {
+				continue
+			}
+			if matches(u.Link) {
+				return u.Link, nil
+			}
+			if a := u.Link.Attrs(); !slices.Contains(*seen, a.Name+" "+a.HardwareAddr.String()) {
+				*seen = append(*seen, a.Name+" "+a.HardwareAddr.String())
+			}
+		case <-timeout.C:
+			return nil, nil
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -240,7 +279,7 @@ func (n *node) startDHCP(path string, link netlink.Link, nameservers []string) <
 				if err != nil {
 					r.Err = fmt.Sprintf("%s: %v; asking again in the background", path, err)
 				}
-				n.addRecord(r)
+				n.timeline.Add(r)
 			}
 			if err == nil {
 				if attempt > 0 {
@@ -280,13 +319,4 @@ func dhcp(link netlink.Link, timeout time.Duration) error {
 		errs = append(errs, fmt.Errorf("link %s is not up", name))
 	}
 	return fmt.Errorf("DHCP on %s: no lease within %s: %w", name, timeout, errors.Join(errs...))
-}
-
-// addRecord adds a record of work done beside the boot steps (in the
-// background) to the boot timeline, in order of start.
-func (n *node) addRecord(r boot.Record) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	i := sort.Search(len(n.timeline), func(i int) bool { return n.timeline[i].Start > r.Start })
-	n.timeline = slices.Insert(n.timeline, i, r)
 }

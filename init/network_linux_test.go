@@ -2,13 +2,14 @@ package main
 
 import (
 	"errors"
+	"net"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
-	"github.com/cairn-os/cairn/init/internal/boot"
 	"github.com/cairn-os/cairn/machineconfig"
+	"github.com/vishvananda/netlink"
 )
 
 // TestWaitLeasesBounded returns as soon as every lease is in, and at the
@@ -32,18 +33,87 @@ func TestWaitLeasesBounded(t *testing.T) {
 	}
 }
 
-// TestAddRecordInOrder puts a background record among the boot steps by
-// its start.
-func TestAddRecordInOrder(t *testing.T) {
-	n := &node{timeline: []boot.Record{{Name: "configure network", Start: 10}, {Name: "start services", Start: 30}}}
-	n.addRecord(boot.Record{Name: "DHCP on eth1", Start: 20, Duration: 100})
-	n.addRecord(boot.Record{Name: "late", Start: 40})
-	var names []string
-	for _, r := range n.timeline {
-		names = append(names, r.Name)
+// TestFindLink finds links as configureInterface asks for them, in a
+// network namespace of the test's: by name once a driver (here a veth
+// link made meanwhile) registers it, by MAC, the first that is not
+// loopback, and none, naming the links there are.
+func TestFindLink(t *testing.T) {
+	if !inNamespaces(t, syscall.CLONE_NEWNET) {
+		return
 	}
-	want := []string{"configure network", "DHCP on eth1", "start services", "late"}
-	if diff := cmp.Diff(want, names); diff != "" {
-		t.Errorf("timeline mismatch (-want +got):\n%s", diff)
+	mac, _ := net.ParseMAC("02:00:00:00:10:01")
+	added := make(chan error, 1)
+	go func() {
+		// Meanwhile, as a driver would.
+		added <- netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "cairn0", HardwareAddr: mac}, PeerName: "cairn1"})
+	}()
+	start := time.Now()
+	l, err := findLink(machineconfig.Interface{Name: "cairn0"}, 10*time.Second)
+	if err != nil || l.Attrs().Name != "cairn0" {
+		t.Fatalf("findLink(name cairn0) = %v, %v; want the link once added", l, err)
 	}
+	if err := <-added; err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("findLink took %s to see the link added, want it at once", took)
+	}
+	l, err = findLink(machineconfig.Interface{MAC: mac.String()}, time.Second)
+	if err != nil || l.Attrs().Name != "cairn0" {
+		t.Errorf("findLink(mac %s) = %v, %v; want cairn0", mac, l, err)
+	}
+	// A veth is not a "device": only loopback, which does not count, is.
+	_, err = findLink(machineconfig.Interface{}, 200*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "after 200ms") || !strings.Contains(err.Error(), "cairn0 "+mac.String()) || !strings.Contains(err.Error(), "lo ") {
+		t.Errorf("findLink(first link) = %v, want no link after 200ms, naming lo and cairn0", err)
+	}
+}
+
+// TestConfigureNetwork configures a static interface in a network
+// namespace of the test's: its MTU, address and route are set, and the
+// interface the node lacks is named in the step's error while the other
+// is still configured.
+func TestConfigureNetwork(t *testing.T) {
+	if !inNamespaces(t, syscall.CLONE_NEWNET) {
+		return
+	}
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "cairn0"}, PeerName: "cairn1"}); err != nil {
+		t.Fatal(err)
+	}
+	n := newNode(system{}, nil)
+	err := n.configureNetwork(machineconfig.Network{Interfaces: []machineconfig.Interface{
+		{MAC: "02:00:00:00:99:99"},
+		{Name: "cairn0", MTU: 1400, Addresses: []string{"192.0.2.10/24"}, Routes: []machineconfig.Route{{To: "198.51.100.0/24", Via: "192.0.2.1", Metric: 10}}},
+	}})
+	if err == nil || !strings.Contains(err.Error(), "network.interfaces[0]") || strings.Contains(err.Error(), "network.interfaces[1]") {
+		t.Errorf("configureNetwork() = %v, want an error for network.interfaces[0] only", err)
+	}
+	l, err := netlink.LinkByName("cairn0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := l.Attrs(); a.MTU != 1400 || a.Flags&net.FlagUp == 0 {
+		t.Errorf("cairn0: mtu %d, flags %v; want mtu 1400 and up", a.MTU, a.Flags)
+	}
+	addrs, _ := netlink.AddrList(l, netlink.FAMILY_V4)
+	if len(addrs) != 1 || addrs[0].IPNet.String() != "192.0.2.10/24" {
+		t.Errorf("cairn0 addresses %v, want 192.0.2.10/24", addrs)
+	}
+	routes, _ := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{LinkIndex: l.Attrs().Index, Dst: mustCIDR(t, "198.51.100.0/24")}, netlink.RT_FILTER_OIF|netlink.RT_FILTER_DST)
+	if len(routes) != 1 || routes[0].Gw.String() != "192.0.2.1" || routes[0].Priority != 10 {
+		t.Errorf("routes to 198.51.100.0/24 on cairn0: %v, want one via 192.0.2.1, metric 10", routes)
+	}
+	lo, _ := netlink.LinkByName("lo")
+	if lo == nil || lo.Attrs().Flags&net.FlagUp == 0 {
+		t.Error("lo is not up")
+	}
+}
+
+func mustCIDR(t *testing.T, s string) *net.IPNet {
+	t.Helper()
+	_, n, err := net.ParseCIDR(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

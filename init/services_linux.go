@@ -12,7 +12,6 @@ import (
 
 	"github.com/opencontainers/cgroups"
 
-	"github.com/cairn-os/cairn/init/internal/boot"
 	"github.com/cairn-os/cairn/init/internal/containers"
 	"github.com/cairn-os/cairn/internal/containerdconfig"
 	"github.com/cairn-os/cairn/internal/criimage"
@@ -36,19 +35,15 @@ var restartPolicies = map[string]supervisor.Policy{
 	machineconfig.RestartNever:     supervisor.RestartNever,
 }
 
-// startServices writes containerd's config and starts the services:
-// containerd, the agent, and the machine config's image-backed services
-// (after containerd is ready). The agent does not wait for containerd, so
-// the API answers even when the runtime cannot start.
-func (n *node) startServices() error {
-	if n.cfg == nil {
-		return errNoConfig
-	}
+// startServices writes containerd's config and starts the services that
+// nodeServices lists, handing the supervisor to the control socket and the
+// shutdown.
+func (n *node) startServices(cfg *machineconfig.Config, varErr error) error {
 	logDir := filepath.Join(varDir, "log")
-	if n.varErr != nil {
+	if varErr != nil {
 		logDir = runLogDir
 	}
-	n.services = supervisor.New(supervisor.Options{
+	sup := supervisor.New(supervisor.Options{
 		Starter:    n.reaper,
 		Log:        slog.Default(),
 		CgroupRoot: cgroupRoot,
@@ -57,7 +52,7 @@ func (n *node) startServices() error {
 	if err := os.MkdirAll(filepath.Join(cgroupRoot, containers.ShimCgroup), 0o755); err != nil {
 		return err
 	}
-	files := containerdconfig.Files(n.cfg)
+	files := containerdconfig.Files(cfg)
 	for _, p := range containerdconfig.SortedPaths(files) {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
@@ -66,39 +61,62 @@ func (n *node) startServices() error {
 			return err
 		}
 	}
+	services, images := nodeServices(cfg, varErr)
+	var errs []error
+	for _, svc := range services {
+		if err := sup.Add(svc); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, sup.Start())
+	n.mu.Lock()
+	n.services, n.images = sup, images
+	n.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// nodeServices lists the node's services: containerd, the agent, and the
+// machine config's image-backed services (after containerd is ready); and
+// maps the latter to their image. The agent does not wait for containerd,
+// so the API answers even when the runtime cannot start. Without EPHEMERAL
+// (varErr) containerd does not start.
+func nodeServices(cfg *machineconfig.Config, varErr error) ([]supervisor.Service, map[string]string) {
 	containerd := supervisor.Service{
 		Name:  "containerd",
 		Path:  "/usr/bin/containerd",
 		Args:  []string{"--config", layout.ContainerdConfig},
 		Env:   []string{"PATH=/usr/bin:/sbin"},
 		Ready: supervisor.UnixSocketProbe(containerdconfig.Node.Socket),
+		// Its content lives on /var, which a reset or a new EPHEMERAL
+		// empties: the pod sandbox image is put back at each start.
+		OnReady: []supervisor.Action{{Name: "import the sandbox image", Run: importSandboxImage, Timeout: time.Minute}},
 		// The node's own services are the last the OOM killer picks.
 		OOMScoreAdj: &systemOOMScore,
 		Cgroup:      "system/containerd",
-		Resources:   cgroupResources(n.cfg.Machine.Resources.Containerd),
+		Resources:   cgroupResources(cfg.Machine.Resources.Containerd),
 		LogFile:     "containerd.log",
 	}
-	if n.varErr != nil {
+	if varErr != nil {
 		// containerd keeps its data on /var: without EPHEMERAL it backs
 		// off, showing why, rather than filling the root's overlay.
 		containerd.Path, containerd.Args = "", nil
-		containerd.Launcher = unavailable{fmt.Errorf("EPHEMERAL is not mounted on %s: %w", varDir, n.varErr)}
+		containerd.Launcher = unavailable{fmt.Errorf("EPHEMERAL is not mounted on %s: %w", varDir, varErr)}
 	}
 	services := []supervisor.Service{containerd, {
 		Name:        "cairn-agent",
 		Path:        layout.AgentBinary,
-		Ready:       supervisor.TCPProbe(fmt.Sprintf("127.0.0.1:%d", n.cfg.Machine.API.Port)),
+		Ready:       supervisor.TCPProbe(fmt.Sprintf("127.0.0.1:%d", cfg.Machine.API.Port)),
 		OOMScoreAdj: &systemOOMScore,
 		Args:        []string{"--config", layout.MachineConfig, "--init-socket", layout.InitSocket},
 		Env:         []string{"PATH=/usr/bin:/sbin"},
 		Cgroup:      "system/cairn-agent",
-		Resources:   cgroupResources(n.cfg.Machine.Resources.Agent),
+		Resources:   cgroupResources(cfg.Machine.Resources.Agent),
 		LogFile:     "cairn-agent.log",
 		Output:      consoleLines("cairn-agent: "),
 	}}
-	n.images = map[string]string{}
-	for _, s := range n.cfg.Services {
-		n.images[s.Name] = s.Image
+	images := map[string]string{}
+	for _, s := range cfg.Services {
+		images[s.Name] = s.Image
 		services = append(services, supervisor.Service{
 			Name:      s.Name,
 			Launcher:  &containers.Launcher{Socket: containerdconfig.Node.Socket, HostsDir: containerdconfig.Node.HostsDir, ShimCgroup: containers.ShimCgroup, Service: s},
@@ -109,15 +127,7 @@ func (n *node) startServices() error {
 			LogFile:   s.Name + ".log",
 		})
 	}
-	events, _ := n.services.Subscribe() // for the node's lifetime
-	boot.Go("import the sandbox image", func() { n.importSandboxImage(events) })
-	var errs []error
-	for _, svc := range services {
-		if err := n.services.Add(svc); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(append(errs, n.services.Start())...)
+	return services, images
 }
 
 // cgroupResources turns a service's limits in the machine config into the
@@ -157,21 +167,11 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
-// importSandboxImage imports and pins the pod sandbox image each time
-// containerd becomes ready: its content lives on /var and a reset or a new
-// EPHEMERAL loses it.
-func (n *node) importSandboxImage(events <-chan supervisor.Event) {
-	for e := range events {
-		if e.Service != "containerd" || e.State != supervisor.StateReady {
-			continue
-		}
-		ctx, stop := context.WithTimeout(context.Background(), time.Minute)
-		err := criimage.ImportPinned(ctx, containerdconfig.Node.Socket, layout.SandboxArchive, layout.SandboxImage)
-		stop()
-		if err != nil {
-			slog.Warn("sandbox image not imported", "image", layout.SandboxImage, "err", err)
-		} else {
-			slog.Info("sandbox image imported and pinned", "image", layout.SandboxImage)
-		}
+// importSandboxImage imports and pins the pod sandbox image, each time
+// containerd becomes ready.
+func importSandboxImage(ctx context.Context) error {
+	if err := criimage.ImportPinned(ctx, containerdconfig.Node.Socket, layout.SandboxArchive, layout.SandboxImage); err != nil {
+		return fmt.Errorf("import %s: %w", layout.SandboxImage, err)
 	}
+	return nil
 }

@@ -1,12 +1,20 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/opencontainers/cgroups"
 
 	"github.com/cairn-os/cairn/machineconfig"
+	"github.com/cairn-os/cairn/supervisor"
+	"github.com/cairn-os/cairn/test/need"
 )
 
 // TestCgroupResources turns the machine config's limits into the
@@ -30,5 +38,64 @@ func TestCgroupResources(t *testing.T) {
 		if diff := cmp.Diff(tt.want, cgroupResources(tt.r)); diff != "" {
 			t.Errorf("%s: cgroupResources(%+v) mismatch (-want +got):\n%s", tt.name, tt.r, diff)
 		}
+	}
+}
+
+// TestEnableControllers delegates, in a cgroup of the test's below the
+// host's cgroup v2, every controller it has to its children; a directory
+// that is no cgroup is an error.
+func TestEnableControllers(t *testing.T) {
+	need.Root(t, "cgroups")
+	dir := filepath.Join(need.CgroupV2(t), fmt.Sprintf("init-test-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	if err := enableControllers(dir); err != nil {
+		t.Fatalf("enableControllers() = %v", err)
+	}
+	have, _ := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	on, _ := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
+	if diff := cmp.Diff(strings.Fields(string(have)), strings.Fields(string(on))); diff != "" {
+		t.Errorf("controllers delegated (-available +enabled):\n%s", diff)
+	}
+	if err := enableControllers(t.TempDir()); err == nil || !strings.Contains(err.Error(), "cgroup.controllers") {
+		t.Errorf("enableControllers(no cgroup) = %v, want an error naming cgroup.controllers", err)
+	}
+}
+
+// TestNodeServices lists containerd with its ready action (the sandbox
+// image, at each start), the agent not waiting for it, and the config's
+// image services after it; without EPHEMERAL containerd cannot start, and
+// says why.
+func TestNodeServices(t *testing.T) {
+	cfg := &machineconfig.Config{Services: []machineconfig.Service{{Name: "hello", Image: "registry.example/hello:v1", Restart: machineconfig.RestartOnFailure}}}
+	cfg.SetDefaults()
+	svcs, images := nodeServices(cfg, nil)
+	var names []string
+	for _, s := range svcs {
+		names = append(names, s.Name+" after "+strings.Join(s.DependsOn, ","))
+	}
+	if diff := cmp.Diff([]string{"containerd after ", "cairn-agent after ", "hello after containerd"}, names); diff != "" {
+		t.Errorf("services (-want +got):\n%s", diff)
+	}
+	containerd := svcs[0]
+	if len(containerd.OnReady) != 1 || containerd.OnReady[0].Name != "import the sandbox image" || containerd.OnReady[0].Run == nil {
+		t.Errorf("containerd's ready actions %+v, want the sandbox image imported", containerd.OnReady)
+	}
+	if containerd.Path == "" || containerd.Launcher != nil {
+		t.Errorf("containerd: path %q, launcher %v; want its binary", containerd.Path, containerd.Launcher)
+	}
+	if svcs[2].Restart != supervisor.RestartOnFailure {
+		t.Errorf("hello's restart policy %v, want on-failure from the config", svcs[2].Restart)
+	}
+	if diff := cmp.Diff(map[string]string{"hello": "registry.example/hello:v1"}, images); diff != "" {
+		t.Errorf("images (-want +got):\n%s", diff)
+	}
+
+	svcs, _ = nodeServices(cfg, errors.New("no EPHEMERAL partition"))
+	_, err := svcs[0].Launcher.Launch(context.Background(), supervisor.LaunchOptions{})
+	if svcs[0].Path != "" || err == nil || !strings.Contains(err.Error(), "EPHEMERAL is not mounted on /var: no EPHEMERAL partition") {
+		t.Errorf("containerd without EPHEMERAL: path %q, launch error %v; want it unable to start, saying why", svcs[0].Path, err)
 	}
 }

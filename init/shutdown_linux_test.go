@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,8 +22,10 @@ import (
 
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/init/internal/boot"
+	"github.com/cairn-os/cairn/internal/layout"
 	"github.com/cairn-os/cairn/supervisor"
 	"github.com/cairn-os/cairn/test/need"
+	"github.com/google/go-cmp/cmp"
 )
 
 // fakeSystem records what shutdown does to the machine instead of doing it.
@@ -37,6 +43,11 @@ func newFakeSystem() *fakeSystem { return &fakeSystem{rebooted: make(chan int, 1
 func (f *fakeSystem) system() system {
 	return system{
 		killAll: func(sig unix.Signal) { f.mu.Lock(); f.signals = append(f.signals, sig); f.mu.Unlock() },
+		childless: func() <-chan struct{} {
+			gone := make(chan struct{})
+			close(gone)
+			return gone
+		},
 		unmount: func(path string, _ int) error {
 			f.mu.Lock()
 			f.unmounts = append(f.unmounts, path)
@@ -76,7 +87,8 @@ func (f *fakeSystem) wantReboot(t *testing.T, want int, within time.Duration) {
 func TestShutdownWithoutSupervisor(t *testing.T) {
 	for _, cmd := range []int{unix.LINUX_REBOOT_CMD_POWER_OFF, unix.LINUX_REBOOT_CMD_RESTART} {
 		fs := newFakeSystem()
-		n := &node{sys: fs.system(), loadErr: errors.New("unknown field")}
+		n := newNode(fs.system(), nil)
+		n.loadErr = errors.New("unknown field")
 		n.requestShutdown(cmd, "test")
 		fs.wantReboot(t, cmd, 10*time.Second)
 	}
@@ -95,9 +107,22 @@ func TestShutdownStopsServices(t *testing.T) {
 	}
 	waitState(t, sup, "sleeper", supervisor.StateReady) // no probe: ready once started
 	fs := newFakeSystem()
-	n := &node{sys: fs.system(), services: sup, disks: []string{"/nonexistent/var", "/nonexistent/state"}}
+	n := newNode(fs.system(), nil)
+	n.services, n.disks = sup, []string{"/nonexistent/var", "/nonexistent/state"}
 	n.requestShutdown(unix.LINUX_REBOOT_CMD_POWER_OFF, "test")
 	fs.wantReboot(t, unix.LINUX_REBOOT_CMD_POWER_OFF, 30*time.Second)
+	// The shutdown is in the timeline, step by step, up to the power off
+	// (which does not return to be recorded).
+	var steps []string
+	for _, r := range n.timeline.Records() {
+		steps = append(steps, r.Name)
+		if r.Err != "" {
+			t.Errorf("shutdown step %q failed: %s", r.Name, r.Err)
+		}
+	}
+	if diff := cmp.Diff([]string{"stop the boot", "stop services", "end processes", "sync", "unmount disks"}, steps); diff != "" {
+		t.Errorf("timeline (-want +got):\n%s", diff)
+	}
 	if s := state(sup, "sleeper"); s != supervisor.StateStopped {
 		t.Errorf("sleeper is %s after shutdown, want %s", s, supervisor.StateStopped)
 	}
@@ -114,7 +139,7 @@ func TestShutdownSurvivesPanic(t *testing.T) {
 	fs := newFakeSystem()
 	sys := fs.system()
 	sys.killAll = func(unix.Signal) { panic("boom") }
-	n := &node{sys: sys}
+	n := newNode(sys, nil)
 	n.requestShutdown(unix.LINUX_REBOOT_CMD_POWER_OFF, "test")
 	select {
 	case got := <-fs.rebooted:
@@ -130,47 +155,100 @@ func TestShutdownSurvivesPanic(t *testing.T) {
 // waits for that step, and no later step starts.
 func TestShutdownDuringBoot(t *testing.T) {
 	fs := newFakeSystem()
-	n := &node{sys: fs.system()}
+	n := newNode(fs.system(), nil)
 	inStep, release := make(chan struct{}), make(chan struct{})
 	laterRan := false
-	booted := make(chan error, 1)
-	go func() {
-		booted <- n.boot([]boot.Step{
-			{Name: "slow", Run: func() error { close(inStep); <-release; return nil }},
-			{Name: "later", Run: func() error { laterRan = true; return nil }},
-		})
-	}()
+	booted := n.startBoot(boot.Sequence{Name: "boot", Steps: []boot.Step{
+		{Name: "slow", Run: func() error { close(inStep); <-release; return nil }},
+		{Name: "later", Run: func() error { laterRan = true; return nil }},
+	}})
 	<-inStep
 	n.requestShutdown(unix.LINUX_REBOOT_CMD_POWER_OFF, "test")
-	select {
-	case <-fs.rebooted:
-		t.Fatal("powered off while a boot step was running")
-	case <-time.After(300 * time.Millisecond):
-	}
+	<-n.stop // the shutdown has begun
 	close(release)
 	fs.wantReboot(t, unix.LINUX_REBOOT_CMD_POWER_OFF, 10*time.Second)
 	if err := <-booted; err != nil {
-		t.Errorf("boot() = %v, want nil (stopped by the shutdown)", err)
+		t.Errorf("boot = %v, want nil (stopped by the shutdown)", err)
 	}
 	if laterRan {
 		t.Error("a boot step ran after the shutdown began")
+	}
+	recs := map[string]boot.Record{}
+	for _, r := range n.timeline.Records() {
+		recs[r.Name] = r
+	}
+	slow, stop := recs["slow"], recs["stop the boot"]
+	if end := func(r boot.Record) time.Duration { return r.Start + r.Duration }; stop.Name == "" || end(stop) < end(slow) {
+		t.Errorf("shutdown's stop the boot %+v, want it to end after the running boot step %+v", stop, slow)
+	}
+}
+
+// TestShutdownBootStuck: a boot step that does not end in time is left
+// behind; the shutdown goes on without the services, and unmounts the
+// disks by name.
+func TestShutdownBootStuck(t *testing.T) {
+	n := newNode(newFakeSystem().system(), nil)
+	stuck := make(chan struct{})
+	defer close(stuck)
+	inStep := make(chan struct{})
+	n.startBoot(boot.Sequence{Name: "boot", Steps: []boot.Step{
+		{Name: "stuck", Run: func() error { close(inStep); <-stuck; return nil }},
+	}})
+	<-inStep
+	sup, disks, err := n.stopBoot(100 * time.Millisecond)
+	if sup != nil || err == nil || !strings.Contains(err.Error(), "still running after 100ms") {
+		t.Errorf("stopBoot() = %v, %v; want no supervisor and the step still running", sup, err)
+	}
+	if diff := cmp.Diff([]string{varDir, layout.StateDir}, disks); diff != "" {
+		t.Errorf("disks to unmount (-want +got):\n%s", diff)
 	}
 }
 
 // TestBootStepPanic: a step that panics fails, and the boot goes on.
 func TestBootStepPanic(t *testing.T) {
-	n := &node{sys: newFakeSystem().system()}
+	n := newNode(newFakeSystem().system(), nil)
 	var nilSupervisor *supervisor.Supervisor
 	ran := false
-	err := n.boot([]boot.Step{
+	err := <-n.startBoot(boot.Sequence{Name: "boot", Steps: []boot.Step{
 		{Name: "panics", Run: func() error { nilSupervisor.Status(); return nil }},
 		{Name: "after", Run: func() error { ran = true; return nil }},
-	})
+	}})
 	if err != nil || !ran {
-		t.Errorf("boot() = %v, later step ran %v; want nil and the boot gone on", err, ran)
+		t.Errorf("boot = %v, later step ran %v; want nil and the boot gone on", err, ran)
 	}
-	if len(n.timeline) != 2 || !strings.HasPrefix(n.timeline[0].Err, "panic: ") {
-		t.Errorf("timeline %+v, want the panicking step recorded with its panic", n.timeline)
+	if recs := n.timeline.Records(); len(recs) != 2 || !strings.HasPrefix(recs[0].Err, "panic: ") {
+		t.Errorf("timeline %+v, want the panicking step recorded with its panic", recs)
+	}
+}
+
+// TestBootTimelineDuringStep: the control socket answers BootTimeline
+// while a boot step waits (a DHCP exchange, say).
+func TestBootTimelineDuringStep(t *testing.T) {
+	n := newNode(newFakeSystem().system(), []boot.Record{{Name: "mount root squashfs", Start: time.Second}})
+	c := controlClient(t, n)
+	release := make(chan struct{})
+	defer close(release)
+	inStep := make(chan struct{})
+	n.startBoot(boot.Sequence{Name: "boot", Steps: []boot.Step{
+		{Name: "mount system filesystems", Run: func() error { return nil }},
+		{Name: "configure network", Run: func() error { close(inStep); <-release; return nil }},
+	}})
+	<-inStep
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tl, err := c.BootTimeline(ctx, &machine.BootTimelineRequest{})
+	if err != nil {
+		t.Fatalf("BootTimeline() during a boot step = %v", err)
+	}
+	var names []string
+	for _, s := range tl.Steps {
+		names = append(names, s.Name)
+	}
+	if diff := cmp.Diff([]string{"mount root squashfs", "mount system filesystems"}, names); diff != "" {
+		t.Errorf("BootTimeline() during a step (-want +got):\n%s", diff)
+	}
+	if _, err := c.Services(ctx, &machine.ServicesRequest{}); status.Code(err) != codes.Unavailable {
+		t.Errorf("Services() during the boot = %v, want Unavailable", err)
 	}
 }
 
@@ -180,7 +258,8 @@ func TestBootStepPanic(t *testing.T) {
 func TestControlWithoutSupervisor(t *testing.T) {
 	fs := newFakeSystem()
 	loadErr := errors.New(`/system/state/config.yaml: unknown field "futureField"`)
-	n := &node{sys: fs.system(), loadErr: loadErr, timeline: []boot.Record{{Name: "load machine config", Start: time.Second, Err: loadErr.Error()}}}
+	n := newNode(fs.system(), []boot.Record{{Name: "load machine config", Start: time.Second, Err: loadErr.Error()}})
+	n.loadErr = loadErr
 	c := controlClient(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -213,7 +292,7 @@ func TestControlWithoutSupervisor(t *testing.T) {
 // TestControlReboot: Reboot on the control socket reboots.
 func TestControlReboot(t *testing.T) {
 	fs := newFakeSystem()
-	n := &node{sys: fs.system()}
+	n := newNode(fs.system(), nil)
 	c := controlClient(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -257,4 +336,57 @@ func controlClient(t *testing.T, n *node) machine.InitClient {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return machine.NewInitClient(conn)
+}
+
+// TestEndProcesses ends the processes of a PID namespace of the test's,
+// as PID 1 with the real reaper: processes that die of SIGTERM, an orphan
+// among them, end the wait at once; one that ignores SIGTERM is killed
+// after endWait.
+func TestEndProcesses(t *testing.T) {
+	if !inNamespaces(t, syscall.CLONE_NEWPID) {
+		return
+	}
+	r := supervisor.NewReaper()
+	n := newNode(realSystem(r), nil)
+	for _, script := range []string{"exec sleep 60", "sleep 60 & exit 0", "exec sleep 60"} {
+		if _, err := r.Start(exec.Command("/bin/sh", "-c", script)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	n.endProcesses()
+	if took := time.Since(start); took >= endWait {
+		t.Errorf("endProcesses() took %s with processes that end on SIGTERM, want less than endWait (%s)", took, endWait)
+	}
+	waitChildless(t, r)
+
+	// It says when it ignores SIGTERM, before it is sent.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stubborn := exec.Command("/bin/sh", "-c", "trap '' TERM; echo ignoring; exec sleep 60")
+	stubborn.Stdout = pw
+	if _, err := r.Start(stubborn); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	if line, err := bufio.NewReader(pr).ReadString('\n'); line != "ignoring\n" {
+		t.Fatalf("read from the process ignoring SIGTERM: %q, %v", line, err)
+	}
+	start = time.Now()
+	n.endProcesses()
+	if took := time.Since(start); took < endWait {
+		t.Errorf("endProcesses() took %s with a process ignoring SIGTERM, want endWait (%s) before SIGKILL", took, endWait)
+	}
+	waitChildless(t, r)
+}
+
+func waitChildless(t *testing.T, r *supervisor.Reaper) {
+	t.Helper()
+	select {
+	case <-r.Childless():
+	case <-time.After(10 * time.Second):
+		t.Fatal("processes left 10s after endProcesses")
+	}
 }

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -22,67 +21,77 @@ import (
 	"github.com/cairn-os/cairn/supervisor"
 )
 
-// node is what stage 2 sets up and later tears down.
+// node is PID 1 of the node in its real root: what the boot sets up, the
+// control socket reads, and the shutdown tears down.
 type node struct {
 	reaper   *supervisor.Reaper
+	timeline *boot.Timeline
+	// sys is what shutdown does to the machine; tests replace it.
+	sys system
+
+	// stop is closed when the shutdown begins: no boot step starts after.
+	stop         chan struct{}
+	shutdownOnce sync.Once
+
+	// mu guards what the boot hands to the control socket and the
+	// shutdown, below. It is held to read or set them, never across a step.
+	mu sync.Mutex
+	// booted is closed once the boot sequence has ended; nil before.
+	booted   chan struct{}
 	services *supervisor.Supervisor
-	// cfg is the machine config the node runs on: STATE's, or in recovery
-	// mode what could be recovered from it.
-	cfg *machineconfig.Config
-	// loadErr is why STATE's machine config did not load and recovery
-	// what the node runs on instead; both nil when it loaded.
-	loadErr  error
-	recovery *machineconfig.Recovery
-	// varErr is why EPHEMERAL is not mounted on /var, if it is not.
-	varErr error
+	// loadErr is why STATE's machine config did not load, nil if it did.
+	loadErr error
 	// images maps image-backed services to their image.
 	images map[string]string
-
-	// mu is held while a boot step runs, so the control socket and
-	// shutdown see the node between steps.
-	mu       sync.Mutex
-	timeline []boot.Record
 	// disks are the filesystems on disk mounted by stage 2, unmounted in
 	// reverse order at shutdown (memory filesystems need no unmount).
 	disks []string
-	// stopping is set when shutdown begins: no boot step starts after.
-	stopping atomic.Bool
+}
 
-	shutdownOnce sync.Once
-	// sys is what shutdown does to the machine; tests replace it.
-	sys system
+func newNode(sys system, timeline []boot.Record) *node {
+	return &node{timeline: boot.NewTimeline(timeline), sys: sys, stop: make(chan struct{})}
 }
 
 // system is the machine as shutdown acts on it.
 type system struct {
 	killAll func(unix.Signal) // every process but PID 1
-	unmount func(path string, flags int) error
-	sync    func()
-	reboot  func(cmd int) error
+	// childless is closed once PID 1 has no child left.
+	childless func() <-chan struct{}
+	unmount   func(path string, flags int) error
+	sync      func()
+	reboot    func(cmd int) error
 }
 
-var realSystem = system{
-	killAll: func(sig unix.Signal) { unix.Kill(-1, sig) },
-	unmount: unix.Unmount,
-	sync:    unix.Sync,
-	reboot:  unix.Reboot,
+func realSystem(r *supervisor.Reaper) system {
+	return system{
+		killAll:   func(sig unix.Signal) { unix.Kill(-1, sig) },
+		childless: r.Childless,
+		unmount:   unix.Unmount,
+		sync:      unix.Sync,
+		reboot:    unix.Reboot,
+	}
 }
 
-// shutdownWait bounds how long shutdown waits for a boot step that is
-// running (an fsck, a DHCP exchange) before it goes on regardless.
-const shutdownWait = 90 * time.Second
+const (
+	// shutdownWait bounds how long shutdown waits for a boot step that is
+	// running (an fsck, a DHCP exchange) before it goes on regardless.
+	shutdownWait = 90 * time.Second
+	// endWait bounds how long the processes asked to end get before they
+	// are killed.
+	endWait = time.Second
+)
 
 func stage2() error {
-	n := &node{timeline: boot.InheritTimeline(), sys: realSystem}
-	n.reaper = supervisor.NewReaper()
+	reaper := supervisor.NewReaper()
+	n := newNode(realSystem(reaper), boot.InheritTimeline())
+	n.reaper = reaper
 	// Ctrl-Alt-Del arrives as SIGINT to PID 1; SIGTERM asks for a power
 	// off. Both are heard from now on, during the boot too.
 	unix.Reboot(unix.LINUX_REBOOT_CMD_CAD_OFF)
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)
 
-	booted := make(chan error, 1)
-	go func() { booted <- boot.Catch("boot", func() error { return n.boot(n.steps()) }) }()
+	booted := n.startBoot(n.bootSequence())
 	for {
 		select {
 		case err := <-booted:
@@ -99,41 +108,65 @@ func stage2() error {
 	}
 }
 
-// steps is stage 2's boot, in order.
-func (n *node) steps() []boot.Step {
-	return []boot.Step{
+// nodeConfig is the machine config the node runs on: STATE's, or in
+// recovery mode (recovery set) what could be salvaged from it.
+type nodeConfig struct {
+	*machineconfig.Config
+	recovery *machineconfig.Recovery
+}
+
+// bootSequence is stage 2's boot, in order. What a step hands on to later
+// ones is a variable here, set by the one step that finds it out.
+func (n *node) bootSequence() boot.Sequence {
+	// varErr is why EPHEMERAL is not mounted on /var, if it is not.
+	var varErr error
+	// Until STATE's config loads, the node would run on the defaults of
+	// recovery mode.
+	rec := machineconfig.Recover(nil)
+	conf := nodeConfig{Config: rec.Config, recovery: rec}
+	return boot.Sequence{Name: "boot", Steps: []boot.Step{
 		{Name: "mount system filesystems", Run: mountSystem, Fatal: true},
 		{Name: "load kernel modules", Run: boot.LoadModules},
 		{Name: "listen for the power button", Run: n.listenPowerButton},
-		{Name: "enable cgroup controllers", Run: enableControllers},
-		{Name: "prepare EPHEMERAL", Run: func() error { n.varErr = n.prepareEphemeral(); return n.varErr }},
+		{Name: "enable cgroup controllers", Run: func() error { return enableControllers(cgroupRoot) }},
+		{Name: "prepare EPHEMERAL", Run: func() error { varErr = n.prepareEphemeral(); return varErr }},
 		{Name: "mount STATE", Run: n.mountState},
-		{Name: "load machine config", Run: n.loadConfig},
-		{Name: "set hostname", Run: n.setHostname},
-		{Name: "configure network", Run: n.configureNetwork},
+		{Name: "load machine config", Run: func() (err error) { conf, err = n.loadConfig(layout.MachineConfig); return err }},
+		{Name: "set hostname", Run: func() error { return setHostname(conf.Machine.Hostname) }},
+		{Name: "configure network", Run: func() error { return n.configureNetwork(conf.Network) }},
 		{Name: "serve control socket", Run: n.serveControl},
-		{Name: "start services", Run: n.startNodeServices},
-	}
+		{Name: "start services", Run: func() error { return n.startNodeServices(conf, varErr) }},
+	}}
 }
 
-// boot runs the steps one at a time, each under mu, until a fatal error
-// (returned) or a shutdown (the boot stops before the next step).
-func (n *node) boot(steps []boot.Step) error {
-	for _, s := range steps {
-		n.mu.Lock()
-		if n.stopping.Load() {
-			n.mu.Unlock()
-			slog.Info("boot stopped: the node is shutting down", "before", s.Name)
-			return nil
+// startBoot runs the boot sequence in the background and returns its
+// outcome: nil once it ran to its end or was stopped by the shutdown, else
+// its fatal error.
+func (n *node) startBoot(seq boot.Sequence) <-chan error {
+	booted := make(chan struct{})
+	n.mu.Lock()
+	n.booted = booted
+	n.mu.Unlock()
+	out := make(chan error, 1)
+	boot.Go("boot", func() {
+		defer close(booted)
+		err := seq.Run(n.timeline, n.stop)
+		switch {
+		case errors.Is(err, boot.ErrStopped):
+			err = nil // by the shutdown, which goes on
+		case err == nil:
+			slog.Info("boot done", "at", boot.SinceBoot().Round(time.Millisecond))
 		}
-		err := boot.RunSteps(&n.timeline, []boot.Step{s})
-		n.mu.Unlock()
-		if err != nil {
-			return err
-		}
-	}
-	slog.Info("boot done", "at", boot.SinceBoot().Round(time.Millisecond))
-	return nil
+		out <- err
+	})
+	return out
+}
+
+// addDisk notes a filesystem on disk that the boot mounted.
+func (n *node) addDisk(path string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.disks = append(n.disks, path)
 }
 
 // requestShutdown starts the shutdown (once; later requests are no-ops)
@@ -169,14 +202,15 @@ func mountSystem() error {
 		{Source: "tmpfs", Target: "/tmp", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777"},
 		{Source: "devpts", Target: "/dev/pts", FSType: "devpts", Flags: unix.MS_NOSUID | unix.MS_NOEXEC, Data: "ptmxmode=0666,mode=0620"},
 		{Source: "tmpfs", Target: "/dev/shm", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777"},
-		{Source: "cgroup2", Target: "/sys/fs/cgroup", FSType: "cgroup2", Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, Data: "nsdelegate"},
+		{Source: "cgroup2", Target: cgroupRoot, FSType: "cgroup2", Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, Data: "nsdelegate"},
 	})
 }
 
-// enableControllers delegates every available cgroup v2 controller to the
-// children of the root cgroup, where services and pods are placed.
-func enableControllers() error {
-	raw, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers")
+// enableControllers delegates every cgroup v2 controller available in the
+// cgroup dir (the root, cgroupRoot) to its children, where services and
+// pods are placed.
+func enableControllers(dir string) error {
+	raw, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
 	if err != nil {
 		return err
 	}
@@ -184,73 +218,43 @@ func enableControllers() error {
 	for _, c := range strings.Fields(string(raw)) {
 		enable = append(enable, "+"+c)
 	}
-	if err := os.WriteFile("/sys/fs/cgroup/cgroup.subtree_control", []byte(strings.Join(enable, " ")), 0o644); err != nil {
-		return fmt.Errorf("enable controllers %v: %w", enable, err)
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte(strings.Join(enable, " ")), 0o644); err != nil {
+		return fmt.Errorf("enable controllers %v in %s: %w", enable, dir, err)
 	}
 	return nil
 }
 
-// findPartition returns the /dev path of the partition whose GPT label is
-// label, waiting up to timeout for the disk driver to announce it.
-func findPartition(label string, timeout time.Duration) (string, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		uevents, _ := filepath.Glob("/sys/class/block/*/uevent")
-		for _, u := range uevents {
-			raw, err := os.ReadFile(u)
-			if err != nil {
-				continue
-			}
-			var name, dev string
-			for _, line := range strings.Split(string(raw), "\n") {
-				k, v, _ := strings.Cut(line, "=")
-				switch k {
-				case "PARTNAME":
-					name = v
-				case "DEVNAME":
-					dev = v
-				}
-			}
-			if name == label && dev != "" {
-				return "/dev/" + dev, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return "", fmt.Errorf("no partition labelled %s after %s", label, timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 func (n *node) mountState() error {
-	dev, err := findPartition("STATE", 10*time.Second)
+	dev, err := findPartition(sysBlock, "STATE", partitionWait)
 	if err != nil {
 		return err
 	}
 	if err := boot.MountAll([]boot.Mount{{Source: dev, Target: layout.StateDir, FSType: "ext4", Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, Data: ""}}); err != nil {
 		return err
 	}
-	n.disks = append(n.disks, layout.StateDir)
+	n.addDisk(layout.StateDir)
 	return nil
 }
 
-// loadConfig loads STATE's machine config. When it cannot, the node runs
-// in recovery mode on what machineconfig.Recover salvages from the file
-// (hostname, network, API credentials, else defaults): the network comes
-// up, and the management API answers if its credentials were salvaged, so
-// that the operator can see why; nothing else the config asks for runs.
-func (n *node) loadConfig() error {
-	cfg, err := machineconfig.Load(layout.MachineConfig)
+// loadConfig loads the machine config at path (STATE's). When it cannot,
+// the node runs in recovery mode on what machineconfig.Recover salvages
+// from the file (hostname, network, API credentials, else defaults): the
+// network comes up, and the management API answers if its credentials were
+// salvaged, so that the operator can see why; nothing else the config asks
+// for runs.
+func (n *node) loadConfig(path string) (nodeConfig, error) {
+	cfg, err := machineconfig.Load(path)
 	if err == nil {
-		n.cfg = cfg
-		return nil
+		return nodeConfig{Config: cfg}, nil
 	}
-	rec, _ := machineconfig.RecoverFile(layout.MachineConfig) // its read error is err's
-	n.cfg, n.loadErr, n.recovery = rec.Config, err, rec
-	slog.Error("the machine config cannot be loaded", "path", layout.MachineConfig, "err", err)
+	rec, _ := machineconfig.RecoverFile(path) // its read error is err's
+	n.mu.Lock()
+	n.loadErr = err
+	n.mu.Unlock()
+	slog.Error("the machine config cannot be loaded", "path", path, "err", err)
 	slog.Warn(rec.String())
 	slog.Warn("the node runs no system services and no kubelet until its machine config loads: " + recoveryAdvice)
-	return fmt.Errorf("%w; %s", err, rec)
+	return nodeConfig{Config: rec.Config, recovery: rec}, fmt.Errorf("%w; %s", err, rec)
 }
 
 // recoveryAdvice is what an operator does about a config that does not load.
@@ -259,21 +263,15 @@ const recoveryAdvice = "check the file with `cairn config validate FILE`, put a 
 // startNodeServices starts the services, unless in recovery mode without
 // API credentials: then no management API can be served, and nothing the
 // config asked for runs either.
-func (n *node) startNodeServices() error {
-	if n.recovery != nil && !n.recovery.API {
+func (n *node) startNodeServices(conf nodeConfig, varErr error) error {
+	if conf.recovery != nil && !conf.recovery.API {
 		slog.Warn("no management API: the machine config holds no usable machine.api credentials; the node answers on its network only (DHCP, ping)")
 		return fmt.Errorf("none started in recovery mode: no usable machine.api credentials, so no management API; %s", recoveryAdvice)
 	}
-	return n.startServices()
+	return n.startServices(conf.Config, varErr)
 }
 
-var errNoConfig = errors.New("no machine config loaded")
-
-func (n *node) setHostname() error {
-	if n.cfg == nil {
-		return errNoConfig
-	}
-	name := n.cfg.Machine.Hostname
+func setHostname(name string) error {
 	if err := unix.Sethostname([]byte(name)); err != nil {
 		return fmt.Errorf("sethostname %q: %w", name, err)
 	}
@@ -284,74 +282,106 @@ func (n *node) setHostname() error {
 	)
 }
 
-// shutdown stops services in reverse order, ends every other process, syncs,
-// unmounts and powers off or reboots. It runs once; PID 1 never returns
-// from it. Whatever is missing (no supervisor after a boot that went
-// wrong) or fails on the way, even a panic, the node still goes down.
+// shutdown runs the shutdown sequence, once; PID 1 never returns from it.
 func (n *node) shutdown(cmd int) {
 	n.shutdownOnce.Do(func() {
-		what := shutdownWhat(cmd)
-		slog.Info("shutting down", "then", what)
-		sup, disks, ok := n.stopBoot(shutdownWait)
-		if sup != nil {
-			boot.Catch("stop services", func() error {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				if err := sup.Stop(ctx); err != nil {
-					slog.Warn("services did not stop in time", "err", err)
-				}
-				return nil
-			})
-		}
-		boot.Catch("end processes", func() error {
-			n.sys.killAll(unix.SIGTERM)
-			time.Sleep(time.Second)
-			n.sys.killAll(unix.SIGKILL)
-			return nil
-		})
-		boot.Catch("unmount", func() error {
-			n.sys.sync()
-			if !ok {
-				// A boot step still holds the node: unmount what stage 2
-				// mounts on disk, by name, in the reverse order of the boot.
-				disks = []string{varDir, layout.StateDir}
-			}
-			for i := len(disks) - 1; i >= 0; i-- {
-				n.unmountBelow(disks[i])
-				if err := n.sys.unmount(disks[i], 0); err != nil && !errors.Is(err, unix.EINVAL) {
-					slog.Warn("unmount failed, detaching", "path", disks[i], "err", err)
-					n.sys.unmount(disks[i], unix.MNT_DETACH)
-				}
-			}
-			n.sys.sync()
-			return nil
-		})
-		slog.Info("bye", "then", what)
-		for {
-			if err := boot.Catch("reboot", func() error { return n.sys.reboot(cmd) }); err != nil {
-				slog.Error("reboot syscall failed", "err", err)
-			}
-			time.Sleep(time.Second)
-		}
+		slog.Info("shutting down", "then", shutdownWhat(cmd))
+		close(n.stop)
+		n.shutdownSequence(cmd).Run(n.timeline, nil)
 	})
 }
 
-// stopBoot marks the node as stopping, so no boot step starts any more,
-// and returns the supervisor (nil if there is none) and the disks mounted.
-// It waits up to wait for a boot step that is running; ok is false if that
-// step did not end in time, and then sup and disks are not known.
-func (n *node) stopBoot(wait time.Duration) (sup *supervisor.Supervisor, disks []string, ok bool) {
-	n.stopping.Store(true)
-	deadline := time.Now().Add(wait)
-	for !n.mu.TryLock() {
-		if time.Now().After(deadline) {
-			slog.Warn("a boot step is still running: shutting down without stopping the services in order", "waited", wait)
-			return nil, nil, false
+// shutdownSequence stops the boot and the services (each after those that
+// depend on it), ends every other process, syncs, unmounts the disks and
+// powers off or reboots. Whatever is missing (no supervisor after a boot
+// that went wrong) or fails on the way, even a panic, the node still goes
+// down: no step is fatal, and the last does not return.
+func (n *node) shutdownSequence(cmd int) boot.Sequence {
+	var (
+		sup   *supervisor.Supervisor
+		disks []string
+	)
+	return boot.Sequence{Name: "shutdown", Steps: []boot.Step{
+		{Name: "stop the boot", Run: func() (err error) { sup, disks, err = n.stopBoot(shutdownWait); return err }},
+		{Name: "stop services", Run: func() error { return stopServices(sup) }},
+		{Name: "end processes", Run: n.endProcesses},
+		{Name: "sync", Run: func() error { n.sys.sync(); return nil }},
+		{Name: "unmount disks", Run: func() error { n.unmountDisks(disks); return nil }},
+		{Name: shutdownWhat(cmd), Run: func() error { n.reboot(cmd); return nil }},
+	}}
+}
+
+// stopBoot waits up to wait for the boot step that is running, if any (the
+// boot has been told to stop), and returns the supervisor (nil if there is
+// none) and the disks the boot mounted. If the step does not end in time,
+// the services are not known, and the disks are what stage 2 mounts on
+// disk, by name, in the order of the boot.
+func (n *node) stopBoot(wait time.Duration) (*supervisor.Supervisor, []string, error) {
+	n.mu.Lock()
+	booted := n.booted
+	n.mu.Unlock()
+	if booted != nil {
+		select {
+		case <-booted:
+		case <-time.After(wait):
+			return nil, []string{varDir, layout.StateDir}, fmt.Errorf("a boot step is still running after %s: shutting down without stopping the services in order", wait)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
+	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.services, slices.Clone(n.disks), true
+	return n.services, slices.Clone(n.disks), nil
+}
+
+// stopServices stops every service, each after those that depend on it.
+func stopServices(sup *supervisor.Supervisor) error {
+	if sup == nil {
+		return nil // the boot started none
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := sup.Stop(ctx); err != nil {
+		return fmt.Errorf("services did not stop in time: %w", err)
+	}
+	return nil
+}
+
+// endProcesses asks every other process to end and kills those left once
+// PID 1 has no child (every process is a descendant of PID 1 and an orphan
+// becomes its child) or after endWait.
+func (n *node) endProcesses() error {
+	n.sys.killAll(unix.SIGTERM)
+	select {
+	case <-n.sys.childless():
+	case <-time.After(endWait):
+		slog.Warn("processes still running, killing them", "waited", endWait)
+	}
+	n.sys.killAll(unix.SIGKILL)
+	return nil
+}
+
+// unmountDisks unmounts the disks in the reverse order of the boot, what
+// is mounted below each first; one that is busy is detached.
+func (n *node) unmountDisks(disks []string) {
+	for i := len(disks) - 1; i >= 0; i-- {
+		n.unmountBelow(disks[i])
+		if err := n.sys.unmount(disks[i], 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			slog.Warn("unmount failed, detaching", "path", disks[i], "err", err)
+			n.sys.unmount(disks[i], unix.MNT_DETACH)
+		}
+	}
+}
+
+// reboot powers off or reboots, trying again each second should the
+// syscall fail.
+func (n *node) reboot(cmd int) {
+	slog.Info("bye", "then", shutdownWhat(cmd))
+	n.sys.sync()
+	for {
+		if err := boot.Catch("reboot", func() error { return n.sys.reboot(cmd) }); err != nil {
+			slog.Error("reboot syscall failed", "err", err)
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // unmountBelow unmounts what is mounted below dir (container root

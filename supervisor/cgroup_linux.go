@@ -205,10 +205,27 @@ func killEach(mgr *fs2.Manager) error {
 	return fmt.Errorf("processes %v still alive", pids)
 }
 
-// waitEmpty waits until no process is left in the cgroup or below.
+// waitEmpty waits until no process is left in the cgroup or below, up to
+// timeout. The kernel reports each change of cgroup.events ("populated 0"
+// once empty) as a modification of the file, seen here through inotify.
 func waitEmpty(dir string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return fmt.Errorf("inotify: %w", err)
+	}
+	// Non-blocking, so reads go through the runtime's poller and honour
+	// the deadline.
+	watch := os.NewFile(uintptr(fd), "inotify")
+	defer watch.Close()
+	if _, err := unix.InotifyAddWatch(fd, filepath.Join(dir, "cgroup.events"), unix.IN_MODIFY); errors.Is(err, unix.ENOENT) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("watch %s/cgroup.events: %w", dir, err)
+	}
+	watch.SetReadDeadline(time.Now().Add(timeout))
+	buf := make([]byte, 4096)
 	for {
+		// Read after the watch is set, so no change is missed between.
 		events, err := cgroups.ReadFile(dir, "cgroup.events")
 		if errors.Is(err, fs.ErrNotExist) || strings.Contains(events, "populated 0") {
 			return nil
@@ -216,9 +233,10 @@ func waitEmpty(dir string, timeout time.Duration) error {
 		if err != nil {
 			return err
 		}
-		if time.Now().After(deadline) {
+		if _, err := watch.Read(buf); errors.Is(err, os.ErrDeadlineExceeded) {
 			return fmt.Errorf("still populated after %s", timeout)
+		} else if err != nil {
+			return fmt.Errorf("read inotify events: %w", err)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -229,3 +229,45 @@ func TestKillEach(t *testing.T) {
 		t.Errorf("waitEmpty() = %v, want nil", err)
 	}
 }
+
+// TestWaitEmpty waits for a cgroup to empty on the kernel's notification:
+// it returns once the last process dies, and not before; a cgroup that
+// stays populated is an error after the timeout.
+func TestWaitEmpty(t *testing.T) {
+	root, cg := cgroupRoot(t)
+	dir := filepath.Join(root, cg)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := fs2.NewManager(&cgroups.Cgroup{}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/bin/sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := mgr.AddPid("", cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitEmpty(dir, 200*time.Millisecond); err == nil || !strings.Contains(err.Error(), "still populated") {
+		t.Errorf("waitEmpty(populated) = %v, want still populated after the timeout", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- waitEmpty(dir, time.Minute) }()
+	// Killed once the wait has begun watching, or before: either way the
+	// wait ends on the cgroup's state, not on its timeout.
+	cmd.Process.Kill()
+	cmd.Wait()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("waitEmpty() = %v, want nil once the cgroup emptied", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waitEmpty() still waiting 10s after the cgroup emptied")
+	}
+	if events, _ := cgroups.ReadFile(dir, "cgroup.events"); !strings.Contains(events, "populated 0") {
+		t.Errorf("cgroup.events = %q after waitEmpty, want populated 0", events)
+	}
+}

@@ -2,7 +2,8 @@
 // running.
 //
 // A Service is a command (or anything a Launcher can start) with
-// dependencies, a readiness Probe, a restart policy with exponential backoff,
+// dependencies, a readiness Probe, actions run each time it becomes Ready
+// (OnReady), a restart policy with exponential backoff,
 // a stop signal and timeout, its own cgroup v2 with resource limits, an OOM
 // score adjustment, and logs kept in memory and in size-rotated files. A
 // Supervisor starts services in dependency order, each only once every

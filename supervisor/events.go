@@ -1,8 +1,11 @@
 package supervisor
 
 import (
+	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/cairn-os/cairn/supervisor/safe"
 )
 
 // Event is one state change of a service.
@@ -44,7 +47,7 @@ func (b *broker) publish(e Event) {
 	}
 }
 
-func (b *broker) subscribe() (<-chan Event, func()) {
+func (b *broker) subscribe(log *slog.Logger) (<-chan Event, func()) {
 	s := &subscriber{wake: make(chan struct{}, 1), done: make(chan struct{})}
 	b.mu.Lock()
 	if b.subs == nil {
@@ -53,7 +56,7 @@ func (b *broker) subscribe() (<-chan Event, func()) {
 	b.subs[s] = struct{}{}
 	b.mu.Unlock()
 	out := make(chan Event)
-	go func() {
+	safe.Go(log, "events", func() {
 		defer close(out)
 		for {
 			s.mu.Lock()
@@ -73,7 +76,7 @@ func (b *broker) subscribe() (<-chan Event, func()) {
 				return
 			}
 		}
-	}()
+	})
 	cancel := func() {
 		s.once.Do(func() {
 			b.mu.Lock()

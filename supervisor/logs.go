@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/cairn-os/cairn/supervisor/safe"
 )
 
 // maxLine is the longest line kept whole; a longer one is cut into lines of
@@ -94,12 +96,12 @@ func (l *logSink) tail(n int) []byte {
 // follow sends the last n lines (none when n <= 0), then each new line, on
 // the returned channel until ctx ends. A follower that falls behind by more
 // than the ring holds is told how many lines it missed.
-func (l *logSink) follow(ctx context.Context, n int) <-chan []byte {
+func (l *logSink) follow(ctx context.Context, log *slog.Logger, n int) <-chan []byte {
 	l.mu.Lock()
 	next := l.ring.next() - uint64(min(max(n, 0), len(l.ring.lines)))
 	l.mu.Unlock()
 	out := make(chan []byte)
-	go func() {
+	safe.Go(log, "follow logs", func() {
 		defer close(out)
 		for {
 			l.mu.Lock()
@@ -125,7 +127,7 @@ func (l *logSink) follow(ctx context.Context, n int) <-chan []byte {
 				return
 			}
 		}
-	}()
+	})
 	return out
 }
 

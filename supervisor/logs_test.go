@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -190,7 +191,7 @@ func TestFollowFallsBehind(t *testing.T) {
 	l.Write([]byte("a\n"))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	lines := l.follow(ctx, 1)
+	lines := l.follow(ctx, slog.Default(), 1)
 	first := <-lines // "a\n", taken before the rest is written
 	l.Write([]byte("b\nc\nd\ne\nf\ng\n"))
 	got := []string{string(first)}

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cairn-os/cairn/supervisor/safe"
 )
 
 // processLauncher starts a plain process through a Starter, in its own
@@ -20,6 +23,7 @@ type processLauncher struct {
 	args    []string
 	env     []string
 	dir     string
+	log     *slog.Logger
 }
 
 func (l processLauncher) Launch(ctx context.Context, opts LaunchOptions) (Instance, error) {
@@ -47,10 +51,10 @@ func (l processLauncher) Launch(ctx context.Context, opts LaunchOptions) (Instan
 		}
 		defer pw.Close()
 		cmd.Stdout, cmd.Stderr = pw, pw
-		go func() {
+		safe.Go(l.log, "copy output", func() {
 			io.Copy(opts.Output, pr)
 			pr.Close()
-		}()
+		})
 	}
 	exits, err := l.starter.Start(cmd)
 	if err != nil {

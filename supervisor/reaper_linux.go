@@ -9,6 +9,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cairn-os/cairn/supervisor/safe"
 )
 
 // Reaper is the single place where a PID 1 collects exit statuses: it reaps
@@ -18,6 +20,8 @@ import (
 type Reaper struct {
 	mu      sync.Mutex
 	waiters map[int]chan Exit
+	// childless are closed once wait4 finds no child left.
+	childless []chan struct{}
 }
 
 // NewReaper starts reaping. Call it once, early in PID 1, before any child
@@ -26,12 +30,12 @@ func NewReaper() *Reaper {
 	r := &Reaper{waiters: make(map[int]chan Exit)}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, unix.SIGCHLD)
-	go func() {
+	safe.Go(slog.Default(), "reaper", func() {
 		for range sigs {
 			// A panic here would end all reaping: log it, and go on.
 			guard(slog.Default(), "reap", func() error { r.reap(); return nil })
 		}
-	}()
+	})
 	return r
 }
 
@@ -60,6 +64,19 @@ func (r *Reaper) Run(cmd *exec.Cmd) error {
 	return nil
 }
 
+// Childless returns a channel closed once the process has no child left,
+// every one reaped: at shutdown, once the processes signalled to end are
+// gone. Orphans re-parented to PID 1 count as its children.
+func (r *Reaper) Childless() <-chan struct{} {
+	ch := make(chan struct{})
+	r.mu.Lock()
+	r.childless = append(r.childless, ch)
+	r.mu.Unlock()
+	// No SIGCHLD comes if there is no child left to exit: look now.
+	r.reap()
+	return ch
+}
+
 // ExitError is returned by Run when a command did not exit with status 0.
 type ExitError struct{ Exit Exit }
 
@@ -71,6 +88,15 @@ func (r *Reaper) reap() {
 		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
 		if err == unix.EINTR {
 			continue
+		}
+		if err == unix.ECHILD {
+			r.mu.Lock()
+			for _, ch := range r.childless {
+				close(ch)
+			}
+			r.childless = nil
+			r.mu.Unlock()
+			return
 		}
 		if pid <= 0 || err != nil {
 			return

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cairn-os/cairn/test/need"
 
@@ -51,6 +52,31 @@ func reaperChild(t *testing.T) {
 		t.Error("Run(exit 2) = nil, want an error")
 	}
 	waitFor(t, "no children left", func() bool { return len(children(t)) == 0 })
+
+	// Childless: at once with no child; after a child's exit was handed
+	// on, with one.
+	select {
+	case <-r.Childless():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Childless() not closed within 10s without a child")
+	}
+	exits, err = r.Start(exec.Command("/bin/sh", "-c", "sleep 0.2 & exit 0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.Childless():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Childless() not closed within 10s; children: %v", children(t))
+	}
+	if kids := children(t); len(kids) != 0 {
+		t.Errorf("children %v when Childless() closed, want none", kids)
+	}
+	select {
+	case <-exits:
+	default:
+		t.Error("Childless() closed before the child's exit was handed to its waiter")
+	}
 }
 
 // children lists the PIDs whose parent is this process, zombies included.

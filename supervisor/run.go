@@ -6,6 +6,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/cairn-os/cairn/supervisor/safe"
 )
 
 const (
@@ -140,14 +142,16 @@ func (s *Supervisor) watch(sv *service, inst Instance) (Exit, ending) {
 	var ready chan struct{}
 	if sv.spec.Ready == nil {
 		s.set(sv, StateReady, "")
+		s.onReady(ctx, sv)
 	} else {
 		ready = make(chan struct{})
-		go s.probe(ctx, sv, ready)
+		safe.Go(sv.log, "readiness probe", func() { s.probe(ctx, sv, ready) })
 	}
 	for {
 		select {
 		case <-ready:
 			s.set(sv, StateReady, "")
+			s.onReady(ctx, sv)
 			ready = nil
 		case e := <-inst.Exited():
 			s.lastExit(sv, e)
@@ -161,6 +165,34 @@ func (s *Supervisor) watch(sv *service, inst Instance) (Exit, ending) {
 			return Exit{}, restarted
 		}
 	}
+}
+
+// onReady runs the service's OnReady actions in order, in the background,
+// until ctx (this run of the service) ends.
+func (s *Supervisor) onReady(ctx context.Context, sv *service) {
+	if len(sv.spec.OnReady) == 0 {
+		return
+	}
+	safe.Go(sv.log, "ready actions", func() {
+		for _, a := range sv.spec.OnReady {
+			timeout := a.Timeout
+			if timeout <= 0 {
+				timeout = defaultActionTimeout
+			}
+			actx, cancel := context.WithTimeout(ctx, timeout)
+			err := guard(sv.log, a.Name, func() error { return a.Run(actx) })
+			cancel()
+			switch {
+			case ctx.Err() != nil:
+				return // the run ended: the next Ready runs them again
+			case err != nil:
+				sv.logs.note("ready action %s failed: %v", a.Name, err)
+				sv.log.Warn("ready action failed", "action", a.Name, "err", err)
+			default:
+				sv.log.Info("ready action done", "action", a.Name)
+			}
+		}
+	})
 }
 
 // probe checks the service's readiness until it succeeds, then closes

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"io"
 	"syscall"
 	"time"
@@ -50,7 +51,10 @@ type Service struct {
 	DependsOn []string
 	// Ready is polled after each start until it succeeds; nil means Ready
 	// as soon as Running.
-	Ready   Probe
+	Ready Probe
+	// OnReady are run in order, in the background, each time the service
+	// becomes Ready; see Action.
+	OnReady []Action
 	Restart Policy
 	// StopSignal (default SIGTERM) is sent to the main process on stop;
 	// after StopTimeout (default 10 s) every process of the service is
@@ -75,6 +79,22 @@ type Service struct {
 	// A slow Output slows the service's writes.
 	Output io.Writer
 }
+
+// Action is work done for a service each time it becomes Ready, such as
+// putting an image into a container runtime that has just started. It runs
+// again after each restart, so it must be idempotent. A failure (an error,
+// a panic, the timeout) is logged and noted in the service's logs with the
+// action's name; the service stays Ready.
+type Action struct {
+	Name string
+	Run  func(ctx context.Context) error
+	// Timeout bounds each run (default defaultActionTimeout); ctx ends
+	// sooner if the service's run ends.
+	Timeout time.Duration
+}
+
+// defaultActionTimeout bounds an Action that sets no Timeout.
+const defaultActionTimeout = time.Minute
 
 // ServiceStatus is a service's state at one moment.
 type ServiceStatus struct {

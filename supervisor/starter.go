@@ -2,8 +2,11 @@ package supervisor
 
 import (
 	"fmt"
+	"log/slog"
 	"os/exec"
 	"syscall"
+
+	"github.com/cairn-os/cairn/supervisor/safe"
 )
 
 // Exit is how a process ended.
@@ -44,13 +47,13 @@ func (DirectStarter) Start(cmd *exec.Cmd) (<-chan Exit, error) {
 		return nil, err
 	}
 	ch := make(chan Exit, 1)
-	go func() {
+	safe.Go(slog.Default(), "wait for "+cmd.Path, func() {
 		err := cmd.Wait()
 		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
 			ch <- Exit{Status: ws}
 			return
 		}
 		ch <- Exit{Err: err}
-	}()
+	})
 	return ch, nil
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/cairn-os/cairn/supervisor/safe"
+
 	"github.com/cairn-os/cairn/internal/backoff"
 )
 
@@ -161,7 +163,7 @@ func (s *Supervisor) newService(svc Service) (*service, error) {
 	}
 	l := svc.Launcher
 	if l == nil {
-		l = processLauncher{starter: s.opts.Starter, path: svc.Path, args: svc.Args, env: svc.Env, dir: svc.Dir}
+		l = processLauncher{starter: s.opts.Starter, path: svc.Path, args: svc.Args, env: svc.Env, dir: svc.Dir, log: log}
 	}
 	if svc.OOMScoreAdj != nil {
 		l = oomLauncher{Launcher: l, adj: *svc.OOMScoreAdj, log: log}
@@ -211,7 +213,7 @@ func (s *Supervisor) Start() error {
 
 func (s *Supervisor) begin(sv *service) {
 	sv.begun = true
-	go s.run(sv)
+	safe.Go(sv.log, "run service", func() { s.run(sv) })
 }
 
 // checkDeps returns an error naming the first unknown dependency or
@@ -314,7 +316,7 @@ func (s *Supervisor) Stop(ctx context.Context) error {
 		}
 	}
 	for _, sv := range svcs {
-		go func() {
+		safe.Go(sv.log, "stop service", func() {
 			for _, d := range dependents[sv.spec.Name] {
 				select {
 				case <-d.done:
@@ -323,7 +325,7 @@ func (s *Supervisor) Stop(ctx context.Context) error {
 				}
 			}
 			sv.cancel()
-		}()
+		})
 	}
 	var stuck []string
 	for _, sv := range svcs {
@@ -358,7 +360,7 @@ func (s *Supervisor) Status() []ServiceStatus {
 // Subscribe returns every state change from now on, in order, until cancel
 // is called. A slow reader delays nothing: events queue for it.
 func (s *Supervisor) Subscribe() (events <-chan Event, cancel func()) {
-	return s.events.subscribe()
+	return s.events.subscribe(s.opts.Log)
 }
 
 // Logs returns the last tail lines of the named service's output kept in
@@ -378,7 +380,7 @@ func (s *Supervisor) Follow(ctx context.Context, name string, tail int) (<-chan 
 	if err != nil {
 		return nil, fmt.Errorf("follow logs of %q: %w", name, err)
 	}
-	return sv.logs.follow(ctx, tail), nil
+	return sv.logs.follow(ctx, sv.log, tail), nil
 }
 
 func (s *Supervisor) lookup(name string) (*service, error) {

@@ -449,3 +449,116 @@ func (g *goroutine) Pid() int                        { return g.pid }
 func (g *goroutine) Exited() <-chan Exit             { return g.exit }
 func (g *goroutine) Signal(sig syscall.Signal) error { g.sig <- sig; return nil }
 func (g *goroutine) Kill() error                     { return nil }
+
+// TestOnReady runs a service's ready actions, in order, each time it
+// becomes Ready: one that fails, one that panics and one that outlives its
+// timeout are noted in the service's logs by name, and neither stops the
+// ones after them nor the service.
+func TestOnReady(t *testing.T) {
+	s := New(Options{Log: quietLog()})
+	var states []State
+	ran := make(chan string, 10)
+	err := s.Add(Service{
+		Name: "runtime", Path: "/bin/sleep", Args: []string{"60"}, Ready: ExecProbe("/bin/true"),
+		OnReady: []Action{
+			{Name: "import", Run: func(context.Context) error {
+				for _, st := range s.Status() {
+					states = append(states, st.State)
+				}
+				ran <- "import"
+				return nil
+			}},
+			{Name: "fails", Run: func(context.Context) error { return errors.New("no archive") }},
+			{Name: "panics", Run: func(context.Context) error { panic("boom") }},
+			{Name: "slow", Timeout: 50 * time.Millisecond, Run: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }},
+			{Name: "last", Run: func(context.Context) error { ran <- "last"; return nil }},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer stop(t, s)
+	want := func(names ...string) {
+		t.Helper()
+		for _, name := range names {
+			select {
+			case got := <-ran:
+				if got != name {
+					t.Fatalf("action %q ran, want %q", got, name)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("action %q did not run within 10s", name)
+			}
+		}
+	}
+	want("import", "last")
+	if len(states) != 1 || states[0] != StateReady {
+		t.Errorf("states seen by the first action %v, want [Ready]", states)
+	}
+	logs, _ := s.Logs("runtime", 0)
+	for _, line := range []string{
+		"[supervisor] ready action fails failed: no archive\n",
+		"[supervisor] ready action panics failed: panics panicked: boom\n",
+		"[supervisor] ready action slow failed: context deadline exceeded\n",
+	} {
+		if !strings.Contains(string(logs), line) {
+			t.Errorf("Logs(runtime) = %q, want it to hold %q", logs, line)
+		}
+	}
+	if st := status(t, s, "runtime"); st.State != StateReady {
+		t.Errorf("runtime is %s after its actions failed, want Ready", st.State)
+	}
+	// Ready again after a restart: the actions run again.
+	if err := s.Restart("runtime"); err != nil {
+		t.Fatal(err)
+	}
+	want("import", "last")
+}
+
+// TestOnReadyEndsWithTheRun: an action still running when the service's
+// run ends has its context cancelled, and the next actions do not run.
+func TestOnReadyEndsWithTheRun(t *testing.T) {
+	s := New(Options{Log: quietLog()})
+	started, ended := make(chan struct{}), make(chan error, 1)
+	lastRan := make(chan struct{}, 1)
+	err := s.Add(Service{
+		Name: "runtime", Path: "/bin/sleep", Args: []string{"60"},
+		OnReady: []Action{
+			{Name: "long", Timeout: time.Hour, Run: func(ctx context.Context) error {
+				close(started)
+				<-ctx.Done()
+				ended <- ctx.Err()
+				return ctx.Err()
+			}},
+			{Name: "next", Run: func(context.Context) error { lastRan <- struct{}{}; return nil }},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	stop(t, s)
+	select {
+	case err := <-ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("the action's context ended with %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the action's context did not end within 10s of the stop")
+	}
+	logs, _ := s.Logs("runtime", 0)
+	if strings.Contains(string(logs), "ready action") {
+		t.Errorf("Logs(runtime) = %q, want no action failure noted for a run that was stopped", logs)
+	}
+	select {
+	case <-lastRan:
+		t.Error("the next action ran after the service's run ended")
+	default:
+	}
+}

@@ -22,17 +22,17 @@ const (
 
 // stage1 runs in the initramfs and ends by exec'ing stage 2 in the new root.
 func stage1() error {
-	var timeline []boot.Record
-	steps := []boot.Step{
+	tl := boot.NewTimeline(nil)
+	err := boot.Sequence{Name: "stage 1", Steps: []boot.Step{
 		{Name: "mount early filesystems", Run: mountEarly, Fatal: true},
 		{Name: "load boot modules", Run: boot.LoadModules, Fatal: true},
-		{Name: "mount root squashfs", Run: mountRoot, Fatal: true},
-		{Name: "mount /etc overlay", Run: mountEtcOverlay, Fatal: true},
-	}
-	if err := boot.RunSteps(&timeline, steps); err != nil {
+		{Name: "mount root squashfs", Run: func() error { return mountRoot(rootImage, newRoot) }, Fatal: true},
+		{Name: "mount /etc overlay", Run: func() error { return mountEtcOverlay(newRoot) }, Fatal: true},
+	}}.Run(tl, nil)
+	if err != nil {
 		return err
 	}
-	return switchRoot(timeline)
+	return switchRoot(tl.Records())
 }
 
 func mountEarly() error {
@@ -43,22 +43,26 @@ func mountEarly() error {
 	})
 }
 
-func mountRoot() error {
-	l, err := loop.New(rootImage, "squashfs", "")
+// mountRoot mounts the squashfs image read-only on dir, through a loop
+// device.
+func mountRoot(image, dir string) error {
+	l, err := loop.New(image, "squashfs", "")
 	if err != nil {
-		return fmt.Errorf("attach %s to a loop device: %w", rootImage, err)
+		return fmt.Errorf("attach %s to a loop device: %w", image, err)
 	}
-	if err := os.MkdirAll(newRoot, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if _, err := l.Mount(newRoot, unix.MS_RDONLY); err != nil {
-		return fmt.Errorf("mount %s: %w", rootImage, err)
+	if _, err := l.Mount(dir, unix.MS_RDONLY); err != nil {
+		return fmt.Errorf("mount %s: %w", image, err)
 	}
 	return nil
 }
 
-func mountEtcOverlay() error {
-	dir := filepath.Join(newRoot, overlayDir)
+// mountEtcOverlay makes root's /etc writable: an overlay whose upper layer
+// is in a tmpfs on root's overlayDir, lost at each boot.
+func mountEtcOverlay(root string) error {
+	dir := filepath.Join(root, overlayDir)
 	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
 		return fmt.Errorf("mount tmpfs on %s: %w", dir, err)
 	}
@@ -68,7 +72,7 @@ func mountEtcOverlay() error {
 			return err
 		}
 	}
-	etc := filepath.Join(newRoot, "etc")
+	etc := filepath.Join(root, "etc")
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", etc, upper, work)
 	if err := unix.Mount("overlay", etc, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mount overlay on %s: %w", etc, err)
