@@ -93,7 +93,7 @@ func run(configPath, initSocket, kubeletDir string, paths nodePaths) error {
 			slog.Error("metrics not served", "err", err)
 		}
 	}()
-	kubeletDone := startKubelet(ctx, cfg, kubeletDir, paths, reg)
+	nodeDone := startNode(ctx, cfg, kubeletDir, paths, reg)
 	go func() {
 		<-ctx.Done()
 		slog.Info("stopping: finishing calls in flight")
@@ -102,15 +102,15 @@ func run(configPath, initSocket, kubeletDir string, paths nodePaths) error {
 	slog.Info("management API listening", "addr", addr)
 	err = srv.Serve(l)
 	stop()
-	<-kubeletDone
+	<-nodeDone
 	return err
 }
 
-// startKubelet joins the node to the cluster if cfg has a cluster
+// startNode joins the node to the cluster if cfg has a cluster
 // section, and runs the node's components until ctx ends; the channel
 // closes when it has stopped. It retries what fails on its own and only
 // logs.
-func startKubelet(ctx context.Context, cfg *machineconfig.Config, dir string, paths nodePaths, reg *prometheus.Registry) <-chan struct{} {
+func startNode(ctx context.Context, cfg *machineconfig.Config, dir string, paths nodePaths, reg *prometheus.Registry) <-chan struct{} {
 	done := make(chan struct{})
 	if cfg.Cluster == nil {
 		close(done)

@@ -92,26 +92,12 @@ type RuntimeInfo interface {
 	RuntimeVersion(ctx context.Context) (string, error)
 }
 
-// RuntimeInfoFunc is a RuntimeInfo as a function.
-type RuntimeInfoFunc func(ctx context.Context) (string, error)
-
-// RuntimeVersion returns f(ctx).
-func (f RuntimeInfoFunc) RuntimeVersion(ctx context.Context) (string, error) { return f(ctx) }
-
 // RuntimeStatus tells whether the container runtime can run pods; the
 // CRI's Status call answers it.
 type RuntimeStatus interface {
 	// RuntimeStatus reports whether the runtime and its pod network are
 	// ready, and if not, why, for a person to read.
 	RuntimeStatus(ctx context.Context) (runtimeReady, networkReady bool, reason string, err error)
-}
-
-// RuntimeStatusFunc is a RuntimeStatus as a function.
-type RuntimeStatusFunc func(ctx context.Context) (runtimeReady, networkReady bool, reason string, err error)
-
-// RuntimeStatus returns f(ctx).
-func (f RuntimeStatusFunc) RuntimeStatus(ctx context.Context) (bool, bool, string, error) {
-	return f(ctx)
 }
 
 func (c *Config) setDefaults() {
