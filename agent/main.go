@@ -1,8 +1,10 @@
 // Command cairn-agent is the node agent of Cairn. It serves the management
 // API over mutual TLS and asks init, over its control socket, for what only
 // PID 1 may do (reboot, shutdown). When the machine config has a cluster
-// section, it also joins the node to that Kubernetes cluster (the kubelet
-// part); that never holds up or stops the management API.
+// section, it also joins the node to that Kubernetes cluster (agent/node)
+// and runs the node's components beside each other once it joined: the
+// pod loop (agent/kubelet), the Service dataplane (agent/proxy) and the
+// pod network writer; that never holds up or stops the management API.
 package main
 
 import (
