@@ -300,7 +300,9 @@ type Member struct {
 	Client kubernetes.Interface
 	// Informers is the agent's one informer factory (see NewInformers),
 	// started once the node joined and stopped once its components
-	// returned. Its Pods are the node's, its Nodes the node's own.
+	// returned. Its Pods are the node's, its Nodes the node's own. An
+	// informer of another kind asked for after the start would not run:
+	// add it to NewInformers.
 	Informers informers.SharedInformerFactory
 
 	registered *corev1.Node
