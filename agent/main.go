@@ -1,8 +1,10 @@
 // Command cairn-agent is the node agent of Cairn. It serves the management
 // API over mutual TLS and asks init, over its control socket, for what only
 // PID 1 may do (reboot, shutdown). When the machine config has a cluster
-// section, it also joins the node to that Kubernetes cluster (the kubelet
-// part); that never holds up or stops the management API.
+// section, it also joins the node to that Kubernetes cluster (agent/node)
+// and runs the node's components beside each other once it joined: the
+// pod loop (agent/kubelet), the Service dataplane (agent/proxy) and the
+// pod network writer; that never holds up or stops the management API.
 package main
 
 import (
@@ -14,20 +16,17 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/cairn-os/cairn/agent/api"
 	"github.com/cairn-os/cairn/agent/kubelet"
 	"github.com/cairn-os/cairn/agent/kubelet/cri"
+	"github.com/cairn-os/cairn/agent/node"
 	"github.com/cairn-os/cairn/agent/proxy"
-	"github.com/cairn-os/cairn/internal/backoff"
 	"github.com/cairn-os/cairn/internal/layout"
 	"github.com/cairn-os/cairn/internal/version"
 	"github.com/cairn-os/cairn/machineconfig"
@@ -96,7 +95,7 @@ func run(configPath, initSocket, kubeletDir string, paths nodePaths) error {
 			slog.Error("metrics not served", "err", err)
 		}
 	}()
-	kubeletDone := startKubelet(ctx, cfg, kubeletDir, paths, reg)
+	nodeDone := startNode(ctx, cfg, kubeletDir, paths, reg)
 	go func() {
 		<-ctx.Done()
 		slog.Info("stopping: finishing calls in flight")
@@ -105,14 +104,15 @@ func run(configPath, initSocket, kubeletDir string, paths nodePaths) error {
 	slog.Info("management API listening", "addr", addr)
 	err = srv.Serve(l)
 	stop()
-	<-kubeletDone
+	<-nodeDone
 	return err
 }
 
-// startKubelet runs the kubelet part if cfg has a cluster section, until
-// ctx ends; the channel closes when it has stopped. It retries what fails
-// on its own and only logs.
-func startKubelet(ctx context.Context, cfg *machineconfig.Config, dir string, paths nodePaths, reg *prometheus.Registry) <-chan struct{} {
+// startNode joins the node to the cluster if cfg has a cluster
+// section, and runs the node's components until ctx ends; the channel
+// closes when it has stopped. It retries what fails on its own and only
+// logs.
+func startNode(ctx context.Context, cfg *machineconfig.Config, dir string, paths nodePaths, reg *prometheus.Registry) <-chan struct{} {
 	done := make(chan struct{})
 	if cfg.Cluster == nil {
 		close(done)
@@ -129,23 +129,26 @@ func startKubelet(ctx context.Context, cfg *machineconfig.Config, dir string, pa
 			return
 		}
 		defer rt.Close()
-		err = kubelet.Run(ctx, kubelet.Config{
+		worker := kubelet.NewPodWorker(cfg.Cluster, rt, paths.podLogRoot)
+		// The node's components: peers that run once the node joined,
+		// each restarted on its own when it fails.
+		components := []node.Component{
+			{Name: "kubelet", Run: func(ctx context.Context, m *node.Member) error {
+				return kubelet.Run(ctx, m, kubelet.Config{Dir: dir, RuntimeInfo: rt, Pods: worker, Metrics: reg,
+					Log: slog.Default().With("component", "kubelet")})
+			}},
+			{Name: "proxy", Run: func(ctx context.Context, m *node.Member) error { return runProxy(ctx, cfg.Cluster, m, reg) }},
+			{Name: "cni", Run: func(ctx context.Context, m *node.Member) error { return writePodNetwork(ctx, m, paths) }},
+		}
+		err = node.Run(ctx, node.Config{
 			NodeName:      cfg.Machine.Hostname,
 			Cluster:       *cfg.Cluster,
 			Dir:           dir,
 			RuntimeInfo:   rt,
 			RuntimeStatus: rt,
-			Pods:          kubelet.NewPodWorker(cfg.Cluster, rt, paths.podLogRoot),
-			OnJoined: func(ctx context.Context, client kubernetes.Interface, node *corev1.Node) {
-				var wg sync.WaitGroup
-				wg.Go(func() { writePodNetwork(ctx, client, node, paths) })
-				runProxy(ctx, cfg.Cluster, client, node, reg)
-				wg.Wait()
-			},
-			Metrics: reg,
-			Version: version.Version,
-			Log:     slog.Default().With("component", "kubelet"),
-		})
+			Metrics:       reg,
+			Version:       version.Version,
+		}, components)
 		if err != nil {
 			slog.Error("kubelet part not started", "err", err)
 		}
@@ -154,29 +157,17 @@ func startKubelet(ctx context.Context, cfg *machineconfig.Config, dir string, pa
 }
 
 // runProxy programs the node's Services into nftables with the node's own
-// credentials until ctx ends, restarting the proxier if it fails.
-func runProxy(ctx context.Context, cluster *machineconfig.Cluster, client kubernetes.Interface, node *corev1.Node, reg *prometheus.Registry) {
-	cfg, err := proxyConfig(cluster, node)
+// credentials and informers until ctx ends.
+func runProxy(ctx context.Context, cluster *machineconfig.Cluster, m *node.Member, reg *prometheus.Registry) error {
+	cfg, err := proxyConfig(cluster, m.Node())
 	if err != nil {
-		slog.Error("Service dataplane not started", "err", err)
-		return
+		return err
 	}
 	cfg.Logger = slog.Default().With("component", "proxy")
-	b := backoff.Backoff{Initial: time.Second, Max: 30 * time.Second, Jitter: 0.2}
-	for {
-		p := proxy.New(cfg, client)
-		reg.MustRegister(p) // a new proxier's metrics start over
-		err := p.Run(ctx)
-		reg.Unregister(p)
-		if ctx.Err() != nil {
-			return
-		}
-		delay := b.Next()
-		slog.Error("Service dataplane stopped, restarting", "err", err, "in", delay.Round(time.Millisecond))
-		if backoff.Sleep(ctx, backoff.RealClock, delay) != nil {
-			return
-		}
-	}
+	p := proxy.New(cfg, m.Client)
+	reg.MustRegister(p) // a new proxier's metrics start over
+	defer reg.Unregister(p)
+	return p.Run(ctx, m.Informers.Core().V1().Services(), m.Informers.Discovery().V1().EndpointSlices())
 }
 
 // proxyConfig is the proxier's view of this node: its name and addresses

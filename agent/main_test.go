@@ -1,13 +1,25 @@
 package main
 
 import (
+	"context"
+	"log/slog"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
-	"github.com/cairn-os/cairn/machineconfig"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cairn-os/cairn/agent/cni"
+	"github.com/cairn-os/cairn/agent/node"
+	"github.com/cairn-os/cairn/machineconfig"
+	"github.com/cairn-os/cairn/test/kube"
+	"github.com/cairn-os/cairn/test/need"
+	"github.com/cairn-os/cairn/test/repo"
 )
 
 func TestProxyConfig(t *testing.T) {
@@ -28,4 +40,80 @@ func TestProxyConfig(t *testing.T) {
 	if cfg.NodeName != "n1" || cfg.Hostname != "n1-host" || !slices.Equal(cfg.NodeIPs, wantIPs) || !slices.Equal(cfg.ClusterCIDRs, wantCIDRs) {
 		t.Errorf("proxyConfig() = %+v, want node n1, hostname n1-host, IPs %v, cluster CIDRs %v", cfg, wantIPs, wantCIDRs)
 	}
+}
+
+// readyRuntime is a container runtime that is ready, as far as the
+// Node's status tells.
+type readyRuntime struct{}
+
+func (readyRuntime) RuntimeVersion(context.Context) (string, error) { return "containerd://test", nil }
+func (readyRuntime) RuntimeStatus(context.Context) (bool, bool, string, error) {
+	return true, true, "", nil
+}
+
+// TestWritePodNetwork joins a node that registers without a pod range to
+// a real control plane whose node IPAM gives it one soon after: the pod
+// network writer, watching the Node, writes the network with that range
+// and is done.
+func TestWritePodNetwork(t *testing.T) {
+	root, err := repo.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(root, "_out", "bin", "cni")
+	if dir := os.Getenv("CAIRN_BIN"); dir != "" {
+		bin = filepath.Join(dir, "cni")
+	}
+	for _, p := range []string{"bridge", "host-local", "portmap", "loopback"} {
+		need.Built(t, filepath.Join(bin, p), "components", "CAIRN_BIN")
+	}
+	c := kube.Start(t, kube.Options{PodCIDR: "10.244.0.0/16"})
+	paths := nodePaths{cniBinDir: bin, cniConfDir: t.TempDir()}
+	written := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- node.Run(ctx, node.Config{
+			NodeName: "cni-1",
+			Cluster: machineconfig.Cluster{Server: c.URL, CA: string(c.CAPEM), BootstrapToken: c.BootstrapToken,
+				ClusterDomain: machineconfig.DefaultClusterDomain},
+			Dir: t.TempDir(), RuntimeInfo: readyRuntime{}, RuntimeStatus: readyRuntime{}, Version: "test",
+			Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)),
+		}, []node.Component{{Name: "cni", Run: func(ctx context.Context, m *node.Member) error {
+			err := writePodNetwork(ctx, m, paths)
+			written <- err
+			return err
+		}}})
+	}()
+	select {
+	case err := <-written:
+		if err != nil {
+			t.Fatalf("writePodNetwork() = %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("pod network not written within 60 s")
+	}
+	n, err := c.Client.CoreV1().Nodes().Get(context.Background(), "cni-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf, err := os.ReadFile(filepath.Join(paths.cniConfDir, cni.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(n.Spec.PodCIDRs) != 1 || !strings.Contains(string(conf), `"`+n.Spec.PodCIDRs[0]+`"`) {
+		t.Errorf("pod network written:\n%s\nwant the Node's pod CIDRs %v", conf, n.Spec.PodCIDRs)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("node.Run() = %v", err)
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
 }

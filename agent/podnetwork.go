@@ -5,54 +5,49 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/cairn-os/cairn/agent/cni"
-	"github.com/cairn-os/cairn/internal/backoff"
+	"github.com/cairn-os/cairn/agent/node"
 )
 
 // writePodNetwork writes the pod network for containerd's CRI once the
 // Node has its pod ranges — at registration from cluster.podCIDR, or soon
-// after from kube-controller-manager's node IPAM —, retrying until it is
-// written or ctx ends. Until then the CRI reports its network not ready,
-// and so does the Node. The plugins are in paths.cniBinDir, the network is
-// written to paths.cniConfDir.
-func writePodNetwork(ctx context.Context, client kubernetes.Interface, node *corev1.Node, paths nodePaths) {
+// after from kube-controller-manager's node IPAM —, watching the Node
+// until it has them or ctx ends; it returns nil once the network is
+// written, an error when it could not be (the component is then started
+// again). Until then the CRI reports its network not ready, and so does
+// the Node. The plugins are in paths.cniBinDir, the network is written to
+// paths.cniConfDir.
+func writePodNetwork(ctx context.Context, m *node.Member, paths nodePaths) error {
 	log := slog.Default().With("component", "cni")
-	b := backoff.Backoff{Initial: time.Second, Max: 10 * time.Second, Jitter: 0.2}
-	for {
-		cidrs, err := podCIDRs(node)
-		if err == nil && len(cidrs) > 0 {
-			var path string
-			path, err = cni.Write(ctx, cni.Network{
-				PodCIDRs: cidrs,
-				BinDir:   paths.cniBinDir,
-				ConfDir:  paths.cniConfDir,
-			})
-			if err == nil {
-				log.Info("pod network written", "file", path, "podCIDRs", cidrs)
-				return
+	changed, stop, err := m.NodeChanged()
+	if err != nil {
+		return err
+	}
+	defer stop()
+	for waiting := false; ; waiting = true {
+		cidrs, err := podCIDRs(m.Node())
+		if err != nil {
+			return err
+		}
+		if len(cidrs) > 0 {
+			path, err := cni.Write(ctx, cni.Network{PodCIDRs: cidrs, BinDir: paths.cniBinDir, ConfDir: paths.cniConfDir})
+			if err != nil {
+				return fmt.Errorf("write the pod network: %w", err)
 			}
+			log.Info("pod network written", "file", path, "podCIDRs", cidrs)
+			return nil
 		}
-		delay := b.Next()
-		if err != nil {
-			log.Error("pod network not written, retrying", "err", err, "in", delay.Round(time.Millisecond))
-		} else {
-			log.Info("waiting for the Node's pod CIDR", "in", delay.Round(time.Millisecond))
+		if !waiting {
+			log.Info("waiting for the Node's pod CIDR")
 		}
-		if backoff.Sleep(ctx, backoff.RealClock, delay) != nil {
-			return
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
 		}
-		got, err := client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
-		if err != nil {
-			log.Error("get the Node", "err", err)
-			continue
-		}
-		node = got
 	}
 }
 

@@ -98,9 +98,9 @@ func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) {
 			s.scheme = v[:i]
 		}
 	}
-	inf := podInformer(k.client, k.cfg.NodeName)
+	inf := k.member.Informers.Core().V1().Pods().Informer()
 	s.store = inf.GetStore()
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { s.seen(ctx, obj) },
 		UpdateFunc: func(_, obj any) { s.seen(ctx, obj) },
 		DeleteFunc: func(obj any) {
@@ -116,9 +116,9 @@ func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) {
 		k.log.Error("pod sync loop not started", "err", err)
 		return
 	}
+	defer func() { _ = inf.RemoveEventHandler(reg) }()
 	k.log.Info("pod sync loop started")
-	s.wg.Go(func() { inf.RunWithContext(ctx) })
-	if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+	if cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
 		s.wg.Go(func() { s.housekeeping(ctx) })
 		p := &pleg{rt: k.cfg.Pods.Runtime, wake: s.changed, log: k.log, relistEvery: k.cfg.plegRelist}
 		s.wg.Go(func() { p.run(ctx) })

@@ -59,7 +59,7 @@ func TestPodSync(t *testing.T) {
 // newPodEnv starts a control plane, a containerd and a registry with the
 // test images, and returns them with the config of a node called node
 // that runs its pods there.
-func newPodEnv(t *testing.T, node string) (*podEnv, Config) {
+func newPodEnv(t *testing.T, node string) (*podEnv, testNode) {
 	c := kube.Start(t, kube.Options{})
 	rt := runtime.Start(t)
 	reg := registry.Start(t)

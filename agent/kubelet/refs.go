@@ -26,20 +26,15 @@ import (
 // "kubelet" on this host). The returned function, called once the pods'
 // goroutines are done, stops sending events and takes back what it gave,
 // so that the next Run with the same worker wires its own.
-func (k *kubelet) wirePodWorker(ctx context.Context, w *pods.Worker) (unwire func()) {
+func (k *kubelet) wirePodWorker(w *pods.Worker) (unwire func()) {
 	var undo []func()
 	if w.Refs == nil {
 		// The Services are watched, all of them, as the kubelet does:
 		// every container start needs its namespace's.
-		services := serviceInformer(k.client)
-		w.Refs = &nodeRefs{client: k.client, node: k.cfg.NodeName,
-			services: corelisters.NewServiceLister(services.GetIndexer()), servicesSynced: services.HasSynced}
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			services.RunWithContext(ctx)
-		}()
-		undo = append(undo, func() { <-done }, func() { w.Refs = nil })
+		services := k.member.Informers.Core().V1().Services()
+		w.Refs = &nodeRefs{client: k.client, node: k.member.Name,
+			services: services.Lister(), servicesSynced: services.Informer().HasSynced}
+		undo = append(undo, func() { w.Refs = nil })
 	}
 	if w.Volumes == nil {
 		w.Volumes = &volumes.Manager{Root: filepath.Join(k.cfg.Dir, "pods"), Client: k.client}
@@ -48,7 +43,7 @@ func (k *kubelet) wirePodWorker(ctx context.Context, w *pods.Worker) (unwire fun
 	if w.Events == nil {
 		b := record.NewBroadcasterWithCorrelatorOptions(record.CorrelatorOptions{SpamKeyFunc: spamKey})
 		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: k.client.CoreV1().Events("")})
-		w.Events = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: k.cfg.NodeName})
+		w.Events = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: k.member.Name})
 		undo = append(undo, b.Shutdown, func() { w.Events = nil })
 	}
 	return func() {

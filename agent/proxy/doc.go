@@ -6,11 +6,11 @@
 //
 // Use it as:
 //
-//	p := proxy.New(cfg, client) // cfg: node name, node IPs, cluster CIDRs
-//	go p.Run(ctx)               // informers, rate-limited syncs, periodic full resync
-//	registry.MustRegister(p)    // Prometheus metrics; or p.Stats()
+//	p := proxy.New(cfg, client)   // cfg: node name, node IPs, cluster CIDRs
+//	go p.Run(ctx, svcs, slices)   // shared informers; rate-limited syncs, periodic full resync
+//	registry.MustRegister(p)      // Prometheus metrics; or p.Stats()
 //	...
-//	p.Cleanup()                 // after Run returned: delete the table
+//	p.Cleanup()                   // after Run returned: delete the table
 //
 // # Layers
 //

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-os/cairn/agent/node"
 	"github.com/cairn-os/cairn/test/kube"
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -137,8 +138,15 @@ func (e *testEnv) run() (p *Proxier, stop func()) {
 	}
 	p = New(e.cfg, client)
 	ctx, cancel := context.WithCancel(context.Background())
+	// The informers as the agent has them, shared by the node's parts.
+	f := node.NewInformers(client, e.cfg.NodeName)
+	services, slices := f.Core().V1().Services(), f.Discovery().V1().EndpointSlices()
+	f.Start(ctx.Done())
 	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
+	go func() {
+		defer f.Shutdown()
+		done <- p.Run(ctx, services, slices)
+	}()
 	stopped := false
 	stop = func() {
 		if stopped {

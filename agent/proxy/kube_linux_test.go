@@ -74,3 +74,46 @@ func TestClusterIPAllocatedByTheAPIServer(t *testing.T) {
 		t.Errorf("the deleted Service's ClusterIP %s still answers", addr)
 	}
 }
+
+// TestOtherProxysServices wants the Services that another proxy serves
+// (label service.kubernetes.io/service-proxy-name) left alone, from the
+// informers the agent shares, which hold every Service: such a Service is
+// served once the label goes, and left again when it comes back.
+func TestOtherProxysServices(t *testing.T) {
+	e := newEnv(t, 1)
+	e.start()
+	const otherIP, markerIP = "198.18.100.201", "198.18.100.202"
+	other := service("other", otherIP, svcPort("http", v1.ProtocolTCP, 80, "http"))
+	other.Labels = map[string]string{labelServiceProxyName: "someone-else"}
+	e.apply(other, endpointSlice("other", httpPort, ep(backendIP(0))))
+	// A Service of ours made afterwards: once it answers, the proxier
+	// synced with the other one in its informers.
+	e.apply(service("marker", markerIP, svcPort("http", v1.ProtocolTCP, 80, "http")),
+		endpointSlice("marker", httpPort, ep(backendIP(0))))
+	waitAnswers(t, e.client, net.JoinHostPort(markerIP, "80"))
+	otherChains := func() []string {
+		var chs []string
+		for _, ch := range kernelChains(t, e.node) {
+			if strings.Contains(ch, "/other/") {
+				chs = append(chs, ch)
+			}
+		}
+		return chs
+	}
+	if chs := otherChains(); len(chs) > 0 {
+		t.Errorf("chains %v for a Service of another proxy, want none", chs)
+	}
+
+	other.Labels = nil
+	e.apply(other)
+	waitAnswers(t, e.client, net.JoinHostPort(otherIP, "80"))
+
+	other.Labels = map[string]string{labelServiceProxyName: "someone-else"}
+	e.apply(other)
+	eventually(t, "chains of the Service gone to another proxy", func() error {
+		if chs := otherChains(); len(chs) > 0 {
+			return fmt.Errorf("chains %v still there", chs)
+		}
+		return nil
+	})
+}

@@ -14,10 +14,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -98,14 +99,17 @@ func (p *Proxier) requestSync() {
 	}
 }
 
-// Run watches Services and EndpointSlices and syncs the table until ctx is
-// done. The first sync, once the informers have listed everything, is a
+// Run watches Services and EndpointSlices with the shared informers
+// services and endpointSlices, which the caller starts, and syncs the table until
+// ctx is done. The informers may hold every Service and slice: the proxy
+// leaves out, in memory, those that are another proxy's or headless. The
+// first sync, once the informers have listed everything, is a
 // full one: it reads the kernel's table and removes whatever is stale, so a
 // restarted proxier converges to the same table. Later syncs write only
 // what changed; one runs at most every MinSyncInterval, and a full one every
 // ResyncPeriod. The table stays in place when Run returns: traffic keeps
 // flowing while the agent restarts. Use Cleanup to remove it.
-func (p *Proxier) Run(ctx context.Context) error {
+func (p *Proxier) Run(ctx context.Context, services coreinformers.ServiceInformer, endpointSlices discoveryinformers.EndpointSliceInformer) error {
 	if err := p.cfg.validate(); err != nil {
 		return err
 	}
@@ -119,34 +123,25 @@ func (p *Proxier) Run(ctx context.Context) error {
 	defer events.Shutdown()
 	p.events = events.NewRecorder(scheme.Scheme, v1.EventSource{Component: EventSource, Host: p.cfg.NodeName})
 
-	factory := informers.NewSharedInformerFactoryWithOptions(p.client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = "!" + labelServiceProxyName + ",!" + labelHeadless
-		}))
-	svcInformer := factory.Core().V1().Services()
-	sliceInformer := factory.Discovery().V1().EndpointSlices()
-	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { p.requestSync() },
-		UpdateFunc: func(any, any) { p.requestSync() },
-		DeleteFunc: func(any) { p.requestSync() },
+	handler := cache.FilteringResourceEventHandler{
+		FilterFunc: isOurs,
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { p.requestSync() },
+			UpdateFunc: func(any, any) { p.requestSync() },
+			DeleteFunc: func(any) { p.requestSync() },
+		},
 	}
-	if _, err := svcInformer.Informer().AddEventHandler(handler); err != nil {
-		return fmt.Errorf("watch Services: %w", err)
-	}
-	if _, err := sliceInformer.Informer().AddEventHandler(handler); err != nil {
-		return fmt.Errorf("watch EndpointSlices: %w", err)
-	}
-	p.services, p.slices = svcInformer.Lister(), sliceInformer.Lister()
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("list %v: informer did not sync", typ)
+	for what, inf := range map[string]cache.SharedIndexInformer{"Services": services.Informer(), "EndpointSlices": endpointSlices.Informer()} {
+		reg, err := inf.AddEventHandler(handler)
+		if err != nil {
+			return fmt.Errorf("watch %s: %w", what, err)
+		}
+		defer func() { _ = inf.RemoveEventHandler(reg) }()
+		if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+			return nil // ctx ended
 		}
 	}
+	p.services, p.slices = services.Lister(), endpointSlices.Lister()
 	p.log.Info("informers synced; programming Services", "table", "inet "+p.cfg.Table)
 	return p.loop(ctx)
 }
@@ -315,11 +310,12 @@ func (p *Proxier) tell(all []serviceProblems) {
 // Service that has some.
 func (p *Proxier) collect() ([]servicePort, []serviceProblems) {
 	svcs, _ := p.services.List(labels.Everything())
+	svcs = slices.DeleteFunc(svcs, func(svc *v1.Service) bool { return !ours(svc.Labels) })
 	sls, _ := p.slices.List(labels.Everything())
 	byService := map[string][]*discovery.EndpointSlice{}
 	for _, sl := range sls {
 		name := sl.Labels[discovery.LabelServiceName]
-		if name == "" {
+		if name == "" || !ours(sl.Labels) {
 			continue
 		}
 		key := sl.Namespace + "/" + name
@@ -338,6 +334,21 @@ func (p *Proxier) collect() ([]servicePort, []serviceProblems) {
 		}
 	}
 	return ports, problems
+}
+
+// ours says whether a Service or EndpointSlice with labels l is the
+// proxy's: not another proxy's, not headless.
+func ours(l map[string]string) bool {
+	_, other := l[labelServiceProxyName]
+	_, headless := l[labelHeadless]
+	return !other && !headless
+}
+
+// isOurs says whether obj, a Service or an EndpointSlice, is the proxy's
+// (see ours); a deleted object whose last state is unknown may have been.
+func isOurs(obj any) bool {
+	m, err := meta.Accessor(obj)
+	return err != nil || ours(m.GetLabels())
 }
 
 // Cleanup deletes the table. Call it after Run has returned, when the node

@@ -1,8 +1,8 @@
 // Package cri is cairn-agent's client of the container runtime's CRI:
 // containerd's RuntimeService and ImageService over its gRPC socket. It
-// tells the kubelet part whether the runtime and its pod network are ready
-// (kubelet.RuntimeStatus) and which runtime it is (kubelet.RuntimeInfo),
-// and gives the pod worker its CRI clients.
+// tells the node whether the runtime and its pod network are ready
+// (node.RuntimeStatus) and which runtime it is (node.RuntimeInfo), and
+// gives the pod worker its CRI clients.
 //
 //	c, err := cri.New("/run/containerd/containerd.sock")
 //	w := &pods.Worker{Runtime: c.Runtime, Images: c.Images, LogRoot: "/var/log/pods"}

@@ -1,5 +1,5 @@
 // Command podagent runs cairn-agent's kubelet part alone, as a process of
-// its own, for the pod startup benchmark (test/bench): the same
+// its own, for the pod startup benchmark (test/bench): the same node.Run,
 // kubelet.Run, pod worker and metrics that cairn-agent runs, on a given
 // CRI socket, node name and cluster section, without the management API,
 // init, the Service dataplane and the pod network config. The benchmark
@@ -28,6 +28,7 @@ import (
 
 	"github.com/cairn-os/cairn/agent/kubelet"
 	"github.com/cairn-os/cairn/agent/kubelet/cri"
+	"github.com/cairn-os/cairn/agent/node"
 	"github.com/cairn-os/cairn/internal/layout"
 	"github.com/cairn-os/cairn/machineconfig"
 )
@@ -72,17 +73,20 @@ func run(socket, nodeName, clusterFile, dir, logRoot, cpuProfile string) error {
 		return err
 	}
 	defer rt.Close()
-	return kubelet.Run(ctx, kubelet.Config{
+	worker := kubelet.NewPodWorker(&cluster, rt, logRoot)
+	pods := node.Component{Name: "kubelet", Run: func(ctx context.Context, m *node.Member) error {
+		return kubelet.Run(ctx, m, kubelet.Config{Dir: dir, RuntimeInfo: rt, Pods: worker, Metrics: reg,
+			Log: slog.Default().With("component", "kubelet")})
+	}}
+	return node.Run(ctx, node.Config{
 		NodeName:      nodeName,
 		Cluster:       cluster,
 		Dir:           dir,
 		RuntimeInfo:   rt,
 		RuntimeStatus: rt,
-		Pods:          kubelet.NewPodWorker(&cluster, rt, logRoot),
 		Metrics:       reg,
 		Version:       "bench",
-		Log:           slog.Default().With("component", "kubelet"),
-	})
+	}, []node.Component{pods})
 }
 
 // profileOnSignal profiles the CPU from each SIGUSR1 to the next SIGUSR2

@@ -1,4 +1,4 @@
-package kubelet
+package node
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/cairn-os/cairn/agent/kubelet/host"
+	"github.com/cairn-os/cairn/agent/node/host"
 )
 
 // maxPods is the node's pod capacity, the kubelet's usual.
@@ -42,37 +42,37 @@ const (
 // labels that the node sets up to date, and leaves everything else to the
 // status updates. Taints count only when the Node is created: afterwards
 // only the control plane may change them.
-func (k *kubelet) register(ctx context.Context) (*corev1.Node, error) {
+func (j *joiner) register(ctx context.Context) (*corev1.Node, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	nodes := k.client.CoreV1().Nodes()
+	nodes := j.client.CoreV1().Nodes()
 	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: k.cfg.NodeName, Labels: k.labels()},
-		Status:     k.nodeStatus(ctx, nil, metav1.Now()),
+		ObjectMeta: metav1.ObjectMeta{Name: j.cfg.NodeName, Labels: j.labels()},
+		Status:     j.nodeStatus(ctx, nil, metav1.Now()),
 	}
-	for _, t := range k.cfg.Cluster.NodeTaints {
+	for _, t := range j.cfg.Cluster.NodeTaints {
 		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
 	}
-	if cidr := k.cfg.Cluster.PodCIDR; cidr != "" {
+	if cidr := j.cfg.Cluster.PodCIDR; cidr != "" {
 		node.Spec.PodCIDR, node.Spec.PodCIDRs = cidr, []string{cidr}
 	}
 	created, err := nodes.Create(ctx, node, metav1.CreateOptions{})
 	if err == nil {
-		k.log.Info("registered the Node", "uid", created.UID)
-		k.logConditions(nil, created.Status.Conditions)
+		j.log.Info("registered the Node", "uid", created.UID)
+		j.logConditions(nil, created.Status.Conditions)
 		return created, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("create Node: %w", err)
 	}
 
-	existing, err := nodes.Get(ctx, k.cfg.NodeName, metav1.GetOptions{})
+	existing, err := nodes.Get(ctx, j.cfg.NodeName, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("get Node: %w", err)
 	}
 	for _, t := range node.Spec.Taints {
 		if !slices.ContainsFunc(existing.Spec.Taints, func(e corev1.Taint) bool { return e.MatchTaint(&t) }) {
-			k.log.Warn("the existing Node lacks a configured taint; only the control plane can add it", "taint", t.ToString())
+			j.log.Warn("the existing Node lacks a configured taint; only the control plane can add it", "taint", t.ToString())
 		}
 	}
 	changed := map[string]string{}
@@ -86,22 +86,22 @@ func (k *kubelet) register(ctx context.Context) (*corev1.Node, error) {
 		if err != nil {
 			return nil, err
 		}
-		if existing, err = nodes.Patch(ctx, k.cfg.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		if existing, err = nodes.Patch(ctx, j.cfg.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			return nil, fmt.Errorf("update the labels of the Node: %w", err)
 		}
 	}
-	k.log.Info("adopted the existing Node", "uid", existing.UID, "labels updated", slices.Sorted(maps.Keys(changed)))
+	j.log.Info("adopted the existing Node", "uid", existing.UID, "labels updated", slices.Sorted(maps.Keys(changed)))
 	return existing, nil
 }
 
 // labels returns the labels the node sets on its Node: the configured
 // ones, and its hostname, OS and architecture.
-func (k *kubelet) labels() map[string]string {
-	l := maps.Clone(k.cfg.Cluster.NodeLabels)
+func (j *joiner) labels() map[string]string {
+	l := maps.Clone(j.cfg.Cluster.NodeLabels)
 	if l == nil {
 		l = map[string]string{}
 	}
-	l[corev1.LabelHostname] = k.cfg.NodeName
+	l[corev1.LabelHostname] = j.cfg.NodeName
 	l[corev1.LabelOSStable] = runtime.GOOS
 	l[corev1.LabelArchStable] = runtime.GOARCH
 	return l
@@ -144,18 +144,18 @@ func derivedMachineID(nodeName string) string {
 }
 
 // nodeInfo returns the Node's system info.
-func (k *kubelet) nodeInfo(ctx context.Context) corev1.NodeSystemInfo {
-	runtimeVersion, err := k.cfg.RuntimeInfo.RuntimeVersion(ctx)
+func (j *joiner) nodeInfo(ctx context.Context) corev1.NodeSystemInfo {
+	runtimeVersion, err := j.cfg.RuntimeInfo.RuntimeVersion(ctx)
 	if err != nil {
 		runtimeVersion = "" // the Ready condition says why
 	}
 	return corev1.NodeSystemInfo{
-		MachineID:               k.host.machineID,
-		BootID:                  k.host.bootID,
-		KernelVersion:           k.host.kernelVersion,
-		OSImage:                 k.host.osImage,
+		MachineID:               j.host.machineID,
+		BootID:                  j.host.bootID,
+		KernelVersion:           j.host.kernelVersion,
+		OSImage:                 j.host.osImage,
 		ContainerRuntimeVersion: runtimeVersion,
-		KubeletVersion:          kubeletVersion(k.cfg.Version),
+		KubeletVersion:          kubeletVersion(j.cfg.Version),
 		OperatingSystem:         runtime.GOOS,
 		Architecture:            runtime.GOARCH,
 	}

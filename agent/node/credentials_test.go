@@ -1,4 +1,4 @@
-package kubelet
+package node
 
 import (
 	"crypto/tls"

@@ -1,4 +1,4 @@
-package kubelet
+package node
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/cairn-os/cairn/agent/kubelet/host"
+	"github.com/cairn-os/cairn/agent/node/host"
 )
 
 // healthy is an observation of a node with nothing wrong.

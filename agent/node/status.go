@@ -1,4 +1,4 @@
-package kubelet
+package node
 
 import (
 	"context"
@@ -14,7 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
-	"github.com/cairn-os/cairn/agent/kubelet/host"
+	"github.com/cairn-os/cairn/agent/node/host"
+	"github.com/cairn-os/cairn/internal/backoff"
 )
 
 // Thresholds of the pressure conditions. Memory and disk are the
@@ -40,11 +41,11 @@ type observation struct {
 	pidsErr   error
 }
 
-func (k *kubelet) observe(ctx context.Context) observation {
+func (j *joiner) observe(ctx context.Context) observation {
 	var o observation
-	o.runtimeReady, o.networkReady, o.runtimeReason, o.runtimeErr = k.cfg.RuntimeStatus.RuntimeStatus(ctx)
+	o.runtimeReady, o.networkReady, o.runtimeReason, o.runtimeErr = j.cfg.RuntimeStatus.RuntimeStatus(ctx)
 	o.memory, o.memoryErr = host.ReadMemory()
-	o.disk, o.diskErr = host.StatFS(k.cfg.Dir)
+	o.disk, o.diskErr = host.StatFS(j.cfg.Dir)
 	o.pids, o.pidsErr = host.ReadPIDs()
 	return o
 }
@@ -160,8 +161,8 @@ func pidCondition(o *observation) corev1.NodeCondition {
 
 // nodeStatus measures the node: the status it would report now, prev
 // being the conditions it reports so far.
-func (k *kubelet) nodeStatus(ctx context.Context, prev []corev1.NodeCondition, now metav1.Time) corev1.NodeStatus {
-	o := k.observe(ctx)
+func (j *joiner) nodeStatus(ctx context.Context, prev []corev1.NodeCondition, now metav1.Time) corev1.NodeStatus {
+	o := j.observe(ctx)
 	var mem *host.Memory
 	if o.memoryErr == nil {
 		mem = &o.memory
@@ -175,22 +176,22 @@ func (k *kubelet) nodeStatus(ctx context.Context, prev []corev1.NodeCondition, n
 		Capacity:    c,
 		Allocatable: allocatable(c),
 		Conditions:  conditions(prev, &o, now),
-		Addresses:   k.addresses(),
-		NodeInfo:    k.nodeInfo(ctx),
+		Addresses:   j.addresses(),
+		NodeInfo:    j.nodeInfo(ctx),
 	}
 }
 
 // addresses returns the node's InternalIPs and its Hostname.
-func (k *kubelet) addresses() []corev1.NodeAddress {
+func (j *joiner) addresses() []corev1.NodeAddress {
 	ips, err := host.Addresses()
 	if err != nil {
-		k.log.Warn("cannot read the node's addresses", "err", err)
+		j.log.Warn("cannot read the node's addresses", "err", err)
 	}
 	var as []corev1.NodeAddress
 	for _, ip := range ips {
 		as = append(as, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip.String()})
 	}
-	return append(as, corev1.NodeAddress{Type: corev1.NodeHostName, Address: k.cfg.NodeName})
+	return append(as, corev1.NodeAddress{Type: corev1.NodeHostName, Address: j.cfg.NodeName})
 }
 
 // sameStatus reports whether a and b differ in nothing that nodeStatus
@@ -211,28 +212,28 @@ func sameStatus(a, b *corev1.NodeStatus) bool {
 // reportStatus measures the node every StatusInterval and patches the
 // Node's status when it differs from what the Node says, or when
 // StatusReportInterval passed since the last patch, until ctx ends.
-func (k *kubelet) reportStatus(ctx context.Context) {
-	nodes := k.client.CoreV1().Nodes()
+func (j *joiner) reportStatus(ctx context.Context) {
+	nodes := j.client.CoreV1().Nodes()
 	lastPatch := time.Now() // registration wrote a status
-	b := newBackoff(200*time.Millisecond, k.cfg.StatusInterval)
-	wait := k.cfg.StatusInterval
-	for sleep(ctx, wait) {
-		patched, err := k.updateStatus(ctx, nodes, time.Since(lastPatch) >= k.cfg.StatusReportInterval)
+	b := backoff.Backoff{Initial: 200 * time.Millisecond, Max: j.cfg.StatusInterval, Jitter: 0.2}
+	wait := j.cfg.StatusInterval
+	for backoff.Sleep(ctx, backoff.RealClock, wait) == nil {
+		patched, err := j.updateStatus(ctx, nodes, time.Since(lastPatch) >= j.cfg.StatusReportInterval)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			wait = b.Next()
-			k.log.Warn("cannot update the node status; retrying", "err", err, "in", wait.Round(time.Millisecond))
+			j.log.Warn("cannot update the node status; retrying", "err", err, "in", wait.Round(time.Millisecond))
 			continue
 		}
 		if b.Reset() {
-			k.log.Info("updating the node status again")
+			j.log.Info("updating the node status again")
 		}
 		if patched {
 			lastPatch = time.Now()
 		}
-		wait = k.cfg.StatusInterval
+		wait = j.cfg.StatusInterval
 	}
 }
 
@@ -241,14 +242,14 @@ func (k *kubelet) reportStatus(ctx context.Context) {
 // patched. The patch carries the resourceVersion read: if someone changed
 // the Node in between, the API server refuses it, and the next try starts
 // from their version rather than overwrite their conditions.
-func (k *kubelet) updateStatus(ctx context.Context, nodes corev1client.NodeInterface, force bool) (bool, error) {
+func (j *joiner) updateStatus(ctx context.Context, nodes corev1client.NodeInterface, force bool) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	node, err := nodes.Get(ctx, k.cfg.NodeName, metav1.GetOptions{})
+	node, err := nodes.Get(ctx, j.cfg.NodeName, metav1.GetOptions{})
 	if err != nil {
 		return false, fmt.Errorf("get Node: %w", err)
 	}
-	status := k.nodeStatus(ctx, node.Status.Conditions, metav1.Now())
+	status := j.nodeStatus(ctx, node.Status.Conditions, metav1.Now())
 	if !force && sameStatus(&node.Status, &status) {
 		return false, nil
 	}
@@ -265,20 +266,20 @@ func (k *kubelet) updateStatus(ctx context.Context, nodes corev1client.NodeInter
 	if err != nil {
 		return false, err
 	}
-	if _, err := nodes.Patch(ctx, k.cfg.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+	if _, err := nodes.Patch(ctx, j.cfg.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		return false, fmt.Errorf("patch Node status: %w", err)
 	}
-	k.logConditions(node.Status.Conditions, status.Conditions)
+	j.logConditions(node.Status.Conditions, status.Conditions)
 	return true, nil
 }
 
 // logConditions logs those of ourConditions in cs whose status or reason
 // differs from prev.
-func (k *kubelet) logConditions(prev, cs []corev1.NodeCondition) {
+func (j *joiner) logConditions(prev, cs []corev1.NodeCondition) {
 	for _, c := range cs {
 		if p := findCondition(prev, c.Type); slices.Contains(ourConditions, c.Type) &&
 			(p == nil || p.Status != c.Status || p.Reason != c.Reason) {
-			k.log.Info("node condition", "type", c.Type, "status", c.Status, "reason", c.Reason, "message", c.Message)
+			j.log.Info("node condition", "type", c.Type, "status", c.Status, "reason", c.Reason, "message", c.Message)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package kubelet
+package node
 
 import (
 	"regexp"
@@ -7,7 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/cairn-os/cairn/agent/kubelet/host"
+	"github.com/cairn-os/cairn/agent/node/host"
 )
 
 func TestCapacityAllocatable(t *testing.T) {

@@ -1,4 +1,4 @@
-package kubelet
+package node
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/cairn-os/cairn/internal/backoff"
 )
 
 // rotateAt is when a certificate is renewed: after 80 % of its lifetime,
@@ -19,11 +21,11 @@ func rotateAt(leaf *x509.Certificate) time.Time {
 // certificate has expired nonetheless, the API server refuses it, and the
 // renewal falls back to the bootstrap token.
 func (c *credentials) rotate(ctx context.Context, client kubernetes.Interface) {
-	b := newBackoff(time.Second, 5*time.Minute)
+	b := backoff.Backoff{Initial: time.Second, Max: 5 * time.Minute, Jitter: 0.2}
 	for {
 		leaf := c.cert.Load().Leaf
 		if wait := rotateAt(leaf).Sub(c.now()); wait > 0 {
-			if !sleep(ctx, min(wait, c.check)) {
+			if backoff.Sleep(ctx, backoff.RealClock, min(wait, c.check)) != nil {
 				return
 			}
 			continue
@@ -46,7 +48,7 @@ func (c *credentials) rotate(ctx context.Context, client kubernetes.Interface) {
 		}
 		d := b.Next()
 		c.log.Warn("cannot renew the client certificate; retrying", "err", err, "expires", leaf.NotAfter, "in", d.Round(time.Millisecond))
-		if !sleep(ctx, d) {
+		if backoff.Sleep(ctx, backoff.RealClock, d) != nil {
 			return
 		}
 	}

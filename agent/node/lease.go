@@ -1,4 +1,4 @@
-package kubelet
+package node
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+
+	"github.com/cairn-os/cairn/internal/backoff"
 )
 
 // leaseDuration is how long the control plane waits for a renewal before
@@ -21,25 +23,25 @@ const leaseDuration = 40 * time.Second
 // failure it retries sooner, from 200 ms doubling up to LeaseInterval.
 // node is the registered Node, which owns the Lease: deleting the Node
 // deletes it.
-func (k *kubelet) renewLease(ctx context.Context, node *corev1.Node) {
-	leases := k.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+func (j *joiner) renewLease(ctx context.Context, node *corev1.Node) {
+	leases := j.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
 	var lease *coordv1.Lease
-	b := newBackoff(200*time.Millisecond, k.cfg.LeaseInterval)
+	b := backoff.Backoff{Initial: 200 * time.Millisecond, Max: j.cfg.LeaseInterval, Jitter: 0.2}
 	for {
 		var err error
-		wait := k.cfg.LeaseInterval
-		lease, err = k.renewLeaseOnce(ctx, leases, lease, node)
+		wait := j.cfg.LeaseInterval
+		lease, err = j.renewLeaseOnce(ctx, leases, lease, node)
 		if ctx.Err() != nil {
 			return
 		}
-		k.metrics.leaseRenewed(err)
+		j.metrics.leaseRenewed(err)
 		if err != nil {
 			wait = b.Next()
-			k.log.Warn("cannot renew the Lease; retrying", "err", err, "in", wait.Round(time.Millisecond))
+			j.log.Warn("cannot renew the Lease; retrying", "err", err, "in", wait.Round(time.Millisecond))
 		} else if b.Reset() {
-			k.log.Info("renewed the Lease again")
+			j.log.Info("renewed the Lease again")
 		}
-		if !sleep(ctx, wait) {
+		if backoff.Sleep(ctx, backoff.RealClock, wait) != nil {
 			return
 		}
 	}
@@ -48,15 +50,15 @@ func (k *kubelet) renewLease(ctx context.Context, node *corev1.Node) {
 // renewLeaseOnce updates lease (nil: get it, or create it) with the
 // current time and returns it as stored. On an error (a conflict among
 // them) it returns nil, so that the next try gets the Lease anew.
-func (k *kubelet) renewLeaseOnce(ctx context.Context, leases coordclient.LeaseInterface, lease *coordv1.Lease, node *corev1.Node) (*coordv1.Lease, error) {
+func (j *joiner) renewLeaseOnce(ctx context.Context, leases coordclient.LeaseInterface, lease *coordv1.Lease, node *corev1.Node) (*coordv1.Lease, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	if lease == nil {
 		var err error
-		lease, err = leases.Get(ctx, k.cfg.NodeName, metav1.GetOptions{})
+		lease, err = leases.Get(ctx, j.cfg.NodeName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			lease = &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: k.cfg.NodeName, Namespace: corev1.NamespaceNodeLease}}
-			k.setLease(lease, node)
+			lease = &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: j.cfg.NodeName, Namespace: corev1.NamespaceNodeLease}}
+			j.setLease(lease, node)
 			if lease, err = leases.Create(ctx, lease, metav1.CreateOptions{}); err != nil {
 				return nil, fmt.Errorf("create Lease: %w", err)
 			}
@@ -67,7 +69,7 @@ func (k *kubelet) renewLeaseOnce(ctx context.Context, leases coordclient.LeaseIn
 		}
 	}
 	lease = lease.DeepCopy()
-	k.setLease(lease, node)
+	j.setLease(lease, node)
 	updated, err := leases.Update(ctx, lease, metav1.UpdateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("update Lease: %w", err)
@@ -76,8 +78,8 @@ func (k *kubelet) renewLeaseOnce(ctx context.Context, leases coordclient.LeaseIn
 }
 
 // setLease makes l the node's, renewed now.
-func (k *kubelet) setLease(l *coordv1.Lease, node *corev1.Node) {
-	holder, seconds := k.cfg.NodeName, int32(leaseDuration/time.Second)
+func (j *joiner) setLease(l *coordv1.Lease, node *corev1.Node) {
+	holder, seconds := j.cfg.NodeName, int32(leaseDuration/time.Second)
 	l.Spec.HolderIdentity = &holder
 	l.Spec.LeaseDurationSeconds = &seconds
 	l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}

@@ -1,4 +1,4 @@
-package kubelet
+package node
 
 import (
 	"context"
@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 	certclient "k8s.io/client-go/kubernetes/typed/certificates/v1"
+
+	"github.com/cairn-os/cairn/internal/backoff"
 )
 
 // requestCertificate gets a client certificate for the node from the
@@ -68,7 +70,7 @@ func requestCertificate(ctx context.Context, csrs certclient.CertificateSigningR
 // restarts, for as long as ctx lasts: an approval may need a person.
 func waitForCertificate(ctx context.Context, csrs certclient.CertificateSigningRequestInterface, name string, log *slog.Logger) ([]byte, error) {
 	sel := fields.OneTermEqualSelector("metadata.name", name).String()
-	b := newBackoff(500*time.Millisecond, 10*time.Second)
+	b := backoff.Backoff{Initial: 500 * time.Millisecond, Max: 10 * time.Second, Jitter: 0.2}
 	for {
 		started := time.Now()
 		cert, done, err := listAndWatch(ctx, csrs, sel)
@@ -85,7 +87,7 @@ func waitForCertificate(ctx context.Context, csrs certclient.CertificateSigningR
 		}
 		d := b.Next()
 		log.Warn("cannot watch the CSR; retrying", "csr", name, "err", err, "in", d.Round(time.Millisecond))
-		if !sleep(ctx, d) {
+		if backoff.Sleep(ctx, backoff.RealClock, d) != nil {
 			return nil, ctx.Err()
 		}
 	}
