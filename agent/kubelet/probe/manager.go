@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cairn-os/cairn/agent/kubelet/handler"
 )
 
 // Manager runs the probes of the node's running containers. Its fields
@@ -189,7 +191,7 @@ func (m *Manager) run(ctx context.Context, k key, w *worker, pod *corev1.Pod, c 
 	}
 	wait := m.scale(time.Duration(p.InitialDelaySeconds) * time.Second)
 	var oks, fails int
-	target := Target{Container: c, ContainerID: w.containerID, Host: host}
+	target := handler.Target{Container: c, ContainerID: w.containerID, Host: host}
 	for {
 		t := time.NewTimer(wait)
 		select {
