@@ -135,7 +135,7 @@ func startKubelet(ctx context.Context, cfg *machineconfig.Config, dir string, pa
 			Dir:           dir,
 			RuntimeInfo:   rt,
 			RuntimeStatus: rt,
-			Pods:          kubelet.NewPodWorker(cfg.Cluster, rt, paths.podLogRoot),
+			Pods:          kubelet.NewPodConfig(cfg.Cluster, rt, paths.podLogRoot),
 			OnJoined: func(ctx context.Context, client kubernetes.Interface, node *corev1.Node) {
 				var wg sync.WaitGroup
 				wg.Go(func() { writePodNetwork(ctx, client, node, paths) })

@@ -30,7 +30,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/cairn-os/cairn/agent/kubelet/pods"
 	"github.com/cairn-os/cairn/machineconfig"
 )
 
@@ -56,11 +55,10 @@ type Config struct {
 	// there.
 	OnJoined func(ctx context.Context, client kubernetes.Interface, node *corev1.Node)
 	// Pods, if set, runs the Pods bound to the node once it joined: they
-	// are watched with the node's client and synced with this worker, and
-	// their status is reported (see syncPods). Its Refs, Events and
-	// Volumes, if nil, are set to the node's (see wirePodWorker). Nil runs
-	// no pods.
-	Pods *pods.Worker
+	// are watched with the node's client and synced with a pod worker made
+	// from this config and the node's client (see newPodWorker), and
+	// their status is reported (see syncPods). Nil runs no pods.
+	Pods *PodConfig
 	// PodResync is how often each pod is synced when nothing changed: the
 	// runtime's events and relists (pleg) and probe results wake a pod
 	// when something did. 0 means 10 s.
@@ -241,7 +239,6 @@ func (k *kubelet) run(ctx context.Context) {
 	}
 	wg.Go(func() { k.reportStatus(ctx) })
 	if k.cfg.Pods != nil {
-		defer k.wirePodWorker(ctx, k.cfg.Pods)()
 		wg.Go(func() { k.syncPods(ctx, node) })
 	}
 	if k.creds.rotates() {

@@ -89,7 +89,7 @@ func newPodEnv(t *testing.T, node string) (*podEnv, Config) {
 	cfg := testConfig(t, c, e.node, t.TempDir())
 	cfg.Metrics = metrics
 	cfg.RuntimeInfo, cfg.RuntimeStatus = client, client
-	cfg.Pods = &pods.Worker{Runtime: client.Runtime, Images: client.Images, LogRoot: filepath.Join(t.TempDir(), "pods")}
+	cfg.Pods = &PodConfig{Runtime: client.Runtime, Images: client.Images, LogRoot: filepath.Join(t.TempDir(), "pods")}
 	return e, cfg
 }
 

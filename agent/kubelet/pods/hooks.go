@@ -39,7 +39,7 @@ func (w *Worker) runHook(ctx context.Context, pod *corev1.Pod, c *corev1.Contain
 		host = pod.Status.PodIP // the node's, on the host network
 	}
 	target := handler.Target{Container: c, ContainerID: id, Host: host}
-	return handler.Run(ctx, w.Runtime, handler.FromHook(h), timeout, target)
+	return handler.Run(ctx, w.cfg.Runtime, handler.FromHook(h), timeout, target)
 }
 
 // postStart runs c's postStart hook, if any, in the container id that
@@ -100,7 +100,7 @@ func (w *Worker) stop(ctx context.Context, pod *corev1.Pod, id, name, podIP stri
 	if grace == 0 {
 		left = 0 // deletion forced: no grace at all
 	}
-	_, err := w.Runtime.StopContainer(ctx, &criv1.StopContainerRequest{ContainerId: id, Timeout: int64(left.Round(time.Second) / time.Second)})
+	_, err := w.cfg.Runtime.StopContainer(ctx, &criv1.StopContainerRequest{ContainerId: id, Timeout: int64(left.Round(time.Second) / time.Second)})
 	if err != nil {
 		return errors.Join(hookErr, fmt.Errorf("stop container %s of pod %s/%s: %w", name, pod.Namespace, pod.Name, err))
 	}
@@ -143,7 +143,7 @@ func (w *Worker) podIP(ctx context.Context, pod *corev1.Pod, id string) (string,
 	if pod.Spec.HostNetwork {
 		return "", nil
 	}
-	st, err := w.Runtime.PodSandboxStatus(ctx, &criv1.PodSandboxStatusRequest{PodSandboxId: id})
+	st, err := w.cfg.Runtime.PodSandboxStatus(ctx, &criv1.PodSandboxStatusRequest{PodSandboxId: id})
 	if err != nil {
 		return "", fmt.Errorf("status of sandbox %s of pod %s/%s: %w", id, pod.Namespace, pod.Name, err)
 	}

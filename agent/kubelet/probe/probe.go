@@ -14,7 +14,9 @@
 //     with its grace period, so that the pod worker restarts it as its
 //     restartPolicy says, counting the restart.
 //
-// Results belong to one CRI container: a restarted container starts
+// The verdicts go to a Results cache, which the pod worker reads (Ready,
+// Started) and whose Updates channel tells it, by pod, when one changed.
+// Verdicts belong to one CRI container: a restarted container starts
 // again unready and not started.
 package probe
 

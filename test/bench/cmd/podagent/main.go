@@ -78,7 +78,7 @@ func run(socket, nodeName, clusterFile, dir, logRoot, cpuProfile string) error {
 		Dir:           dir,
 		RuntimeInfo:   rt,
 		RuntimeStatus: rt,
-		Pods:          kubelet.NewPodWorker(&cluster, rt, logRoot),
+		Pods:          kubelet.NewPodConfig(&cluster, rt, logRoot),
 		Metrics:       reg,
 		Version:       "bench",
 		Log:           slog.Default().With("component", "kubelet"),
