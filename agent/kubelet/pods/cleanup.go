@@ -58,7 +58,7 @@ func (w *Worker) Cleanup(ctx context.Context, keep func(types.UID) bool) {
 			"pod", sb.GetMetadata().GetNamespace()+"/"+sb.GetMetadata().GetName())
 	}
 	w.removeOrphanVolumes(kept)
-	w.removeOrphanLogs(kept, time.Now())
+	w.removeOrphanLogs(kept, w.now())
 }
 
 // removeOrphanVolumes removes the volumes of the pods that keep does not

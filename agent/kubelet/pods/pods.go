@@ -71,8 +71,8 @@ type Config struct {
 	// RuntimeHandler is the CRI runtime handler (RuntimeClass); empty is
 	// the runtime's default.
 	RuntimeHandler string
-	// Now is the clock of restart and image pull backoffs; time.Now if
-	// nil.
+	// Now is the clock of restart and image pull backoffs and of how long
+	// Cleanup keeps orphaned logs; time.Now if nil.
 	Now func() time.Time
 	// Refs, if set, reads the ConfigMaps, Secrets and Node that
 	// containers' env and pods' imagePullSecrets refer to; without it,

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cairn-os/cairn/agent/kubelet/pods"
+	"github.com/cairn-os/cairn/internal/crilog"
 	"github.com/cairn-os/cairn/test/registry"
 	"github.com/cairn-os/cairn/test/runtime"
 	"github.com/google/go-cmp/cmp"
@@ -264,6 +266,55 @@ func TestTerminate(t *testing.T) {
 	}
 	if len(sbs.Items) != 0 || len(ctrs.Containers) != 0 {
 		t.Errorf("after Terminate the runtime holds %d sandboxes and %d containers, want none", len(sbs.Items), len(ctrs.Containers))
+	}
+}
+
+// TestCleanup has Cleanup remove the sandbox of a pod the node no longer
+// has at once and its logs a minute later, and keep what the node's
+// pods still use.
+func TestCleanup(t *testing.T) {
+	e := setup(t)
+	now := time.Now() // of the orphaned logs
+	e.cfg.Now = func() time.Time { return now }
+	e.newWorker(t)
+	kept := newPod("kept", corev1.RestartPolicyAlways, corev1.Container{Name: "hello", Image: e.hello})
+	orphan := newPod("orphan", corev1.RestartPolicyAlways, corev1.Container{Name: "hello", Image: e.hello})
+	for _, pod := range []*corev1.Pod{kept, orphan} {
+		e.syncUntil(t, pod, "Running", phaseIs(corev1.PodRunning))
+	}
+	t.Cleanup(func() { e.w.Terminate(context.Background(), kept, 0) })
+	logDir := func(pod *corev1.Pod) string {
+		return crilog.PodDir(e.cfg.LogRoot, pod.Namespace, pod.Name, string(pod.UID))
+	}
+	sandboxes := func() map[string]int {
+		t.Helper()
+		sbs, err := e.rt.RuntimeClient.ListPodSandbox(e.ctx, &criv1.ListPodSandboxRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int{}
+		for _, sb := range sbs.Items {
+			out[sb.GetMetadata().GetName()]++
+		}
+		return out
+	}
+	keep := func(uid types.UID) bool { return uid == kept.UID }
+
+	e.w.Cleanup(e.ctx, keep)
+	if got := sandboxes(); got["kept"] != 1 || got["orphan"] != 0 {
+		t.Errorf("sandboxes by pod after Cleanup: %v, want kept's alone", got)
+	}
+	if _, err := os.Stat(logDir(orphan)); err != nil {
+		t.Errorf("orphan's logs gone at once, want them kept a while: %v", err)
+	}
+
+	now = now.Add(time.Minute)
+	e.w.Cleanup(e.ctx, keep)
+	if _, err := os.Stat(logDir(orphan)); !os.IsNotExist(err) {
+		t.Errorf("orphan's logs %s still there a minute later (%v)", logDir(orphan), err)
+	}
+	if _, err := os.Stat(logDir(kept)); err != nil {
+		t.Errorf("kept's logs: %v, want them there", err)
 	}
 }
 
