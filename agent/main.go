@@ -129,12 +129,12 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, dir string, paths
 			return
 		}
 		defer rt.Close()
-		worker := kubelet.NewPodWorker(cfg.Cluster, rt, paths.podLogRoot)
+		podConfig := kubelet.NewPodConfig(cfg.Cluster, rt, paths.podLogRoot)
 		// The node's components: peers that run once the node joined,
 		// each restarted on its own when it fails.
 		components := []node.Component{
 			{Name: "kubelet", Run: func(ctx context.Context, m *node.Member) error {
-				return kubelet.Run(ctx, m, kubelet.Config{Dir: dir, RuntimeInfo: rt, Pods: worker, Metrics: reg,
+				return kubelet.Run(ctx, m, kubelet.Config{Dir: dir, RuntimeInfo: rt, Pods: podConfig, Metrics: reg,
 					Log: slog.Default().With("component", "kubelet")})
 			}},
 			{Name: "proxy", Run: func(ctx context.Context, m *node.Member) error { return runProxy(ctx, cfg.Cluster, m, reg) }},

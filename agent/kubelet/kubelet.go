@@ -1,5 +1,5 @@
 // Package kubelet is the part of cairn-agent that runs the Pods bound to
-// the node, given a pod worker (Config.Pods), once the node is a member of
+// the node, with a pod worker made from Config.Pods, once the node is a member of
 // the cluster (agent/node): it watches them with the member's informers,
 // syncs each with the worker, reports their status, and answers the
 // worker's questions about the API (the ConfigMaps, Secrets and Services
@@ -7,7 +7,7 @@
 // node's own credentials.
 //
 //	err := kubelet.Run(ctx, member, kubelet.Config{
-//		Dir: "/var/lib/cairn/kubelet", RuntimeInfo: cri, Pods: kubelet.NewPodWorker(cluster, cri, logRoot),
+//		Dir: "/var/lib/cairn/kubelet", RuntimeInfo: cri, Pods: kubelet.NewPodConfig(cluster, cri, logRoot),
 //	})
 package kubelet
 
@@ -21,7 +21,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/cairn-os/cairn/agent/kubelet/pods"
 	"github.com/cairn-os/cairn/agent/node"
 )
 
@@ -33,10 +32,10 @@ type Config struct {
 	// container IDs.
 	RuntimeInfo node.RuntimeInfo
 	// Pods runs the Pods bound to the node: they are watched with the
-	// node's informer and synced with this worker, and their status is
-	// reported (see syncPods). Its Refs, Events and Volumes, if nil, are
-	// set to the node's (see wirePodWorker).
-	Pods *pods.Worker
+	// node's informer and synced with a pod worker made from this config
+	// and the node's client (see newPodWorker), and their status is
+	// reported (see syncPods).
+	Pods *PodConfig
 	// PodResync is how often each pod is synced when nothing changed: the
 	// runtime's events and relists (pleg) and probe results wake a pod
 	// when something did. 0 means 10 s.
@@ -114,6 +113,5 @@ func newKubelet(m *node.Member, cfg Config) (*kubelet, error) {
 }
 
 func (k *kubelet) run(ctx context.Context) {
-	defer k.wirePodWorker(k.cfg.Pods)()
 	k.syncPods(ctx, k.member.Node())
 }

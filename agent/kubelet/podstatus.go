@@ -64,9 +64,9 @@ func (s *podSyncer) podStatus(pod *corev1.Pod, st *pods.Status, now metav1.Time)
 	allReady, unready := true, []string{}
 	for i, c := range st.Containers {
 		cs := s.containerStatus(c, prev[c.Name], pod.Spec.Containers[i].Image)
-		cs.Ready = c.State == pods.Running && s.probes.Ready(pod, c.Name, c.ID)
+		cs.Ready = c.State == pods.Running && s.results.Ready(pod, c.Name, c.ID)
 		if c.State == pods.Running {
-			started := s.probes.Started(pod, c.Name, c.ID)
+			started := s.results.Started(pod, c.Name, c.ID)
 			cs.Started = &started
 		}
 		if !cs.Ready {

@@ -23,15 +23,22 @@ import (
 
 // The pod sync loop. The node watches the Pods bound to it (the Node
 // authorizer lets a node list and watch Pods only by the field selector
-// spec.nodeName=NODE) and runs one goroutine per pod UID. That goroutine
-// calls the worker's Sync when the pod changes and every PodResync, later
-// after errors (backoff), and patches the Pod's status when what it sees
-// differs from what the API holds. A pod whose deletion was asked for
-// (deletionTimestamp) is killed with its grace period and then deleted
-// with grace 0, which takes the object away; a pod whose object went
-// away without that is killed at once. A pod in a terminal phase is not
-// synced again: its containers would otherwise be started anew should its
-// sandbox be gone.
+// spec.nodeName=NODE) and runs one goroutine per pod UID. Each pod is in
+// one phase (podPhase), which advance alone changes:
+//
+//   - syncing: the goroutine calls the worker's Sync when the pod changes
+//     and every PodResync, later after errors (backoff), and patches the
+//     Pod's status when what it sees differs from what the API holds. A
+//     pod in a terminal API phase is not synced again: its containers
+//     would otherwise be started anew should its sandbox be gone.
+//   - terminating: its deletion was asked for (deletionTimestamp), and it
+//     is killed with its grace period and then its object deleted with
+//     grace 0, which takes the object away; or its object went away
+//     without that, and it is killed at once.
+//   - terminated: killed and its object deleted; it waits for the watch
+//     to tell the object is gone.
+//   - gone: the object is gone and nothing of the pod runs; the node
+//     forgets it.
 
 // wakeSource is what woke a pod's worker to sync the pod: the label of
 // the pod_worker_wakeups_total metric.
@@ -54,45 +61,96 @@ const housekeepingInterval = 30 * time.Second
 
 // podSyncer runs the node's pods.
 type podSyncer struct {
-	k      *kubelet
-	node   *corev1.Node
-	store  cache.Store
-	scheme string // of container IDs: "containerd"
-	probes *probe.Manager
+	k       *kubelet
+	node    *corev1.Node
+	store   cache.Store
+	scheme  string // of container IDs: "containerd"
+	worker  *pods.Worker
+	probes  *probe.Manager
+	results *probe.Results
 
 	mu      sync.Mutex
-	workers map[types.UID]*podWorker
-	// killed are the pods whose goroutine killed them and deleted their
-	// object, until the watch tells the object is gone.
-	killed map[types.UID]bool
-	// orphanLogs holds when housekeeping first found the logs of a pod
-	// the node no longer has (its goroutine only).
-	orphanLogs map[types.UID]time.Time
-	wg         sync.WaitGroup
+	workers map[types.UID]*podWorker // until the pod is gone
+	wg      sync.WaitGroup
 }
+
+// podPhase is where a pod is in its life on the node (see above).
+type podPhase int
+
+const (
+	podSyncing podPhase = iota
+	podTerminating
+	podTerminated
+	podGone
+)
+
+// podEvent is what moves a pod from one phase to the next.
+type podEvent int
+
+const (
+	podDeleting podEvent = iota // the Pod has a deletionTimestamp
+	podRemoved                  // the watch told the object is gone
+	podKilled                   // its containers and volumes are gone, its object deleted unless gone
+)
 
 // podWorker is the goroutine of one pod.
 type podWorker struct {
-	uid    types.UID
-	seen   time.Time // when the node first saw the pod
-	mu     sync.Mutex
-	pod    *corev1.Pod // latest seen
-	gone   bool        // the object was removed from the API
-	wake   chan struct{}
-	cancel context.CancelFunc
-	// syncing cancels the Sync in flight, if any: a pod being deleted
+	uid  types.UID
+	seen time.Time // when the node first saw the pod
+	wake chan struct{}
+
+	mu    sync.Mutex
+	pod   *corev1.Pod // latest seen
+	phase podPhase
+	// objectGone says the watch told the object is gone: the kill takes
+	// no grace, and there is no object to delete.
+	objectGone bool
+	// cancelSync cancels the Sync in flight, if any: a pod being deleted
 	// need not wait for an image pull.
-	syncing context.CancelFunc
-	// dirty holds what said, since the last sync, that the runtime's
+	cancelSync context.CancelFunc
+	// wakes holds what said, since the last sync, that the runtime's
 	// containers or a probe's result changed, or that a status write met
 	// a newer Pod: sync without waiting.
-	dirty []wakeSource
+	wakes []wakeSource
+}
+
+// advance moves w to its next phase after e, the one place where a pod's
+// phase changes; w.mu is held. Entering terminating cancels the Sync in
+// flight.
+func (w *podWorker) advance(e podEvent) {
+	if e == podRemoved {
+		w.objectGone = true
+	}
+	from := w.phase
+	switch {
+	case from == podSyncing && (e == podDeleting || e == podRemoved):
+		w.phase = podTerminating
+	case from == podTerminating && e == podKilled:
+		w.phase = podTerminated
+	}
+	if w.phase == podTerminated && w.objectGone {
+		w.phase = podGone
+	}
+	if from == podSyncing && w.phase != podSyncing && w.cancelSync != nil {
+		w.cancelSync()
+	}
 }
 
 func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) {
-	s := &podSyncer{k: k, node: node, workers: map[types.UID]*podWorker{}, killed: map[types.UID]bool{}, orphanLogs: map[types.UID]time.Time{}, scheme: "containerd"}
-	s.probes = &probe.Manager{Runtime: k.cfg.Pods.Runtime, Stop: k.cfg.Pods.StopUnhealthy, Event: k.cfg.Pods.Event, Log: k.log,
-		Changed: func(uid types.UID) { s.changed(uid, wakeProbe) }}
+	worker, stop, err := k.newPodWorker()
+	if err != nil {
+		k.log.Error("pod sync loop not started", "err", err)
+		return
+	}
+	defer stop()
+	results := probe.NewResults()
+	probes, err := probe.New(probe.Config{Runtime: k.cfg.Pods.Runtime, Results: results, Stopper: worker, Events: worker, Log: k.log})
+	if err != nil {
+		k.log.Error("pod sync loop not started", "err", err)
+		return
+	}
+	s := &podSyncer{k: k, node: node, worker: worker, probes: probes, results: results,
+		workers: map[types.UID]*podWorker{}, scheme: "containerd"}
 	if v, err := k.cfg.RuntimeInfo.RuntimeVersion(ctx); err == nil {
 		if i := indexScheme(v); i > 0 {
 			s.scheme = v[:i]
@@ -118,6 +176,7 @@ func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) {
 	}
 	defer func() { _ = inf.RemoveEventHandler(reg) }()
 	k.log.Info("pod sync loop started")
+	s.wg.Go(func() { s.probeUpdates(ctx) })
 	if cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
 		s.wg.Go(func() { s.housekeeping(ctx) })
 		p := &pleg{rt: k.cfg.Pods.Runtime, wake: s.changed, log: k.log, relistEvery: k.cfg.plegRelist}
@@ -128,6 +187,19 @@ func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) {
 	<-ctx.Done()
 	s.wg.Wait()
 	s.probes.RemoveAll()
+}
+
+// probeUpdates wakes the pods whose probe results changed, until ctx
+// ends.
+func (s *podSyncer) probeUpdates(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case u := <-s.results.Updates():
+			s.changed(u.UID, wakeProbe)
+		}
+	}
 }
 
 // changed wakes a pod's goroutine for a change in the runtime or a probe
@@ -144,8 +216,8 @@ func (s *podSyncer) changed(uid types.UID, source wakeSource) {
 // nudge has the goroutine sync without waiting, for source.
 func (w *podWorker) nudge(source wakeSource) {
 	w.mu.Lock()
-	if !slices.Contains(w.dirty, source) {
-		w.dirty = append(w.dirty, source)
+	if !slices.Contains(w.wakes, source) {
+		w.wakes = append(w.wakes, source)
 	}
 	w.mu.Unlock()
 	w.poke()
@@ -169,31 +241,37 @@ func (s *podSyncer) seen(ctx context.Context, obj any) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.see(ctx, pod, false)
+}
+
+// see hands pod to its goroutine, starting one if it has none; removed
+// says its object is gone. s.mu is held.
+func (s *podSyncer) see(ctx context.Context, pod *corev1.Pod, removed bool) {
 	w := s.workers[pod.UID]
 	if w == nil {
 		if ctx.Err() != nil {
 			return
 		}
-		wctx, cancel := context.WithCancel(ctx)
-		w = &podWorker{uid: pod.UID, seen: time.Now(), wake: make(chan struct{}, 1), cancel: cancel}
+		w = &podWorker{uid: pod.UID, seen: time.Now(), wake: make(chan struct{}, 1)}
 		s.workers[pod.UID] = w
+		wctx, cancel := context.WithCancel(ctx)
 		s.wg.Go(func() {
 			defer cancel()
-			killed := s.runWorker(wctx, w)
-			s.mu.Lock()
-			if s.workers[w.uid] == w {
-				delete(s.workers, w.uid)
-			}
-			if killed {
-				s.killed[w.uid] = true
-			}
-			s.mu.Unlock()
+			s.runWorker(wctx, w)
 		})
 	}
 	w.mu.Lock()
-	w.pod = pod
-	if pod.DeletionTimestamp != nil && w.syncing != nil {
-		w.syncing()
+	if w.phase < podTerminated {
+		w.pod = pod
+	}
+	switch {
+	case removed:
+		w.advance(podRemoved)
+	case pod.DeletionTimestamp != nil:
+		w.advance(podDeleting)
+	}
+	if w.phase == podGone {
+		delete(s.workers, pod.UID)
 	}
 	w.mu.Unlock()
 	w.poke()
@@ -203,26 +281,20 @@ func (s *podSyncer) seen(ctx context.Context, obj any) {
 // one is started to make sure the pod's containers are gone too.
 func (s *podSyncer) removed(ctx context.Context, pod *corev1.Pod) {
 	s.mu.Lock()
-	killed := s.killed[pod.UID] && s.workers[pod.UID] == nil
-	delete(s.killed, pod.UID)
-	s.mu.Unlock()
-	if killed {
-		return
-	}
-	s.seen(ctx, pod)
+	defer s.mu.Unlock()
+	s.see(ctx, pod, true)
+}
+
+// killed moves w on once its pod was killed.
+func (s *podSyncer) killed(w *podWorker) {
 	s.mu.Lock()
-	w := s.workers[pod.UID]
-	s.mu.Unlock()
-	if w == nil {
-		return
-	}
+	defer s.mu.Unlock()
 	w.mu.Lock()
-	w.gone = true
-	if w.syncing != nil {
-		w.syncing()
+	defer w.mu.Unlock()
+	w.advance(podKilled)
+	if w.phase == podGone && s.workers[w.uid] == w {
+		delete(s.workers, w.uid)
 	}
-	w.mu.Unlock()
-	w.poke()
 }
 
 func (w *podWorker) poke() {
@@ -232,11 +304,13 @@ func (w *podWorker) poke() {
 	}
 }
 
-func (w *podWorker) latest() (pod *corev1.Pod, gone bool, dirty []wakeSource) {
+// latest is the pod as last seen, its phase, whether its object is gone,
+// and what woke the goroutine since the last call.
+func (w *podWorker) latest() (pod *corev1.Pod, phase podPhase, objectGone bool, wakes []wakeSource) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	dirty, w.dirty = w.dirty, nil
-	return w.pod, w.gone, dirty
+	wakes, w.wakes = w.wakes, nil
+	return w.pod, w.phase, w.objectGone, wakes
 }
 
 // setLatest keeps pod, as the API server returned it after a write, unless
@@ -258,9 +332,9 @@ func newerOrSame(a, b string) bool {
 	return a >= b
 }
 
-// runWorker syncs one pod until it is gone or ctx ends; killed says it
-// killed the pod and deleted its object.
-func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) (killed bool) {
+// runWorker syncs one pod while it is syncing and kills it once it is
+// terminating, until it is killed or ctx ends.
+func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) {
 	defer s.probes.Remove(w.uid)
 	log := s.k.log
 	errBackoff := newBackoff(time.Second, 30*time.Second)
@@ -272,44 +346,46 @@ func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) (killed bool) {
 	for {
 		select {
 		case <-ctx.Done():
-			return false
+			return
 		case <-w.wake:
 		case <-timer.C:
 		}
-		pod, gone, dirty := w.latest()
+		pod, phase, objectGone, wakes := w.latest()
 		if pod == nil {
 			continue
+		}
+		if phase >= podTerminated {
+			return
 		}
 		log := log.With("pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID)
 		// A wake by an update that changed only the status (our own
 		// writes) waits for the timer, which keeps the error backoff.
-		deleting := gone || pod.DeletionTimestamp != nil
-		podChanged := synced == nil || deleting || pod.Generation != synced.Generation
-		if !podChanged && len(dirty) == 0 && time.Now().Before(next) {
+		podChanged := synced == nil || phase == podTerminating || pod.Generation != synced.Generation
+		if !podChanged && len(wakes) == 0 && time.Now().Before(next) {
 			continue
 		}
 		// Counted by each source that asked for this sync; the timer's
 		// only when nothing else did.
-		for _, source := range dirty {
+		for _, source := range wakes {
 			s.k.metrics.woke(source)
 		}
 		switch {
 		case podChanged:
 			s.k.metrics.woke(wakePod)
-		case len(dirty) == 0:
+		case len(wakes) == 0:
 			s.k.metrics.woke(due)
 		}
 		var err error
 		var retryAt time.Time
-		if deleting {
-			var done bool
-			s.probes.Remove(pod.UID)
-			done, err = s.terminate(ctx, w, pod, gone, log)
-			if done {
-				return !gone
-			}
-		} else {
+		switch phase {
+		case podSyncing:
 			retryAt, err = s.syncOnce(ctx, w, pod, log)
+		case podTerminating:
+			s.probes.Remove(pod.UID)
+			if err = s.terminate(ctx, pod, objectGone, log); err == nil {
+				s.killed(w)
+				return
+			}
 		}
 		synced = pod
 		d := s.k.cfg.PodResync
@@ -319,7 +395,7 @@ func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) (killed bool) {
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return false
+				return
 			}
 			if b := errBackoff.Next(); b > d {
 				d, due = b, wakeRetry
@@ -347,11 +423,17 @@ func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod,
 	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute) // image pulls take long
 	w.mu.Lock()
-	w.syncing = cancel
+	terminating := w.phase != podSyncing
+	w.cancelSync = cancel
 	w.mu.Unlock()
-	st, syncErr := s.k.cfg.Pods.Sync(sctx, pod)
+	if terminating {
+		cancel()
+		w.poke() // deleted meanwhile: terminate next
+		return time.Time{}, nil
+	}
+	st, syncErr := s.worker.Sync(sctx, pod)
 	w.mu.Lock()
-	w.syncing = nil
+	w.cancelSync = nil
 	w.mu.Unlock()
 	canceled := sctx.Err() == context.Canceled
 	cancel()
@@ -367,7 +449,6 @@ func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod,
 		// and the probes go on until the runtime answers again.
 		return time.Time{}, syncErr
 	}
-	s.refreshVolumes(ctx, pod, log)
 	status := s.podStatus(pod, st, metav1.Now())
 	var running []probe.Running
 	if !terminal(status.Phase) {
@@ -401,25 +482,22 @@ func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod,
 	return st.RetryAt(), syncErr
 }
 
-// terminate kills a pod whose deletion was asked for and then deletes its
-// object; done says the goroutine has nothing more to do.
-func (s *podSyncer) terminate(ctx context.Context, w *podWorker, pod *corev1.Pod, gone bool, log *slog.Logger) (done bool, err error) {
+// terminate kills a pod whose deletion was asked for and then deletes
+// its object, or, if its object is gone, kills it at once.
+func (s *podSyncer) terminate(ctx context.Context, pod *corev1.Pod, objectGone bool, log *slog.Logger) error {
 	grace := pods.GracePeriod(pod)
-	if gone {
+	if objectGone {
 		grace = 0
 	}
 	kctx, cancel := context.WithTimeout(ctx, grace+time.Minute)
-	err = s.k.cfg.Pods.Kill(kctx, pod, grace)
+	err := s.worker.Terminate(kctx, pod, grace)
 	cancel()
 	if err != nil {
-		return false, fmt.Errorf("kill: %w", err)
+		return err
 	}
-	if err := s.tearDownVolumes(pod.UID); err != nil {
-		return false, err
-	}
-	if gone {
+	if objectGone {
 		log.Info("pod gone, its containers removed")
-		return true, nil
+		return nil
 	}
 	dctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
@@ -429,10 +507,10 @@ func (s *podSyncer) terminate(ctx context.Context, w *podWorker, pod *corev1.Pod
 		Preconditions:      &metav1.Preconditions{UID: &uid},
 	})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return false, fmt.Errorf("delete the Pod object: %w", err)
+		return fmt.Errorf("delete the Pod object: %w", err)
 	}
 	log.Info("pod killed and deleted", "grace", grace)
-	return true, nil
+	return nil
 }
 
 // housekeeping removes, now and then, the runtime's sandboxes, the
@@ -447,53 +525,23 @@ func (s *podSyncer) housekeeping(ctx context.Context) {
 	}
 }
 
+// removeOrphans has the worker remove what pods that neither the API nor
+// a pod goroutine knows left on the node.
 func (s *podSyncer) removeOrphans(ctx context.Context) {
-	rt := s.k.cfg.Pods.Runtime
-	lctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	resp, err := rt.ListPodSandbox(lctx, &criv1.ListPodSandboxRequest{})
-	cancel()
-	if err != nil {
-		s.k.log.Warn("housekeeping: list sandboxes", "err", err)
-		return
-	}
 	known := map[types.UID]bool{}
 	for _, obj := range s.store.List() {
 		if pod, ok := obj.(*corev1.Pod); ok {
 			known[pod.UID] = true
 		}
 	}
-	for _, sb := range resp.Items {
-		uid := types.UID(sb.Labels[pods.LabelPodUID])
-		if uid == "" || s.keep(known, uid) {
-			continue
+	s.worker.Cleanup(ctx, func(uid types.UID) bool {
+		if known[uid] {
+			return true
 		}
-		rctx, cancel := context.WithTimeout(ctx, time.Minute)
-		_, err := rt.StopPodSandbox(rctx, &criv1.StopPodSandboxRequest{PodSandboxId: sb.Id})
-		if err == nil {
-			_, err = rt.RemovePodSandbox(rctx, &criv1.RemovePodSandboxRequest{PodSandboxId: sb.Id})
-		}
-		cancel()
-		if err != nil {
-			s.k.log.Warn("housekeeping: remove sandbox of a pod the node no longer has", "sandbox", sb.Id, "uid", uid, "err", err)
-			known[uid] = true // its containers may still use its volumes
-			continue
-		}
-		s.k.log.Info("housekeeping: removed sandbox of a pod the node no longer has", "sandbox", sb.Id, "uid", uid,
-			"pod", sb.GetMetadata().GetNamespace()+"/"+sb.GetMetadata().GetName())
-	}
-	s.removeOrphanVolumes(known)
-	s.removeOrphanLogs(known, time.Now())
-}
-
-// keep says whether what a pod left on the node is still wanted: the API
-// still has the pod, or its goroutine still runs.
-func (s *podSyncer) keep(known map[types.UID]bool, uid types.UID) bool {
-	if known[uid] {
-		return true
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.workers[uid] != nil
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.workers[uid] != nil
+	})
 }
 
 func terminal(p corev1.PodPhase) bool {

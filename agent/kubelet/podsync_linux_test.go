@@ -89,7 +89,7 @@ func newPodEnv(t *testing.T, node string) (*podEnv, testNode) {
 	cfg := testConfig(t, c, e.node, t.TempDir())
 	cfg.Metrics = metrics
 	cfg.RuntimeInfo, cfg.RuntimeStatus = client, client
-	cfg.Pods = &pods.Worker{Runtime: client.Runtime, Images: client.Images, LogRoot: filepath.Join(t.TempDir(), "pods")}
+	cfg.Pods = &PodConfig{Runtime: client.Runtime, Images: client.Images, LogRoot: filepath.Join(t.TempDir(), "pods")}
 	return e, cfg
 }
 
@@ -165,6 +165,19 @@ func waitPod(t *testing.T, cs kubernetes.Interface, ns, name string, timeout tim
 	return nil
 }
 
+// waitWakeups waits until the pods' workers woke n more times by source
+// (pod_worker_wakeups_total), which proves they looked again.
+func (e *podEnv) waitWakeups(t *testing.T, source wakeSource, n float64) {
+	t.Helper()
+	before := e.wakeups(t)[string(source)]
+	poll.Until(t, 30*time.Second, fmt.Sprintf("%v more %s wakeups", n, source), func() error {
+		if got := e.wakeups(t)[string(source)] - before; got < n {
+			return fmt.Errorf("%v so far", got)
+		}
+		return nil
+	})
+}
+
 func (e *podEnv) testRunDelete(t *testing.T) {
 	ctx := context.Background()
 	grace := int64(5)
@@ -221,9 +234,9 @@ func (e *podEnv) testRunDelete(t *testing.T) {
 	}
 
 	// With nothing changing, the node writes no status: the Pod's
-	// resourceVersion stays over a few resyncs.
+	// resourceVersion stays over a resync.
 	rv := waitPod(t, e.c.Client, "default", "hello", 10*time.Second, "got", func(*corev1.Pod) bool { return true }).ResourceVersion
-	time.Sleep(3 * time.Second)
+	e.waitWakeups(t, wakeResync, 1)
 	if again := waitPod(t, e.c.Client, "default", "hello", 10*time.Second, "got", func(*corev1.Pod) bool { return true }); again.ResourceVersion != rv {
 		t.Errorf("Pod written while nothing changed: resourceVersion %s → %s; status now %+v", rv, again.ResourceVersion, again.Status)
 	}
@@ -303,14 +316,14 @@ func (e *podEnv) testFails(t *testing.T) {
 			t.Errorf("Ready condition = %+v, want False, PodCompleted", c)
 		}
 	}
-	// It stays Failed: not restarted after a few more syncs.
-	time.Sleep(3 * time.Second)
+	// It stays Failed: not restarted when its worker wakes again.
+	e.waitWakeups(t, wakeResync, 1)
 	again, err := e.c.Client.CoreV1().Pods("default").Get(ctx, "fails", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if again.Status.Phase != corev1.PodFailed || again.Status.ContainerStatuses[0].RestartCount != 0 {
-		t.Errorf("after 3 s: phase %s, restarts %d, want still Failed without restarts", again.Status.Phase, again.Status.ContainerStatuses[0].RestartCount)
+		t.Errorf("after a resync: phase %s, restarts %d, want still Failed without restarts", again.Status.Phase, again.Status.ContainerStatuses[0].RestartCount)
 	}
 
 	// The API server deletes an ended pod at once; the node then

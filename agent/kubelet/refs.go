@@ -19,38 +19,33 @@ import (
 	"github.com/cairn-os/cairn/agent/kubelet/volumes"
 )
 
-// wirePodWorker gives w, where it has none, what it reads and records
-// through the API with the node's own credentials: Refs (the ConfigMaps
-// and Secrets the node's pods refer to, and the Node), Volumes (under
-// Dir/pods) and Events (sent as the kubelet sends them, from component
-// "kubelet" on this host). The returned function, called once the pods'
-// goroutines are done, stops sending events and takes back what it gave,
-// so that the next Run with the same worker wires its own.
-func (k *kubelet) wirePodWorker(w *pods.Worker) (unwire func()) {
-	var undo []func()
-	if w.Refs == nil {
-		// The Services are watched, all of them, as the kubelet does:
-		// every container start needs its namespace's.
-		services := k.member.Informers.Core().V1().Services()
-		w.Refs = &nodeRefs{client: k.client, node: k.member.Name,
-			services: services.Lister(), servicesSynced: services.Informer().HasSynced}
-		undo = append(undo, func() { w.Refs = nil })
+// newPodWorker makes the pod worker of the node's Pods config with what
+// it reads and records through the API with the node's own credentials:
+// Refs (the ConfigMaps and Secrets the node's pods refer to, and the
+// Node), Volumes (under Dir/pods) and Events (sent as the kubelet sends
+// them, from component "kubelet" on this host). The returned function,
+// called once the pods' goroutines are done, stops sending events.
+func (k *kubelet) newPodWorker() (w *pods.Worker, stop func(), err error) {
+	pc := k.cfg.Pods
+	// The Services are watched, all of them, as the kubelet does: every
+	// container start needs its namespace's.
+	services := k.member.Informers.Core().V1().Services()
+	refs := &nodeRefs{client: k.client, node: k.member.Name,
+		services: services.Lister(), servicesSynced: services.Informer().HasSynced}
+	b := record.NewBroadcasterWithCorrelatorOptions(record.CorrelatorOptions{SpamKeyFunc: spamKey})
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: k.client.CoreV1().Events("")})
+	w, err = pods.New(pods.Config{
+		Runtime: pc.Runtime, Images: pc.Images, LogRoot: pc.LogRoot, ClusterDNS: pc.ClusterDNS,
+		Refs:    refs,
+		Volumes: &volumes.Manager{Root: filepath.Join(k.cfg.Dir, "pods"), Client: k.client, Now: pc.volumeClock},
+		Events:  b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: k.member.Name}),
+		Log:     k.log,
+	})
+	if err != nil {
+		b.Shutdown()
+		return nil, nil, err
 	}
-	if w.Volumes == nil {
-		w.Volumes = &volumes.Manager{Root: filepath.Join(k.cfg.Dir, "pods"), Client: k.client}
-		undo = append(undo, func() { w.Volumes = nil })
-	}
-	if w.Events == nil {
-		b := record.NewBroadcasterWithCorrelatorOptions(record.CorrelatorOptions{SpamKeyFunc: spamKey})
-		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: k.client.CoreV1().Events("")})
-		w.Events = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: k.member.Name})
-		undo = append(undo, b.Shutdown, func() { w.Events = nil })
-	}
-	return func() {
-		for _, f := range undo {
-			f()
-		}
-	}
+	return w, b.Shutdown, nil
 }
 
 // spamKey groups the events the broadcaster rate-limits: the same event

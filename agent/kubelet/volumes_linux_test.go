@@ -17,10 +17,8 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/cairn-os/cairn/agent/kubelet/pods"
-	"github.com/cairn-os/cairn/agent/kubelet/volumes"
 	"github.com/cairn-os/cairn/test/poll"
 	"github.com/cairn-os/cairn/test/registry"
 	"github.com/cairn-os/cairn/test/runtime"
@@ -36,7 +34,7 @@ func (c *testClock) advance(d time.Duration) { c.ahead.Add(int64(d)) }
 // moves, with the saread image.
 type volumeEnv struct {
 	*podEnv
-	vols   *volumes.Manager
+	root   string // of the node's volumes
 	clock  *testClock
 	saread string // image reference
 }
@@ -51,14 +49,8 @@ func TestPodVolumes(t *testing.T) {
 	if _, err := registry.BuildAndPush(ctx, pe.reg, "./agent/kubelet/testdata/saread", "cairn-test/saread:v1"); err != nil {
 		t.Fatal(err)
 	}
-	// The node's own credentials, as the Node authorizer knows them.
-	client, err := kubernetes.NewForConfig(pe.c.UserConfig("system:node:"+pe.node, "system:nodes"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &volumeEnv{podEnv: pe, clock: &testClock{}, saread: pe.reg.Addr + "/cairn-test/saread:v1"}
-	e.vols = &volumes.Manager{Root: filepath.Join(t.TempDir(), "pods"), Client: client, Now: e.clock.now}
-	cfg.Pods.Volumes = e.vols
+	e := &volumeEnv{podEnv: pe, clock: &testClock{}, root: filepath.Join(cfg.Dir, "pods"), saread: pe.reg.Addr + "/cairn-test/saread:v1"}
+	cfg.Pods.volumeClock = e.clock.now
 	start(t, cfg)
 
 	t.Run("kube-api-access", func(t *testing.T) { e.testAPIAccess(t) })
@@ -117,7 +109,7 @@ func (e *volumeEnv) testAPIAccess(t *testing.T) {
 		return p.Status.Phase == corev1.PodRunning
 	})
 	logPath := e.logPath(t, running.Status.ContainerStatuses[0].ContainerID)
-	tokenPath := filepath.Join(e.vols.Root, string(pod.UID), "volumes", "kubernetes.io~projected", access, "token")
+	tokenPath := filepath.Join(e.root, string(pod.UID), "volumes", "kubernetes.io~projected", access, "token")
 	token := e.hostToken(t, tokenPath)
 	e.review(t, token, pod)
 
@@ -156,7 +148,7 @@ func (e *volumeEnv) testAPIAccess(t *testing.T) {
 	}
 
 	e.deletePod(t, pod)
-	if _, err := os.Stat(filepath.Join(e.vols.Root, string(pod.UID))); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(e.root, string(pod.UID))); !os.IsNotExist(err) {
 		t.Errorf("pod's volume directory after its deletion: %v, want it gone", err)
 	}
 }

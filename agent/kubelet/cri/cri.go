@@ -5,7 +5,7 @@
 // gives the pod worker its CRI clients.
 //
 //	c, err := cri.New("/run/containerd/containerd.sock")
-//	w := &pods.Worker{Runtime: c.Runtime, Images: c.Images, LogRoot: "/var/log/pods"}
+//	w, err := pods.New(pods.Config{Runtime: c.Runtime, Images: c.Images, LogRoot: "/var/log/pods"})
 //
 // The connection is made lazily and made again whenever it breaks: a
 // runtime that is not up yet, or restarts, makes calls fail until it is

@@ -34,7 +34,10 @@ func TestRotate(t *testing.T) {
 	if _, err := registry.BuildAndPush(ctx, reg, "./agent/kubelet/logrotate/testdata/chatter", "cairn-test/chatter:v1"); err != nil {
 		t.Fatal(err)
 	}
-	w := &pods.Worker{Runtime: rt.RuntimeClient, Images: rt.ImageClient, LogRoot: filepath.Join(t.TempDir(), "pods")}
+	w, err := pods.New(pods.Config{Runtime: rt.RuntimeClient, Images: rt.ImageClient, LogRoot: filepath.Join(t.TempDir(), "pods")})
+	if err != nil {
+		t.Fatal(err)
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "chatter", Namespace: "default", UID: "uid-chatter"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{
@@ -53,7 +56,7 @@ func TestRotate(t *testing.T) {
 		logPath = st.Containers[0].LogPath
 		return nil
 	})
-	t.Cleanup(func() { w.Kill(context.Background(), pod, time.Second) })
+	t.Cleanup(func() { w.Terminate(context.Background(), pod, time.Second) })
 
 	r := &logrotate.Rotator{Runtime: rt.RuntimeClient, MaxSize: 32 << 10, MaxFiles: 3}
 	for range 8 {

@@ -63,7 +63,7 @@ func TestSecurityContextConfig(t *testing.T) {
 }
 
 func TestSandboxConfig(t *testing.T) {
-	w := &Worker{LogRoot: "/var/log/pods", ClusterDNS: &ClusterDNS{Servers: []string{"10.96.0.10"}, Domain: "cluster.local"}}
+	w := &Worker{cfg: Config{LogRoot: "/var/log/pods", ClusterDNS: &ClusterDNS{Servers: []string{"10.96.0.10"}, Domain: "cluster.local"}}}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", UID: "u1", Labels: map[string]string{"app": "web"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{

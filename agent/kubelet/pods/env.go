@@ -54,7 +54,7 @@ func is4(ip string) bool {
 // containerEnv is c's environment (see envBuilder.env) in the sandbox sb.
 func (w *Worker) containerEnv(ctx context.Context, pod *corev1.Pod, c *corev1.Container, sb sandbox) ([]*criv1.KeyValue, error) {
 	b := &envBuilder{
-		refs: w.Refs,
+		refs: w.cfg.Refs,
 		pod:  pod,
 		warn: func(reason, msg string) { w.Event(pod, c.Name, corev1.EventTypeWarning, reason, "%s", msg) },
 	}

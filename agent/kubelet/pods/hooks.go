@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cairn-os/cairn/agent/kubelet/probe"
+	"github.com/cairn-os/cairn/agent/kubelet/handler"
 )
 
 // Lifecycle hooks and the stopping of containers. A postStart hook runs
@@ -31,25 +31,15 @@ const ReasonPostStartHookError = "PostStartHookError"
 
 // runHook runs h in or against the running container id of c.
 func (w *Worker) runHook(ctx context.Context, pod *corev1.Pod, c *corev1.Container, id, podIP string, h *corev1.LifecycleHandler, timeout time.Duration) error {
-	if h.Sleep != nil {
-		t := time.NewTimer(time.Duration(h.Sleep.Seconds) * time.Second)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-			return nil
-		}
-	}
-	if h.Exec == nil && h.HTTPGet == nil {
+	if h.Exec == nil && h.HTTPGet == nil && h.Sleep == nil {
 		return errors.New("hook has no exec, httpGet or sleep action")
 	}
 	host := podIP
 	if host == "" {
 		host = pod.Status.PodIP // the node's, on the host network
 	}
-	target := probe.Target{Container: c, ContainerID: id, Host: host}
-	return probe.Run(ctx, w.Runtime, corev1.ProbeHandler{Exec: h.Exec, HTTPGet: h.HTTPGet}, timeout, target)
+	target := handler.Target{Container: c, ContainerID: id, Host: host}
+	return handler.Run(ctx, w.cfg.Runtime, handler.FromHook(h), timeout, target)
 }
 
 // postStart runs c's postStart hook, if any, in the container id that
@@ -110,7 +100,7 @@ func (w *Worker) stop(ctx context.Context, pod *corev1.Pod, id, name, podIP stri
 	if grace == 0 {
 		left = 0 // deletion forced: no grace at all
 	}
-	_, err := w.Runtime.StopContainer(ctx, &criv1.StopContainerRequest{ContainerId: id, Timeout: int64(left.Round(time.Second) / time.Second)})
+	_, err := w.cfg.Runtime.StopContainer(ctx, &criv1.StopContainerRequest{ContainerId: id, Timeout: int64(left.Round(time.Second) / time.Second)})
 	if err != nil {
 		return errors.Join(hookErr, fmt.Errorf("stop container %s of pod %s/%s: %w", name, pod.Namespace, pod.Name, err))
 	}
@@ -153,7 +143,7 @@ func (w *Worker) podIP(ctx context.Context, pod *corev1.Pod, id string) (string,
 	if pod.Spec.HostNetwork {
 		return "", nil
 	}
-	st, err := w.Runtime.PodSandboxStatus(ctx, &criv1.PodSandboxStatusRequest{PodSandboxId: id})
+	st, err := w.cfg.Runtime.PodSandboxStatus(ctx, &criv1.PodSandboxStatusRequest{PodSandboxId: id})
 	if err != nil {
 		return "", fmt.Errorf("status of sandbox %s of pod %s/%s: %w", id, pod.Namespace, pod.Name, err)
 	}

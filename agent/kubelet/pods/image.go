@@ -47,7 +47,7 @@ func (w *Worker) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 	spec := &criv1.ImageSpec{Image: c.Image}
 	policy := pullPolicy(c)
 	if policy != corev1.PullAlways {
-		st, err := w.Images.ImageStatus(ctx, &criv1.ImageStatusRequest{Image: spec})
+		st, err := w.cfg.Images.ImageStatus(ctx, &criv1.ImageStatusRequest{Image: spec})
 		if err != nil {
 			msg := fmt.Sprintf("Failed to inspect image %q: %s", c.Image, criMessage(err))
 			w.Event(pod, c.Name, corev1.EventTypeWarning, "InspectFailed", "%s", msg)
@@ -103,7 +103,7 @@ func (w *Worker) pull(ctx context.Context, pod *corev1.Pod, c *corev1.Container,
 	creds := w.pullCredentials(ctx, pod, c)
 	var msgs []string
 	for _, auth := range append(creds, nil) {
-		resp, err := w.Images.PullImage(ctx, &criv1.PullImageRequest{Image: spec, Auth: auth, SandboxConfig: sandbox})
+		resp, err := w.cfg.Images.PullImage(ctx, &criv1.PullImageRequest{Image: spec, Auth: auth, SandboxConfig: sandbox})
 		if err == nil {
 			return resp.ImageRef, nil
 		}
@@ -134,8 +134,8 @@ func (w *Worker) pullCredentials(ctx context.Context, pod *corev1.Pod, c *corev1
 	for _, ref := range pod.Spec.ImagePullSecrets {
 		var s *corev1.Secret
 		err := errors.New("the node has no API access to read it")
-		if w.Refs != nil {
-			s, err = w.Refs.Secret(ctx, pod.Namespace, ref.Name)
+		if w.cfg.Refs != nil {
+			s, err = w.cfg.Refs.Secret(ctx, pod.Namespace, ref.Name)
 		}
 		if err != nil {
 			missing = append(missing, fmt.Sprintf("%s (%v)", ref.Name, err))

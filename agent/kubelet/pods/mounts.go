@@ -10,15 +10,23 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// Volumes prepares a pod's volumes on the host (agent/kubelet/volumes).
+// Volumes keeps pods' volumes on the host (agent/kubelet/volumes).
 type Volumes interface {
 	// Setup makes the pod's volumes ready, if they are not, and returns
 	// the host path of each by the volume's name. Its error names the
 	// volume that failed and why, for the container's waiting message.
 	Setup(ctx context.Context, pod *corev1.Pod) (map[string]string, error)
+	// Refresh renews what is due of the pod's volumes: tokens before they
+	// expire, ConfigMaps and Secrets that changed.
+	Refresh(ctx context.Context, pod *corev1.Pod) error
+	// TearDown removes the pod's volumes once its containers are gone.
+	TearDown(uid types.UID) error
+	// Pods lists the pods that have volumes.
+	Pods() ([]types.UID, error)
 }
 
 // mounts sets up the pod's volumes if c mounts any and returns c's CRI
@@ -27,10 +35,10 @@ func (w *Worker) mounts(ctx context.Context, pod *corev1.Pod, c *corev1.Containe
 	if len(c.VolumeMounts) == 0 {
 		return nil, nil
 	}
-	if w.Volumes == nil {
+	if w.cfg.Volumes == nil {
 		return nil, errors.New("the node cannot set up volumes")
 	}
-	paths, err := w.Volumes.Setup(ctx, pod)
+	paths, err := w.cfg.Volumes.Setup(ctx, pod)
 	if err != nil {
 		return nil, err
 	}

@@ -23,13 +23,15 @@
 // kubelet's reason and message (ErrImagePull, CreateContainerConfigError…,
 // see reasons.go), and what happens is recorded as Events.
 //
-// Kill stops the containers with a grace period and removes the sandbox.
+// Terminate stops the containers with a grace period and removes the
+// sandbox and the volumes; Cleanup removes, now and then, what pods the
+// node no longer has left behind: sandboxes, volumes, logs.
 //
-//	w := &pods.Worker{Runtime: rt, Images: img, LogRoot: "/var/log/pods"}
+//	w, err := pods.New(pods.Config{Runtime: rt, Images: img, LogRoot: "/var/log/pods"})
 //	st, err := w.Sync(ctx, pod)
 //
 // Not yet here: sidecar (restartable) init containers, garbage collection
-// of exited containers (they are kept until Kill, as the backoff's
+// of exited containers (they are kept until Terminate, as the backoff's
 // history).
 package pods
 
@@ -37,11 +39,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -52,10 +56,9 @@ type ClusterDNS struct {
 	Domain  string   // such as cluster.local
 }
 
-// Worker syncs pods against a CRI runtime. Its fields are set before the
-// first call and not changed after; its methods may be called from many
-// goroutines, one at a time per pod.
-type Worker struct {
+// Config is what a Worker needs.
+type Config struct {
+	// Runtime and Images are the CRI runtime's services.
 	Runtime criv1.RuntimeServiceClient
 	Images  criv1.ImageServiceClient
 	// LogRoot holds the pods' log directories, /var/log/pods on a node.
@@ -68,8 +71,8 @@ type Worker struct {
 	// RuntimeHandler is the CRI runtime handler (RuntimeClass); empty is
 	// the runtime's default.
 	RuntimeHandler string
-	// Now is the clock of restart and image pull backoffs; time.Now if
-	// nil.
+	// Now is the clock of restart and image pull backoffs and of how long
+	// Cleanup keeps orphaned logs; time.Now if nil.
 	Now func() time.Time
 	// Refs, if set, reads the ConfigMaps, Secrets and Node that
 	// containers' env and pods' imagePullSecrets refer to; without it,
@@ -79,9 +82,18 @@ type Worker struct {
 	// the kubelet's Events (Pulling, Pulled, Created, Started, Failed,
 	// BackOff, Killing).
 	Events Events
-	// Volumes, if set, prepares the volumes that containers mount;
-	// without it, a container that mounts one cannot start.
+	// Volumes, if set, keeps the volumes that containers mount; without
+	// it, a container that mounts one cannot start.
 	Volumes Volumes
+	// Log receives what Sync and Cleanup only log; nil means
+	// slog.Default().
+	Log *slog.Logger
+}
+
+// Worker syncs pods against a CRI runtime. Its methods may be called
+// from many goroutines, one at a time per pod.
+type Worker struct {
+	cfg Config
 
 	// unhealthy holds the IDs of containers stopped for failing a probe
 	// (StopUnhealthy), which restart whatever their exit code.
@@ -91,29 +103,67 @@ type Worker struct {
 	// toldBackoff holds, by backoffKey, the ID of the exited container
 	// whose restart backoff was last recorded as an event.
 	toldBackoff sync.Map
+	// orphanLogs holds when Cleanup first found the logs of a pod to
+	// remove.
+	orphanLogsMu sync.Mutex
+	orphanLogs   map[types.UID]time.Time
+}
+
+// New returns the Worker of cfg.
+func New(cfg Config) (*Worker, error) {
+	var errs []error
+	if cfg.Runtime == nil || cfg.Images == nil {
+		errs = append(errs, errors.New("no CRI runtime or image service"))
+	}
+	if cfg.LogRoot == "" {
+		errs = append(errs, errors.New("no pod log directory"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("pod worker: %w", err)
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	return &Worker{cfg: cfg, orphanLogs: map[types.UID]time.Time{}}, nil
 }
 
 func (w *Worker) now() time.Time {
-	if w.Now != nil {
-		return w.Now()
+	if w.cfg.Now != nil {
+		return w.cfg.Now()
 	}
 	return time.Now()
 }
 
 func (w *Worker) cgroupParent(pod *corev1.Pod) string {
-	if w.CgroupParent == nil {
+	if w.cfg.CgroupParent == nil {
 		return ""
 	}
-	return w.CgroupParent(pod)
+	return w.cfg.CgroupParent(pod)
 }
 
-// Sync takes the next steps to run pod and returns its status. An error
-// says which step failed; the status is still as complete as it could be
-// made, or nil if the runtime could not be read at all (containerd away):
-// then nothing is known of the pod's containers, not even that they are
-// gone. A pod that ended for good (Succeeded or Failed) in a sandbox that
-// is no longer ready is not run again in a new one.
+// Sync takes the next steps to run pod, refreshes its volumes (tokens
+// before they expire, ConfigMaps and Secrets that changed) and returns
+// its status. An error says which step failed; the status is still as
+// complete as it could be made, or nil if the runtime could not be read
+// at all (containerd away): then nothing is known of the pod's
+// containers, not even that they are gone. A pod that ended for good
+// (Succeeded or Failed) in a sandbox that is no longer ready is not run
+// again in a new one. A volume that cannot be refreshed is only logged:
+// the containers keep what was written, and a later Sync retries.
 func (w *Worker) Sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
+	st, err := w.sync(ctx, pod)
+	if st != nil && ctx.Err() == nil && w.cfg.Volumes != nil {
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		if rerr := w.cfg.Volumes.Refresh(rctx, pod); rerr != nil && ctx.Err() == nil {
+			w.cfg.Log.Warn("refresh the pod's volumes", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID, "err", rerr)
+		}
+		cancel()
+	}
+	return st, err
+}
+
+// sync takes the next steps to run pod and returns its status, as Sync.
+func (w *Worker) sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
 	sandboxes, err := w.sandboxes(ctx, pod)
 	if err != nil {
 		return nil, err
@@ -241,7 +291,7 @@ func (w *Worker) ensureSandbox(ctx context.Context, pod *corev1.Pod, sandboxes [
 		attempt = max(attempt, sb.GetMetadata().GetAttempt()+1)
 	}
 	cfg = w.sandboxConfig(pod, attempt)
-	resp, err := w.Runtime.RunPodSandbox(ctx, &criv1.RunPodSandboxRequest{Config: cfg, RuntimeHandler: w.RuntimeHandler})
+	resp, err := w.cfg.Runtime.RunPodSandbox(ctx, &criv1.RunPodSandboxRequest{Config: cfg, RuntimeHandler: w.cfg.RuntimeHandler})
 	if err != nil {
 		return "", nil, false, fmt.Errorf("run sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
@@ -250,7 +300,7 @@ func (w *Worker) ensureSandbox(ctx context.Context, pod *corev1.Pod, sandboxes [
 
 // sandboxes lists the runtime's sandboxes of pod, by its UID.
 func (w *Worker) sandboxes(ctx context.Context, pod *corev1.Pod) ([]*criv1.PodSandbox, error) {
-	resp, err := w.Runtime.ListPodSandbox(ctx, &criv1.ListPodSandboxRequest{
+	resp, err := w.cfg.Runtime.ListPodSandbox(ctx, &criv1.ListPodSandboxRequest{
 		Filter: &criv1.PodSandboxFilter{LabelSelector: map[string]string{LabelPodUID: string(pod.UID)}},
 	})
 	if err != nil {
@@ -262,7 +312,7 @@ func (w *Worker) sandboxes(ctx context.Context, pod *corev1.Pod) ([]*criv1.PodSa
 // history returns the sandbox's containers by name, each name's oldest
 // attempt first.
 func (w *Worker) history(ctx context.Context, sandboxID string) (map[string][]*criv1.ContainerStatus, error) {
-	resp, err := w.Runtime.ListContainers(ctx, &criv1.ListContainersRequest{
+	resp, err := w.cfg.Runtime.ListContainers(ctx, &criv1.ListContainersRequest{
 		Filter: &criv1.ContainerFilter{PodSandboxId: sandboxID},
 	})
 	if err != nil {
@@ -270,7 +320,7 @@ func (w *Worker) history(ctx context.Context, sandboxID string) (map[string][]*c
 	}
 	out := map[string][]*criv1.ContainerStatus{}
 	for _, c := range resp.Containers {
-		st, err := w.Runtime.ContainerStatus(ctx, &criv1.ContainerStatusRequest{ContainerId: c.Id})
+		st, err := w.cfg.Runtime.ContainerStatus(ctx, &criv1.ContainerStatusRequest{ContainerId: c.Id})
 		if err != nil {
 			return nil, fmt.Errorf("status of container %s: %w", c.Id, err)
 		}
@@ -286,7 +336,7 @@ func (w *Worker) history(ctx context.Context, sandboxID string) (map[string][]*c
 // nextAttempts returns, by container name, the attempt after the last of
 // the pod's containers in any of its sandboxes.
 func (w *Worker) nextAttempts(ctx context.Context, pod *corev1.Pod) (map[string]uint32, error) {
-	resp, err := w.Runtime.ListContainers(ctx, &criv1.ListContainersRequest{
+	resp, err := w.cfg.Runtime.ListContainers(ctx, &criv1.ListContainersRequest{
 		Filter: &criv1.ContainerFilter{LabelSelector: map[string]string{LabelPodUID: string(pod.UID)}},
 	})
 	if err != nil {
@@ -371,7 +421,7 @@ func (w *Worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 	if err != nil {
 		return w.failed(pod, c, waiting, &waitError{ErrCreateContainerConfig, err.Error()})
 	}
-	created, err := w.Runtime.CreateContainer(ctx, &criv1.CreateContainerRequest{
+	created, err := w.cfg.Runtime.CreateContainer(ctx, &criv1.CreateContainerRequest{
 		PodSandboxId:  sb.id,
 		Config:        containerConfig(pod, c, containerParams{attempt: attempt, image: image, env: env, mounts: mounts}),
 		SandboxConfig: sb.cfg,
@@ -386,7 +436,7 @@ func (w *Worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 // run starts the created container id of c; if the runtime cannot, c
 // waits, as waiting but with RunContainerError.
 func (w *Worker) run(ctx context.Context, pod *corev1.Pod, c *corev1.Container, id string, sb sandbox, waiting ContainerStatus) (ContainerStatus, error) {
-	if _, err := w.Runtime.StartContainer(ctx, &criv1.StartContainerRequest{ContainerId: id}); err != nil {
+	if _, err := w.cfg.Runtime.StartContainer(ctx, &criv1.StartContainerRequest{ContainerId: id}); err != nil {
 		// Not counted as made: the pod stays Pending until the
 		// runtime's exited container shows on the next sync.
 		waiting.ID, waiting.StartedAt, waiting.FinishedAt = "", time.Time{}, time.Time{}
@@ -418,18 +468,29 @@ func (w *Worker) started(ctx context.Context, pod *corev1.Pod, c *corev1.Contain
 }
 
 func (w *Worker) status(ctx context.Context, name, id string) (ContainerStatus, error) {
-	resp, err := w.Runtime.ContainerStatus(ctx, &criv1.ContainerStatusRequest{ContainerId: id})
+	resp, err := w.cfg.Runtime.ContainerStatus(ctx, &criv1.ContainerStatusRequest{ContainerId: id})
 	if err != nil {
 		return ContainerStatus{Name: name, ID: id, State: Waiting}, fmt.Errorf("status of container %s: %w", id, err)
 	}
 	return containerStatus(name, resp.Status), nil
 }
 
-// Kill stops every container of pod, running preStop hooks and giving
-// each grace to exit after SIGTERM before SIGKILL, then stops and removes
-// its sandboxes, which removes the containers, their logs' handles and
-// the pod's network.
-func (w *Worker) Kill(ctx context.Context, pod *corev1.Pod, grace time.Duration) error {
+// Terminate stops every container of pod, running preStop hooks and
+// giving each grace to exit after SIGTERM before SIGKILL, then stops and
+// removes its sandboxes, which removes the containers, their logs'
+// handles and the pod's network, and last removes the pod's volumes.
+func (w *Worker) Terminate(ctx context.Context, pod *corev1.Pod, grace time.Duration) error {
+	if err := w.kill(ctx, pod, grace); err != nil {
+		return fmt.Errorf("kill: %w", err)
+	}
+	if w.cfg.Volumes != nil {
+		return w.cfg.Volumes.TearDown(pod.UID)
+	}
+	return nil
+}
+
+// kill stops and removes pod's containers and sandboxes, as Terminate.
+func (w *Worker) kill(ctx context.Context, pod *corev1.Pod, grace time.Duration) error {
 	sandboxes, err := w.sandboxes(ctx, pod)
 	if err != nil {
 		return err
@@ -437,7 +498,7 @@ func (w *Worker) Kill(ctx context.Context, pod *corev1.Pod, grace time.Duration)
 	w.forget(pod)
 	var errs []error
 	for _, sb := range sandboxes {
-		resp, err := w.Runtime.ListContainers(ctx, &criv1.ListContainersRequest{
+		resp, err := w.cfg.Runtime.ListContainers(ctx, &criv1.ListContainersRequest{
 			Filter: &criv1.ContainerFilter{PodSandboxId: sb.Id},
 		})
 		if err != nil {
@@ -451,11 +512,11 @@ func (w *Worker) Kill(ctx context.Context, pod *corev1.Pod, grace time.Duration)
 		if err := w.stopAll(ctx, pod, resp.Containers, ip, grace); err != nil {
 			errs = append(errs, err)
 		}
-		if _, err := w.Runtime.StopPodSandbox(ctx, &criv1.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+		if _, err := w.cfg.Runtime.StopPodSandbox(ctx, &criv1.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
 			errs = append(errs, fmt.Errorf("stop sandbox %s of pod %s/%s: %w", sb.Id, pod.Namespace, pod.Name, err))
 			continue
 		}
-		if _, err := w.Runtime.RemovePodSandbox(ctx, &criv1.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+		if _, err := w.cfg.Runtime.RemovePodSandbox(ctx, &criv1.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
 			errs = append(errs, fmt.Errorf("remove sandbox %s of pod %s/%s: %w", sb.Id, pod.Namespace, pod.Name, err))
 		}
 	}

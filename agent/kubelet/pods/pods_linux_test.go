@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cairn-os/cairn/agent/kubelet/pods"
+	"github.com/cairn-os/cairn/internal/crilog"
 	"github.com/cairn-os/cairn/test/registry"
 	"github.com/cairn-os/cairn/test/runtime"
 	"github.com/google/go-cmp/cmp"
@@ -23,6 +25,7 @@ import (
 // env is a real containerd with a registry holding the test images.
 type env struct {
 	rt          *runtime.Runtime
+	cfg         pods.Config
 	w           *pods.Worker
 	hello, echo string // image references
 	ctx         context.Context
@@ -43,13 +46,25 @@ func setup(t *testing.T) *env {
 	if _, err := registry.BuildAndPush(ctx, reg, "./agent/kubelet/pods/testdata/echoexit", "cairn-test/echoexit:v1"); err != nil {
 		t.Fatal(err)
 	}
-	return &env{
+	e := &env{
 		rt:    rt,
-		w:     &pods.Worker{Runtime: rt.RuntimeClient, Images: rt.ImageClient, LogRoot: filepath.Join(t.TempDir(), "pods")},
+		cfg:   pods.Config{Runtime: rt.RuntimeClient, Images: rt.ImageClient, LogRoot: filepath.Join(t.TempDir(), "pods")},
 		hello: reg.Addr + "/cairn-test/hello:v1",
 		echo:  reg.Addr + "/cairn-test/echoexit:v1",
 		ctx:   ctx,
 	}
+	e.newWorker(t)
+	return e
+}
+
+// newWorker makes e's worker anew, from e.cfg.
+func (e *env) newWorker(t *testing.T) {
+	t.Helper()
+	w, err := pods.New(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.w = w
 }
 
 func newPod(name string, policy corev1.RestartPolicy, containers ...corev1.Container) *corev1.Pod {
@@ -107,7 +122,7 @@ func TestPodRuns(t *testing.T) {
 	if len(lines) == 0 || !strings.HasPrefix(lines[0], "hello from cairn-test-image pid=1 ") {
 		t.Errorf("log %s = %q, want the hello line first", c.LogPath, lines)
 	}
-	if want := filepath.Join(e.w.LogRoot, "default_hello_uid-hello", "hello", "0.log"); c.LogPath != want {
+	if want := filepath.Join(e.cfg.LogRoot, "default_hello_uid-hello", "hello", "0.log"); c.LogPath != want {
 		t.Errorf("log path %s, want %s", c.LogPath, want)
 	}
 
@@ -185,7 +200,8 @@ func TestExitFailsWithRestartNever(t *testing.T) {
 func TestCrashLoopBackOff(t *testing.T) {
 	e := setup(t)
 	var now time.Time // the backoff's clock; the zero time until the exit
-	e.w.Now = func() time.Time { return now }
+	e.cfg.Now = func() time.Time { return now }
+	e.newWorker(t)
 	pod := newPod("crash", corev1.RestartPolicyOnFailure, corev1.Container{
 		Name: "crash", Image: e.echo, Env: []corev1.EnvVar{{Name: "EXIT_CODE", Value: "3"}},
 	})
@@ -225,7 +241,7 @@ func TestCrashLoopBackOff(t *testing.T) {
 	})
 }
 
-func TestKill(t *testing.T) {
+func TestTerminate(t *testing.T) {
 	e := setup(t)
 	pod := newPod("kill", corev1.RestartPolicyAlways, corev1.Container{Name: "hello", Image: e.hello})
 	st := e.syncUntil(t, pod, "Running", phaseIs(corev1.PodRunning))
@@ -233,12 +249,12 @@ func TestKill(t *testing.T) {
 	// the signal before.
 	runtime.LogLines(t, st.Containers[0].LogPath, 1)
 	start := time.Now()
-	if err := e.w.Kill(e.ctx, pod, 10*time.Second); err != nil {
-		t.Fatalf("Kill: %v", err)
+	if err := e.w.Terminate(e.ctx, pod, 10*time.Second); err != nil {
+		t.Fatalf("Terminate: %v", err)
 	}
 	// hello exits on SIGTERM, well within the grace period.
 	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("Kill took %v; hello exits on SIGTERM at once", d)
+		t.Errorf("Terminate took %v; hello exits on SIGTERM at once", d)
 	}
 	sbs, err := e.rt.RuntimeClient.ListPodSandbox(e.ctx, &criv1.ListPodSandboxRequest{})
 	if err != nil {
@@ -249,7 +265,56 @@ func TestKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(sbs.Items) != 0 || len(ctrs.Containers) != 0 {
-		t.Errorf("after Kill the runtime holds %d sandboxes and %d containers, want none", len(sbs.Items), len(ctrs.Containers))
+		t.Errorf("after Terminate the runtime holds %d sandboxes and %d containers, want none", len(sbs.Items), len(ctrs.Containers))
+	}
+}
+
+// TestCleanup has Cleanup remove the sandbox of a pod the node no longer
+// has at once and its logs a minute later, and keep what the node's
+// pods still use.
+func TestCleanup(t *testing.T) {
+	e := setup(t)
+	now := time.Now() // of the orphaned logs
+	e.cfg.Now = func() time.Time { return now }
+	e.newWorker(t)
+	kept := newPod("kept", corev1.RestartPolicyAlways, corev1.Container{Name: "hello", Image: e.hello})
+	orphan := newPod("orphan", corev1.RestartPolicyAlways, corev1.Container{Name: "hello", Image: e.hello})
+	for _, pod := range []*corev1.Pod{kept, orphan} {
+		e.syncUntil(t, pod, "Running", phaseIs(corev1.PodRunning))
+	}
+	t.Cleanup(func() { e.w.Terminate(context.Background(), kept, 0) })
+	logDir := func(pod *corev1.Pod) string {
+		return crilog.PodDir(e.cfg.LogRoot, pod.Namespace, pod.Name, string(pod.UID))
+	}
+	sandboxes := func() map[string]int {
+		t.Helper()
+		sbs, err := e.rt.RuntimeClient.ListPodSandbox(e.ctx, &criv1.ListPodSandboxRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int{}
+		for _, sb := range sbs.Items {
+			out[sb.GetMetadata().GetName()]++
+		}
+		return out
+	}
+	keep := func(uid types.UID) bool { return uid == kept.UID }
+
+	e.w.Cleanup(e.ctx, keep)
+	if got := sandboxes(); got["kept"] != 1 || got["orphan"] != 0 {
+		t.Errorf("sandboxes by pod after Cleanup: %v, want kept's alone", got)
+	}
+	if _, err := os.Stat(logDir(orphan)); err != nil {
+		t.Errorf("orphan's logs gone at once, want them kept a while: %v", err)
+	}
+
+	now = now.Add(time.Minute)
+	e.w.Cleanup(e.ctx, keep)
+	if _, err := os.Stat(logDir(orphan)); !os.IsNotExist(err) {
+		t.Errorf("orphan's logs %s still there a minute later (%v)", logDir(orphan), err)
+	}
+	if _, err := os.Stat(logDir(kept)); err != nil {
+		t.Errorf("kept's logs: %v, want them there", err)
 	}
 }
 
@@ -290,7 +355,7 @@ func TestPullPolicyNever(t *testing.T) {
 	e.syncUntil(t, pod, "Succeeded", phaseIs(corev1.PodSucceeded))
 }
 
-func TestKillGracePeriod(t *testing.T) {
+func TestTerminateGracePeriod(t *testing.T) {
 	e := setup(t)
 	pod := newPod("stubborn", corev1.RestartPolicyAlways, corev1.Container{
 		Name: "stubborn", Image: e.echo, Env: []corev1.EnvVar{{Name: "IGNORE_TERM", Value: "1"}},
@@ -299,11 +364,11 @@ func TestKillGracePeriod(t *testing.T) {
 	runtime.LogLines(t, st.Containers[0].LogPath, 2) // "waiting": SIGTERM is ignored from here on
 	const grace = 2 * time.Second
 	start := time.Now()
-	if err := e.w.Kill(e.ctx, pod, grace); err != nil {
-		t.Fatalf("Kill: %v", err)
+	if err := e.w.Terminate(e.ctx, pod, grace); err != nil {
+		t.Fatalf("Terminate: %v", err)
 	}
 	if d := time.Since(start); d < grace || d > grace+5*time.Second {
-		t.Errorf("Kill of a container that ignores SIGTERM took %v, want about the grace period %v", d, grace)
+		t.Errorf("Terminate of a container that ignores SIGTERM took %v, want about the grace period %v", d, grace)
 	}
 }
 

@@ -50,7 +50,7 @@ type Events interface {
 // Event records an event about the container named name of pod, or about
 // the pod when name is empty, if the worker has Events.
 func (w *Worker) Event(pod *corev1.Pod, name, eventtype, reason, format string, args ...any) {
-	if w.Events == nil {
+	if w.cfg.Events == nil {
 		return
 	}
 	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
@@ -62,7 +62,7 @@ func (w *Worker) Event(pod *corev1.Pod, name, eventtype, reason, format string, 
 			}
 		}
 	}
-	w.Events.Eventf(ref, eventtype, reason, format, args...)
+	w.cfg.Events.Eventf(ref, eventtype, reason, format, args...)
 }
 
 // backoffKey names a container of a pod, for toldBackoff.

@@ -98,7 +98,7 @@ func hostname(pod *corev1.Pod) string {
 // podLogDir is where the runtime writes the pod's container logs, in the
 // kubelet's layout that the node API reads them from.
 func (w *Worker) podLogDir(pod *corev1.Pod) string {
-	return crilog.PodDir(w.LogRoot, pod.Namespace, pod.Name, string(pod.UID))
+	return crilog.PodDir(w.cfg.LogRoot, pod.Namespace, pod.Name, string(pod.UID))
 }
 
 // dnsConfig is the pod's resolv.conf by its dnsPolicy: the cluster's DNS
@@ -108,7 +108,7 @@ func (w *Worker) podLogDir(pod *corev1.Pod) string {
 // dnsConfig is appended in every case.
 func (w *Worker) dnsConfig(pod *corev1.Pod) *criv1.DNSConfig {
 	var cfg *criv1.DNSConfig
-	cluster := w.ClusterDNS != nil && len(w.ClusterDNS.Servers) > 0
+	cluster := w.cfg.ClusterDNS != nil && len(w.cfg.ClusterDNS.Servers) > 0
 	switch pod.Spec.DNSPolicy {
 	case corev1.DNSDefault:
 	case corev1.DNSNone:
@@ -140,9 +140,9 @@ func (w *Worker) dnsConfig(pod *corev1.Pod) *criv1.DNSConfig {
 }
 
 func (w *Worker) clusterDNS(pod *corev1.Pod) *criv1.DNSConfig {
-	d := w.ClusterDNS.Domain
+	d := w.cfg.ClusterDNS.Domain
 	return &criv1.DNSConfig{
-		Servers:  append([]string(nil), w.ClusterDNS.Servers...),
+		Servers:  append([]string(nil), w.cfg.ClusterDNS.Servers...),
 		Searches: []string{pod.Namespace + ".svc." + d, "svc." + d, d},
 		Options:  []string{"ndots:5"},
 	}

@@ -2,6 +2,7 @@ package probe
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -9,30 +10,55 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cairn-os/cairn/agent/kubelet/handler"
 )
 
-// Manager runs the probes of the node's running containers. Its fields
-// are set before the first call; its methods may be called from many
+// Stopper stops a container that failed its liveness or startup probe,
+// giving it grace after SIGTERM: the pod worker's StopUnhealthy, which
+// runs the preStop hook and has the container restarted.
+type Stopper interface {
+	StopUnhealthy(ctx context.Context, pod *corev1.Pod, name, containerID string, grace time.Duration) error
+}
+
+// Events records an event about a pod's container: a failed probe is
+// told as an Unhealthy warning.
+type Events interface {
+	Event(pod *corev1.Pod, container, eventtype, reason, format string, args ...any)
+}
+
+// Config is what a Manager needs.
+type Config struct {
+	// Runtime runs exec probes.
+	Runtime criv1.RuntimeServiceClient
+	// Results receives the verdicts.
+	Results *Results
+	Stopper Stopper
+	// Events, if set, records the failed probes.
+	Events Events
+	// Log receives what happens; nil means slog.Default().
+	Log *slog.Logger
+}
+
+// Manager runs the probes of the node's running containers and keeps
+// their verdicts in its Results. Its methods may be called from many
 // goroutines.
 type Manager struct {
-	Runtime criv1.RuntimeServiceClient
-	// Stop stops a container that failed its liveness or startup probe,
-	// giving it grace after SIGTERM; the pod worker's StopUnhealthy,
-	// which runs the preStop hook and has the container restarted.
-	Stop func(ctx context.Context, pod *corev1.Pod, name, containerID string, grace time.Duration) error
-	// Event, if set, records an event about a pod's container: a failed
-	// probe is told as an Unhealthy warning.
-	Event func(pod *corev1.Pod, container, eventtype, reason, format string, args ...any)
-	Log   *slog.Logger
-	// Changed is called, from a probe's goroutine, when a result of a
-	// pod's container changed or a container was stopped for failing.
-	Changed func(types.UID)
-	// Scale multiplies every probe's delay and period; 0 means 1. Tests
-	// shorten probes with it.
-	Scale float64
+	cfg Config
 
 	mu      sync.Mutex
 	workers map[key]*worker
+}
+
+// New returns the Manager of cfg.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Runtime == nil || cfg.Results == nil || cfg.Stopper == nil {
+		return nil, errors.New("probe manager: no runtime, results or stopper")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	return &Manager{cfg: cfg, workers: map[key]*worker{}}, nil
 }
 
 type key struct {
@@ -41,13 +67,11 @@ type key struct {
 	kind      Kind
 }
 
-// worker probes one container with one probe.
+// worker probes one container with one probe; its verdicts are in the
+// Results under its key while it is the key's worker.
 type worker struct {
 	containerID string
 	cancel      context.CancelFunc
-	// result: the probe's last verdict. Readiness and startup start
-	// false, liveness true.
-	result bool
 }
 
 // Running is a running container of a pod, as the pod worker saw it.
@@ -62,9 +86,6 @@ type Running struct {
 func (m *Manager) Update(pod *corev1.Pod, host string, running []Running) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.workers == nil {
-		m.workers = map[key]*worker{}
-	}
 	want := map[key]string{}
 	for _, r := range running {
 		c := container(pod, r.Name)
@@ -83,16 +104,17 @@ func (m *Manager) Update(pod *corev1.Pod, host string, running []Running) {
 				w.cancel()
 			}
 			ctx, cancel := context.WithCancel(context.Background())
-			w := &worker{containerID: r.ContainerID, cancel: cancel, result: kind == Liveness}
+			w := &worker{containerID: r.ContainerID, cancel: cancel}
 			m.workers[k] = w
+			// Readiness and startup start false, liveness true.
+			m.cfg.Results.reset(k, r.ContainerID, kind == Liveness)
 			go m.run(ctx, k, w, pod, c, p, host)
 		}
 	}
 	for k, w := range m.workers {
 		if k.uid == pod.UID {
 			if id, ok := want[k]; !ok || id != w.containerID {
-				w.cancel()
-				delete(m.workers, k)
+				m.stop(k, w)
 			}
 		}
 	}
@@ -104,79 +126,34 @@ func (m *Manager) Remove(uid types.UID) {
 	defer m.mu.Unlock()
 	for k, w := range m.workers {
 		if k.uid == uid {
-			w.cancel()
-			delete(m.workers, k)
+			m.stop(k, w)
 		}
 	}
 }
 
-// Started says whether the container with containerID of the pod
-// started: it runs and its startup probe, if any, succeeded.
-func (m *Manager) Started(pod *corev1.Pod, name, containerID string) bool {
-	c := container(pod, name)
-	if c == nil || c.StartupProbe == nil {
-		return true
-	}
-	return m.result(key{pod.UID, name, Startup}, containerID)
-}
-
-// Ready says whether the running container with containerID is ready:
-// started, and its readiness probe, if any, succeeded.
-func (m *Manager) Ready(pod *corev1.Pod, name, containerID string) bool {
-	if !m.Started(pod, name, containerID) {
-		return false
-	}
-	c := container(pod, name)
-	if c == nil || c.ReadinessProbe == nil {
-		return true
-	}
-	return m.result(key{pod.UID, name, Readiness}, containerID)
-}
-
-func (m *Manager) result(k key, containerID string) bool {
-	if m == nil {
-		return false
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	w := m.workers[k]
-	return w != nil && w.containerID == containerID && w.result
+// stop ends the worker w of k and forgets its verdicts; m.mu is held.
+func (m *Manager) stop(k key, w *worker) {
+	w.cancel()
+	delete(m.workers, k)
+	m.cfg.Results.remove(k)
 }
 
 // kindTitle is how events name a kind of probe.
 var kindTitle = map[Kind]string{Startup: "Startup", Liveness: "Liveness", Readiness: "Readiness"}
 
-// set records a verdict; it says whether it changed.
+// set records a verdict of w, if it is still k's worker; it says whether
+// the verdict changed.
 func (m *Manager) set(k key, w *worker, v bool) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.workers[k] != w || w.result == v {
-		return false
-	}
-	w.result = v
-	return true
-}
-
-func (m *Manager) started(pod *corev1.Pod, c *corev1.Container, containerID string) bool {
-	return c.StartupProbe == nil || m.result(key{pod.UID, c.Name, Startup}, containerID)
-}
-
-func (m *Manager) scale(d time.Duration) time.Duration {
-	if m.Scale <= 0 {
-		return d
-	}
-	return time.Duration(float64(d) * m.Scale)
+	return m.workers[k] == w && m.cfg.Results.set(k, w.containerID, v)
 }
 
 // run probes until ctx ends, a startup probe succeeds, or a liveness or
 // startup probe fails and the container is stopped.
 func (m *Manager) run(ctx context.Context, k key, w *worker, pod *corev1.Pod, c *corev1.Container, p *corev1.Probe, host string) {
-	log := m.Log
-	if log == nil {
-		log = slog.Default()
-	}
-	log = log.With("pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "probe", k.kind)
-	period := m.scale(seconds(p.PeriodSeconds, DefaultPeriod))
+	log := m.cfg.Log.With("pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "probe", k.kind)
+	period := seconds(p.PeriodSeconds, DefaultPeriod)
 	success, failure := int(p.SuccessThreshold), int(p.FailureThreshold)
 	if success <= 0 {
 		success = DefaultSuccessThreshold
@@ -187,9 +164,9 @@ func (m *Manager) run(ctx context.Context, k key, w *worker, pod *corev1.Pod, c 
 	if k.kind != Readiness {
 		success = 1 // the API requires 1 for liveness and startup
 	}
-	wait := m.scale(time.Duration(p.InitialDelaySeconds) * time.Second)
+	wait := time.Duration(p.InitialDelaySeconds) * time.Second
 	var oks, fails int
-	target := Target{Container: c, ContainerID: w.containerID, Host: host}
+	target := handler.Target{Container: c, ContainerID: w.containerID, Host: host}
 	for {
 		t := time.NewTimer(wait)
 		select {
@@ -199,10 +176,10 @@ func (m *Manager) run(ctx context.Context, k key, w *worker, pod *corev1.Pod, c 
 		case <-t.C:
 		}
 		wait = period
-		if k.kind != Startup && !m.started(pod, c, w.containerID) {
+		if k.kind != Startup && !m.cfg.Results.Started(pod, c.Name, w.containerID) {
 			continue // startup gates the others
 		}
-		err := Do(ctx, m.Runtime, p, target)
+		err := Do(ctx, m.cfg.Runtime, p, target)
 		if ctx.Err() != nil {
 			return
 		}
@@ -211,15 +188,15 @@ func (m *Manager) run(ctx context.Context, k key, w *worker, pod *corev1.Pod, c 
 		} else {
 			oks, fails = 0, fails+1
 			log.Debug("probe failed", "err", err, "failures", fails)
-			if m.Event != nil {
-				m.Event(pod, c.Name, corev1.EventTypeWarning, "Unhealthy", "%s probe failed: %v", kindTitle[k.kind], err)
+			if m.cfg.Events != nil {
+				m.cfg.Events.Event(pod, c.Name, corev1.EventTypeWarning, "Unhealthy", "%s probe failed: %v", kindTitle[k.kind], err)
 			}
 		}
 		switch {
 		case oks >= success:
 			if m.set(k, w, true) {
 				log.Info("probe succeeded")
-				m.changed(pod.UID)
+				m.cfg.Results.tell(ctx, Update{UID: pod.UID, Container: c.Name, Kind: k.kind})
 			}
 			if k.kind == Startup {
 				return
@@ -229,7 +206,7 @@ func (m *Manager) run(ctx context.Context, k key, w *worker, pod *corev1.Pod, c 
 			if k.kind == Readiness {
 				if changed {
 					log.Info("probe failed: container not ready", "err", err)
-					m.changed(pod.UID)
+					m.cfg.Results.tell(ctx, Update{UID: pod.UID, Container: c.Name, Kind: k.kind})
 				}
 				continue
 			}
@@ -241,7 +218,7 @@ func (m *Manager) run(ctx context.Context, k key, w *worker, pod *corev1.Pod, c 
 				grace = time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
 			}
 			sctx, cancel := context.WithTimeout(ctx, grace+time.Minute)
-			err := m.Stop(sctx, pod, c.Name, w.containerID, grace)
+			err := m.cfg.Stopper.StopUnhealthy(sctx, pod, c.Name, w.containerID, grace)
 			cancel()
 			if ctx.Err() != nil {
 				return // the pod's probes were removed meanwhile
@@ -250,15 +227,9 @@ func (m *Manager) run(ctx context.Context, k key, w *worker, pod *corev1.Pod, c 
 				log.Warn("stop container failing its probe", "err", err)
 				continue
 			}
-			m.changed(pod.UID)
+			m.cfg.Results.tell(ctx, Update{UID: pod.UID, Container: c.Name, Kind: k.kind})
 			return
 		}
-	}
-}
-
-func (m *Manager) changed(uid types.UID) {
-	if m.Changed != nil {
-		m.Changed(uid)
 	}
 }
 
@@ -276,7 +247,6 @@ func (m *Manager) RemoveAll() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for k, w := range m.workers {
-		w.cancel()
-		delete(m.workers, k)
+		m.stop(k, w)
 	}
 }

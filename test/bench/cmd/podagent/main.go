@@ -73,9 +73,9 @@ func run(socket, nodeName, clusterFile, dir, logRoot, cpuProfile string) error {
 		return err
 	}
 	defer rt.Close()
-	worker := kubelet.NewPodWorker(&cluster, rt, logRoot)
+	podConfig := kubelet.NewPodConfig(&cluster, rt, logRoot)
 	pods := node.Component{Name: "kubelet", Run: func(ctx context.Context, m *node.Member) error {
-		return kubelet.Run(ctx, m, kubelet.Config{Dir: dir, RuntimeInfo: rt, Pods: worker, Metrics: reg,
+		return kubelet.Run(ctx, m, kubelet.Config{Dir: dir, RuntimeInfo: rt, Pods: podConfig, Metrics: reg,
 			Log: slog.Default().With("component", "kubelet")})
 	}}
 	return node.Run(ctx, node.Config{

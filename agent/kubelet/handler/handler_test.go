@@ -1,4 +1,4 @@
-package probe
+package handler
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -15,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-func TestDo(t *testing.T) {
+func TestRun(t *testing.T) {
 	ctx := context.Background()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/bad" {
@@ -46,20 +47,23 @@ func TestDo(t *testing.T) {
 	target := Target{Container: c, Host: "127.0.0.1"}
 	for _, tc := range []struct {
 		name string
-		h    corev1.ProbeHandler
+		a    Action
 		ok   bool
 	}{
-		{"http ok", corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt(port)}}, true},
-		{"http named port", corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/x", Port: intstr.FromString("web")}}, true},
-		{"http 500", corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/bad", Port: intstr.FromInt(port)}}, false},
-		{"http refused", corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt(closedPort)}}, false},
-		{"tcp ok", corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt(port)}}, true},
-		{"tcp refused", corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt(closedPort)}}, false},
-		{"grpc serving", corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: grpcPort}}, true},
-		{"grpc not serving", corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: grpcPort, Service: &down}}, false},
-		{"grpc refused", corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: int32(closedPort)}}, false},
+		{"http ok", Action{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt(port)}}, true},
+		{"http named port", Action{HTTPGet: &corev1.HTTPGetAction{Path: "/x", Port: intstr.FromString("web")}}, true},
+		{"http 500", Action{HTTPGet: &corev1.HTTPGetAction{Path: "/bad", Port: intstr.FromInt(port)}}, false},
+		{"http refused", Action{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt(closedPort)}}, false},
+		{"tcp ok", Action{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt(port)}}, true},
+		{"tcp refused", Action{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt(closedPort)}}, false},
+		{"grpc serving", Action{GRPC: &corev1.GRPCAction{Port: grpcPort}}, true},
+		{"grpc not serving", Action{GRPC: &corev1.GRPCAction{Port: grpcPort, Service: &down}}, false},
+		{"grpc refused", Action{GRPC: &corev1.GRPCAction{Port: int32(closedPort)}}, false},
+		{"sleep", Action{Sleep: &corev1.SleepAction{Seconds: 0}}, true},
+		{"sleep past the timeout", Action{Sleep: &corev1.SleepAction{Seconds: 2}}, false},
+		{"no action", Action{}, false},
 	} {
-		err := Do(ctx, nil, &corev1.Probe{ProbeHandler: tc.h}, target)
+		err := Run(ctx, nil, tc.a, time.Second, target)
 		if (err == nil) != tc.ok {
 			t.Errorf("%s: err %v, want ok %v", tc.name, err, tc.ok)
 		}
