@@ -125,7 +125,8 @@ func (e *podEnv) logPath(t *testing.T, containerID string) string {
 }
 
 // testMetrics wants the node's metrics to have counted what the earlier
-// subtests did: pods started, Lease renewals, CRI calls and image pulls.
+// subtests did: pods started, Lease renewals, probe runs, CRI calls and
+// image pulls.
 func (e *podEnv) testMetrics(t *testing.T) {
 	families, err := e.metrics.Gather()
 	if err != nil {
@@ -149,6 +150,8 @@ func (e *podEnv) testMetrics(t *testing.T) {
 	for _, want := range []string{
 		"cairn_kubelet_pod_start_duration_seconds",
 		"cairn_kubelet_lease_renewals_total,result=success",
+		"cairn_kubelet_probe_runs_total,kind=liveness,result=success",
+		"cairn_kubelet_probe_runs_total,kind=liveness,result=failure",
 		"cairn_cri_request_duration_seconds,code=OK,method=RunPodSandbox",
 		"cairn_cri_request_duration_seconds,code=OK,method=StartContainer",
 		"cairn_cri_image_pull_duration_seconds,code=OK",

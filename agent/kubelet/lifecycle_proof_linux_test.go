@@ -118,19 +118,26 @@ func (s *criSpy) setOnStatus(f func(*criv1.ContainerStatus)) {
 // wakeups reads the node's pod_worker_wakeups_total by source.
 func (e *podEnv) wakeups(t *testing.T) map[string]float64 {
 	t.Helper()
+	return e.counts(t, "cairn_kubelet_pod_worker_wakeups_total", "source")
+}
+
+// counts reads the node's counter called name, summed by the values of
+// its label.
+func (e *podEnv) counts(t *testing.T, name, label string) map[string]float64 {
+	t.Helper()
 	families, err := e.metrics.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]float64{}
 	for _, f := range families {
-		if f.GetName() != "cairn_kubelet_pod_worker_wakeups_total" {
+		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.Metric {
 			for _, l := range m.Label {
-				if l.GetName() == "source" {
-					out[l.GetValue()] = m.Counter.GetValue()
+				if l.GetName() == label {
+					out[l.GetValue()] += m.Counter.GetValue()
 				}
 			}
 		}

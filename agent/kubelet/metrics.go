@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cairn-os/cairn/agent/kubelet/probe"
 	"github.com/cairn-os/cairn/agent/node"
 )
 
@@ -14,6 +15,7 @@ import (
 type metrics struct {
 	podStart prometheus.Histogram
 	wakeups  *prometheus.CounterVec
+	probes   *prometheus.CounterVec
 }
 
 // newMetrics registers the metrics with reg; nil keeps them unregistered.
@@ -33,6 +35,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 				"conflict (a status write met a newer Pod), resync (the pod resync period passed), backoff (a container's back-off ended) " +
 				"or retry (after a failed sync).",
 		}, []string{"source"}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "probe_runs_total",
+			Help: "Runs of containers' probes, by kind (startup, liveness or readiness) and result (success or failure).",
+		}, []string{"kind", "result"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -42,6 +48,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.wakeups, err = node.RegisterOnce(reg, m.wakeups); err != nil {
+		return nil, err
+	}
+	if m.probes, err = node.RegisterOnce(reg, m.probes); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -55,4 +64,13 @@ func (m *metrics) podStarted(seen time.Time) {
 // woke counts one sync of a pod, woken by source.
 func (m *metrics) woke(source wakeSource) {
 	m.wakeups.WithLabelValues(string(source)).Inc()
+}
+
+// probed counts one run of a probe of kind, failed if err is set.
+func (m *metrics) probed(kind probe.Kind, err error) {
+	result := "success"
+	if err != nil {
+		result = "failure"
+	}
+	m.probes.WithLabelValues(string(kind), result).Inc()
 }

@@ -305,7 +305,7 @@ func (e *podEnv) testCrashLoopBackOff(t *testing.T) {
 		t.Errorf("CrashLoopBackOff message %q, want the back-off of 10s", msg)
 	}
 	// Several syncs while it backs off, one event.
-	time.Sleep(5 * time.Second)
+	e.waitWakeups(t, wakeResync, 2)
 	evs := e.wantEvents(t, pod, "c", "BackOff")
 	for _, ev := range evs {
 		if ev.Reason == "BackOff" && ev.Count != 1 {

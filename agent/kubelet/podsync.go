@@ -144,7 +144,8 @@ func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) {
 	}
 	defer stop()
 	results := probe.NewResults()
-	probes, err := probe.New(probe.Config{Runtime: k.cfg.Pods.Runtime, Results: results, Stopper: worker, Events: worker, Log: k.log})
+	probes, err := probe.New(probe.Config{Runtime: k.cfg.Pods.Runtime, Results: results, Stopper: worker, Events: worker,
+		Probed: k.metrics.probed, Log: k.log})
 	if err != nil {
 		k.log.Error("pod sync loop not started", "err", err)
 		return

@@ -169,9 +169,16 @@ func waitPod(t *testing.T, cs kubernetes.Interface, ns, name string, timeout tim
 // (pod_worker_wakeups_total), which proves they looked again.
 func (e *podEnv) waitWakeups(t *testing.T, source wakeSource, n float64) {
 	t.Helper()
-	before := e.wakeups(t)[string(source)]
-	poll.Until(t, 30*time.Second, fmt.Sprintf("%v more %s wakeups", n, source), func() error {
-		if got := e.wakeups(t)[string(source)] - before; got < n {
+	e.waitCount(t, "cairn_kubelet_pod_worker_wakeups_total", "source", string(source), n)
+}
+
+// waitCount waits until the node's counter called name, for value of its
+// label, grew by n.
+func (e *podEnv) waitCount(t *testing.T, name, label, value string, n float64) {
+	t.Helper()
+	before := e.counts(t, name, label)[value]
+	poll.Until(t, 30*time.Second, fmt.Sprintf("%v more %s{%s=%q}", n, name, label, value), func() error {
+		if got := e.counts(t, name, label)[value] - before; got < n {
 			return fmt.Errorf("%v so far", got)
 		}
 		return nil

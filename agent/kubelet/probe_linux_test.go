@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/cairn-os/cairn/agent/kubelet/probe"
 	"github.com/cairn-os/cairn/test/poll"
 )
 
@@ -86,14 +87,14 @@ func (e *podEnv) testReadinessProbe(t *testing.T) {
 	if d := time.Since(started); d < 3*time.Second {
 		t.Errorf("Ready %v after the container's start, before the file was made", d)
 	}
-	// The passing liveness probe restarts nothing.
-	time.Sleep(3 * time.Second)
+	// The passing liveness probe restarts nothing: three more runs of it.
+	e.waitCount(t, "cairn_kubelet_probe_runs_total", "kind", string(probe.Liveness), 3)
 	again, err := e.c.Client.CoreV1().Pods("default").Get(context.Background(), "readiness", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cs := again.Status.ContainerStatuses[0]; cs.RestartCount != 0 || !cs.Ready {
-		t.Errorf("after 3 s more: restarts %d, ready %v; want 0 restarts, still ready", cs.RestartCount, cs.Ready)
+		t.Errorf("after 3 more liveness probes: restarts %d, ready %v; want 0 restarts, still ready", cs.RestartCount, cs.Ready)
 	}
 	e.deletePod(t, pod)
 }

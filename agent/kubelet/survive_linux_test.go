@@ -61,9 +61,9 @@ func TestPodsSurvive(t *testing.T) {
 		restarted := time.Now()
 		start(t, cfg)
 		e.waitLeaseRenewedAfter(t, restarted)
-		// The new agent synced the pod when it started; give it a few
-		// syncs to do anything wrong.
-		time.Sleep(3 * time.Second)
+		// The new agent synced the pod when it started; give it a
+		// resync too to do anything wrong.
+		e.waitWakeups(t, wakeResync, 1)
 		poll.Until(t, 10*time.Second, "orphan volumes removed by housekeeping", func() error {
 			if _, err := os.Stat(orphan); !os.IsNotExist(err) {
 				return fmt.Errorf("%s still there (%v)", orphan, err)

@@ -53,6 +53,9 @@ type credentials struct {
 	cert      atomic.Pointer[tls.Certificate] // Leaf is set
 	conns     connTracker
 	transport *http.Transport
+	// checks counts rotate's looks at the clock, which tells a test that
+	// a renewal had its chances.
+	checks atomic.Uint64
 }
 
 func newCredentials(c credentialsConfig) (*credentials, error) {

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -493,7 +494,7 @@ func testRotation(t *testing.T, c *kube.Cluster) {
 	if u := whoAmI(t, a.j.client); u.Username != "system:node:"+name {
 		t.Errorf("after rotation the node client authenticates as %q", u.Username)
 	}
-	time.Sleep(300 * time.Millisecond) // six checks of the clock
+	waitCount(t, &a.j.creds.checks, 6, "looks at the clock by the rotation")
 	if n := len(csrsOf(t, c, name)); n != 2 {
 		t.Errorf("%d CSRs for %s a while after rotation, want still 2", n, name)
 	}
@@ -660,7 +661,7 @@ func testQuiet(t *testing.T, c *kube.Cluster) {
 	const name = "quiet-1"
 	cfg := testConfig(t, c, name, t.TempDir())
 	cfg.StatusInterval = 50 * time.Millisecond
-	start(t, cfg)
+	a := start(t, cfg)
 	var node *corev1.Node
 	poll.Until(t, 15*time.Second, "the control plane done with the Node", func() error {
 		node = getNode(t, c, name)
@@ -669,11 +670,24 @@ func testQuiet(t *testing.T, c *kube.Cluster) {
 		}
 		return nil
 	})
-	time.Sleep(time.Second) // 20 status intervals
+	waitCount(t, &a.j.statusChecks, 20, "status measurements")
 	if after := getNode(t, c, name); after.ResourceVersion != node.ResourceVersion {
-		t.Errorf("Node changed from resourceVersion %s to %s in 20 status intervals without a change; status now %+v",
+		t.Errorf("Node changed from resourceVersion %s to %s in 20 status measurements without a change; status now %+v",
 			node.ResourceVersion, after.ResourceVersion, after.Status.Conditions)
 	}
+}
+
+// waitCount waits until the loop that counts in c ran n more times, which
+// proves it had its chances to do what it should not.
+func waitCount(t *testing.T, c *atomic.Uint64, n uint64, what string) {
+	t.Helper()
+	before := c.Load()
+	poll.Until(t, 30*time.Second, fmt.Sprintf("%d more %s", n, what), func() error {
+		if got := c.Load() - before; got < n {
+			return fmt.Errorf("%d so far", got)
+		}
+		return nil
+	})
 }
 
 func statuses(node *corev1.Node) map[corev1.NodeConditionType]corev1.ConditionStatus {

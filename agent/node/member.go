@@ -28,6 +28,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -172,6 +173,9 @@ type joiner struct {
 	client  kubernetes.Interface // authenticates as the node once creds.init succeeded
 	host    hostInfo
 	metrics *metrics
+	// statusChecks counts the measurements reportStatus compared with the
+	// Node, which tells a test that a status write had its chances.
+	statusChecks atomic.Uint64
 }
 
 func newJoiner(cfg Config) (*joiner, error) {

@@ -23,6 +23,7 @@ func rotateAt(leaf *x509.Certificate) time.Time {
 func (c *credentials) rotate(ctx context.Context, client kubernetes.Interface) {
 	b := backoff.Backoff{Initial: time.Second, Max: 5 * time.Minute, Jitter: 0.2}
 	for {
+		c.checks.Add(1)
 		leaf := c.cert.Load().Leaf
 		if wait := rotateAt(leaf).Sub(c.now()); wait > 0 {
 			if backoff.Sleep(ctx, backoff.RealClock, min(wait, c.check)) != nil {

@@ -227,6 +227,7 @@ func (j *joiner) reportStatus(ctx context.Context) {
 			j.log.Warn("cannot update the node status; retrying", "err", err, "in", wait.Round(time.Millisecond))
 			continue
 		}
+		j.statusChecks.Add(1)
 		if b.Reset() {
 			j.log.Info("updating the node status again")
 		}

@@ -181,6 +181,41 @@ func TestChangeIsOneTransactionOnItsOwnObjects(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no nftables transaction within 5s of the change")
 	}
+	touched := touchedBy(g)
+	for _, x := range touched {
+		ok := strings.Contains(x, "/np/") || strings.HasPrefix(x, "set __map") ||
+			// the anonymous numgen map's elements: 0, 1, 2
+			slices.Contains([]string{"element 00000000", "element 01000000", "element 02000000"}, x)
+		if !ok {
+			t.Errorf("the transaction for a change to np touched %q", x)
+		}
+	}
+	if !slices.Contains(touched, "chain ep4-"+e.ns+"/np/tcp/http/198.18.18.2:8080") {
+		t.Errorf("the transaction did not add be2's endpoint chain; it touched:\n%s", strings.Join(touched, "\n"))
+	}
+	// A change to another Service: the next transaction is its own and has
+	// nothing of np's, so no second one followed np's change.
+	e.apply(endpointSlice("dns", []discovery.EndpointPort{slicePort("dns", v1.ProtocolUDP, 5353)}, ep(backendIP(1)), ep(backendIP(2))))
+	select {
+	case g2 := <-gens:
+		next := touchedBy(g2)
+		if i := slices.IndexFunc(next, func(x string) bool { return strings.Contains(x, "/np/") }); i >= 0 {
+			t.Errorf("a second transaction after np's touched %q", next[i])
+		}
+		if !slices.ContainsFunc(next, func(x string) bool { return strings.Contains(x, "/dns/") }) {
+			t.Errorf("the transaction after np's is not dns's; it touched:\n%s", strings.Join(next, "\n"))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no nftables transaction within 5s of dns's change")
+	}
+	if seen := backendsOf(getN(t, e.client, "198.18.100.11:80", 40)); seen["be2"] == 0 {
+		t.Errorf("the new endpoint be2 gets no traffic: %v", seen)
+	}
+}
+
+// touchedBy names the chains, rules, sets, elements and tables that the
+// transaction g touched.
+func touchedBy(g *nftables.MonitorEvents) []string {
 	var touched []string
 	for _, ev := range g.Changes {
 		switch d := ev.Data.(type) {
@@ -198,25 +233,7 @@ func TestChangeIsOneTransactionOnItsOwnObjects(t *testing.T) {
 			touched = append(touched, "table "+d.Name)
 		}
 	}
-	for _, x := range touched {
-		ok := strings.Contains(x, "/np/") || strings.HasPrefix(x, "set __map") ||
-			// the anonymous numgen map's elements: 0, 1, 2
-			slices.Contains([]string{"element 00000000", "element 01000000", "element 02000000"}, x)
-		if !ok {
-			t.Errorf("the transaction for a change to np touched %q", x)
-		}
-	}
-	if !slices.Contains(touched, "chain ep4-"+e.ns+"/np/tcp/http/198.18.18.2:8080") {
-		t.Errorf("the transaction did not add be2's endpoint chain; it touched:\n%s", strings.Join(touched, "\n"))
-	}
-	select {
-	case g2 := <-gens:
-		t.Errorf("a second transaction followed with %d changes", len(g2.Changes))
-	case <-time.After(200 * time.Millisecond):
-	}
-	if seen := backendsOf(getN(t, e.client, "198.18.100.11:80", 40)); seen["be2"] == 0 {
-		t.Errorf("the new endpoint be2 gets no traffic: %v", seen)
-	}
+	return touched
 }
 
 func TestCleanupDeletesTheTable(t *testing.T) {

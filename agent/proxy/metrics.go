@@ -18,6 +18,7 @@ type Stats struct {
 	Rules            int
 	Elements         int // static set and map elements (not affinity entries)
 	ConntrackDeleted uint64
+	Events           uint64 // Warning Events recorded on Services
 }
 
 // metrics keeps Stats and the same numbers as Prometheus metrics; the
@@ -34,6 +35,7 @@ type metrics struct {
 	lastSync     prometheus.Gauge
 	errors       prometheus.Counter
 	conntrack    prometheus.Counter
+	events       prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -67,6 +69,10 @@ func newMetrics() *metrics {
 		conntrack: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "conntrack_entries_deleted_total",
 			Help: "Stale UDP conntrack entries deleted after endpoint changes.",
+		}),
+		events: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "service_events_total",
+			Help: "Warning Events recorded on Services for fields the dataplane cannot honour.",
 		}),
 	}
 }
@@ -106,6 +112,13 @@ func (m *metrics) conntrackDeleted(n uint) {
 	m.mu.Unlock()
 }
 
+func (m *metrics) evented() {
+	m.events.Inc()
+	m.mu.Lock()
+	m.stats.Events++
+	m.mu.Unlock()
+}
+
 func (m *metrics) snapshot() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -113,5 +126,5 @@ func (m *metrics) snapshot() Stats {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.syncDuration, m.rules, m.elements, m.chains, m.lastSync, m.errors, m.conntrack}
+	return []prometheus.Collector{m.syncDuration, m.rules, m.elements, m.chains, m.lastSync, m.errors, m.conntrack, m.events}
 }

@@ -298,6 +298,7 @@ func (p *Proxier) tell(all []serviceProblems) {
 			p.log.Warn("Service field not honoured", "service", key, "field", pr.field, "problem", pr.msg)
 			if p.events != nil {
 				p.events.Event(sp.svc, v1.EventTypeWarning, pr.reason, pr.String())
+				p.metrics.evented()
 			}
 		}
 		told[sp.svc.UID] = seen

@@ -36,6 +36,9 @@ type Config struct {
 	Stopper Stopper
 	// Events, if set, records the failed probes.
 	Events Events
+	// Probed, if set, is told each probe's run and its error (the
+	// kubelet counts them in its metrics).
+	Probed func(kind Kind, err error)
 	// Log receives what happens; nil means slog.Default().
 	Log *slog.Logger
 }
@@ -182,6 +185,9 @@ func (m *Manager) run(ctx context.Context, k key, w *worker, pod *corev1.Pod, c 
 		err := Do(ctx, m.cfg.Runtime, p, target)
 		if ctx.Err() != nil {
 			return
+		}
+		if m.cfg.Probed != nil {
+			m.cfg.Probed(k.kind, err)
 		}
 		if err == nil {
 			oks, fails = oks+1, 0

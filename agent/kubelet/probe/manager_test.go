@@ -2,6 +2,7 @@ package probe
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -45,7 +46,7 @@ func waitUpdate(t *testing.T, r *Results, want Update) {
 
 // TestManager probes an HTTP server: the verdicts land in the Results,
 // each change is told on Updates, and a failing liveness probe has the
-// container stopped.
+// container stopped; Probed is told every run.
 func TestManager(t *testing.T) {
 	var healthy atomic.Bool
 	healthy.Store(true)
@@ -61,7 +62,14 @@ func TestManager(t *testing.T) {
 
 	results := NewResults()
 	st := &stopper{}
-	m, err := New(Config{Runtime: struct{ criv1.RuntimeServiceClient }{}, Results: results, Stopper: st})
+	var runsMu sync.Mutex
+	runs := map[string]int{} // by kind and result
+	probed := func(kind Kind, err error) {
+		runsMu.Lock()
+		defer runsMu.Unlock()
+		runs[fmt.Sprintf("%s ok=%v", kind, err == nil)]++
+	}
+	m, err := New(Config{Runtime: struct{ criv1.RuntimeServiceClient }{}, Results: results, Stopper: st, Probed: probed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +116,15 @@ func TestManager(t *testing.T) {
 		t.Errorf("stopped %v, want [c1]", st.stopped)
 	}
 	st.mu.Unlock()
+	runsMu.Lock()
+	// Each was told before the update it led to; liveness's first success
+	// may come after the server turned unhealthy.
+	for _, want := range []string{"readiness ok=true", "readiness ok=false", "liveness ok=false"} {
+		if runs[want] < 1 {
+			t.Errorf("Probed told of runs %v, want at least one %s", runs, want)
+		}
+	}
+	runsMu.Unlock()
 
 	m.Remove(pod.UID)
 	if results.Ready(pod, "app", "c1") || !results.Started(pod, "app", "c1") {
