@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -151,6 +152,9 @@ type instance struct {
 	// up then.
 	killed   chan struct{}
 	killOnce sync.Once
+	// asked counts rewait's questions to containerd, so a test can tell
+	// that it went on asking a containerd that is away.
+	asked atomic.Int64
 }
 
 // rewaitInterval is how often wait asks a containerd that went away
@@ -194,6 +198,7 @@ func (i *instance) wait(statusC <-chan containerd.ExitStatus) {
 // was away), or a Kill meanwhile, ends the run with an error.
 func (i *instance) rewait(ctx context.Context, waitErr error) (<-chan containerd.ExitStatus, uint32, error) {
 	for {
+		i.asked.Add(1)
 		st, err := i.task.Status(ctx)
 		switch {
 		case err == nil && st.Status == containerd.Stopped:
