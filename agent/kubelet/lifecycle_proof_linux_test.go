@@ -50,7 +50,7 @@ func TestPodLifecycle(t *testing.T) {
 	t.Run("a container whose process is killed is seen through its event", func(t *testing.T) {
 		e.testSeenByEvent(t, "pleg-killed", e.killProcess)
 	})
-	t.Run("probes: startup gate, thresholds, delays, timeouts, grpc", e.testProbes)
+	t.Run("probes: startup gate, thresholds, delays, timeouts, grpc", func(t *testing.T) { e.testProbes(t, spy) })
 	t.Run("init containers run in order, each Completed, before the app", e.testInitContainers)
 	t.Run("CreateContainerError when the runtime cannot create the container", e.testCreateContainerError)
 	t.Run("preStop hooks within the grace period; FailedPreStopHook", func(t *testing.T) { e.testPreStopGrace(t, spy) })
@@ -66,7 +66,26 @@ type criSpy struct {
 	criv1.RuntimeServiceClient
 	mu       sync.Mutex
 	stops    []stopCall
+	execs    map[string]int               // ExecSync calls (exec probes, hooks) by container ID
 	onStatus func(*criv1.ContainerStatus) // called, if set, with each status the agent reads
+}
+
+func (s *criSpy) ExecSync(ctx context.Context, req *criv1.ExecSyncRequest, opts ...grpc.CallOption) (*criv1.ExecSyncResponse, error) {
+	s.mu.Lock()
+	if s.execs == nil {
+		s.execs = map[string]int{}
+	}
+	s.execs[req.ContainerId]++
+	s.mu.Unlock()
+	return s.RuntimeServiceClient.ExecSync(ctx, req, opts...)
+}
+
+// execCount is how many ExecSync calls the agent made in the container
+// whose status ID is id (runtime://ID).
+func (s *criSpy) execCount(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.execs[id[strings.Index(id, "://")+3:]]
 }
 
 // stopCall is one StopContainer of the agent.

@@ -34,7 +34,7 @@ const (
 // testProbes runs two pods whose containers record what their probes
 // asked and when, and checks that against what the node reported in the
 // Pods' status, version by version, as the API defines the probes.
-func (e *podEnv) testProbes(t *testing.T) {
+func (e *podEnv) testProbes(t *testing.T, spy *criSpy) {
 	grace := int64(1)
 	httpGet := func(path string, port int32) corev1.ProbeHandler {
 		return corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(port)}}
@@ -293,13 +293,23 @@ func (e *podEnv) testProbes(t *testing.T) {
 			}
 			return nil
 		})
-		readyAt := vs[len(vs)-1].at
 		evs := e.containerEvents(t, execPod, "exec-slow", "Unhealthy", func(m string) bool {
 			return strings.HasPrefix(m, "Readiness probe failed: ") && strings.Contains(m, "deadline exceeded")
 		})
-		// Three more periods of the same probe, with 4 s to answer
-		// instead of 1, that readied exec-ok.
-		time.Sleep(time.Until(readyAt.Add(4 * time.Second)))
+		// Three more runs of the same probe, with 4 s to answer instead
+		// of 1, that readied exec-ok: done once a fourth has begun (a
+		// container's probe runs one at a time).
+		slow := containerStatusOf(vs[len(vs)-1].pod, "exec-slow")
+		if slow == nil || slow.ContainerID == "" {
+			t.Fatalf("exec-slow has no container yet: %+v", slow)
+		}
+		runs := spy.execCount(slow.ContainerID)
+		poll.Until(t, 30*time.Second, "three more exec-slow probes", func() error {
+			if n := spy.execCount(slow.ContainerID); n < runs+4 {
+				return fmt.Errorf("%d so far", n-runs)
+			}
+			return nil
+		})
 		for _, v := range execHist.all() {
 			if cs := containerStatusOf(v.pod, "exec-slow"); cs != nil && cs.Ready {
 				t.Fatalf("exec-slow ready with a probe that takes 2 s of its 1 s timeout")
