@@ -391,19 +391,25 @@ func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) {
 		synced = pod
 		d := s.k.cfg.PodResync
 		due = wakeResync
-		if !retryAt.IsZero() && time.Until(retryAt) < d {
-			d, due = max(time.Until(retryAt), 0), wakeBackoff
-		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
+			// The error backoff spaces out retries of what failed, often
+			// a status write to an API server that is away.
 			if b := errBackoff.Next(); b > d {
 				d, due = b, wakeRetry
 			}
-			log.Warn("pod sync failed", "err", err, "retry in", d)
 		} else {
 			errBackoff.Reset()
+		}
+		// A container's back-off ends when it ends, whatever else failed:
+		// restarting it needs only the runtime.
+		if !retryAt.IsZero() && time.Until(retryAt) < d {
+			d, due = max(time.Until(retryAt), 0), wakeBackoff
+		}
+		if err != nil {
+			log.Warn("pod sync failed", "err", err, "retry in", d)
 		}
 		next = time.Now().Add(d)
 		if !timer.Stop() {

@@ -24,6 +24,10 @@ import (
 // and waits for containerd to return.
 func TestPodsSurvive(t *testing.T) {
 	e, cfg := newPodEnv(t, "survive-1")
+	// Resyncs far shorter than a crash loop's back-off: while the API
+	// server is away, failed status writes grow the pod's error backoff,
+	// which must not postpone the container's restart (it once did).
+	cfg.PodResync = time.Second
 	a := start(t, cfg)
 	grace := int64(1)
 	pod := e.createPod(t, &corev1.Pod{
