@@ -80,15 +80,15 @@ const requestTimeout = 10 * time.Second
 
 // Run runs the node's pods with m's client and informers until ctx ends;
 // then it returns nil once everything it started has stopped. What fails
-// on the way is logged and retried; Run returns an error only for a Config
-// that cannot work.
+// in a pod's sync is logged and retried there; Run returns an error when
+// the pod loop cannot start (a Config that cannot work, a worker that
+// cannot be made), for its caller to start it again.
 func Run(ctx context.Context, m *node.Member, cfg Config) error {
 	k, err := newKubelet(m, cfg)
 	if err != nil {
 		return err
 	}
-	k.run(ctx)
-	return nil
+	return k.syncPods(ctx, m.Node())
 }
 
 // kubelet is one run of Run.
@@ -110,8 +110,4 @@ func newKubelet(m *node.Member, cfg Config) (*kubelet, error) {
 		return nil, fmt.Errorf("kubelet metrics: %w", err)
 	}
 	return &kubelet{cfg: cfg, log: cfg.Log.With("node", m.Name), member: m, client: m.Client, metrics: metrics}, nil
-}
-
-func (k *kubelet) run(ctx context.Context) {
-	k.syncPods(ctx, k.member.Node())
 }

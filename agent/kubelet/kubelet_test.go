@@ -111,3 +111,40 @@ func TestRunBadConfig(t *testing.T) {
 		t.Errorf("Run(Config{}) = %q, want %q", got, want)
 	}
 }
+
+// TestRunWorkerCannotBeMade wants a pod loop that cannot start to say why
+// and be started again by the node's restart policy, not to end quietly
+// with the node running no pods.
+func TestRunWorkerCannotBeMade(t *testing.T) {
+	c := kube.Start(t, kube.Options{})
+	cfg := testConfig(t, c, "no-worker-1", t.TempDir())
+	cfg.RuntimeInfo = readyRuntime{}
+	cfg.Pods = &PodConfig{} // no runtime, no images, no log root
+	join := cfg.join
+	join.RuntimeInfo, join.RuntimeStatus, join.Dir, join.Log = readyRuntime{}, readyRuntime{}, cfg.Dir, cfg.Log
+	errs := make(chan error, 10)
+	pods := node.Component{Name: "kubelet", Run: func(ctx context.Context, m *node.Member) error {
+		err := Run(ctx, m, cfg.Config)
+		errs <- err
+		return err
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- node.Run(ctx, join, []node.Component{pods}) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("node.Run() = %v", err)
+		}
+	}()
+	for run := 1; run <= 2; run++ {
+		select {
+		case err := <-errs:
+			if err == nil || !strings.HasPrefix(err.Error(), "pod worker: ") {
+				t.Fatalf("run %d: Run() = %v, want the error of the pod worker that cannot be made", run, err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("run %d of the pod loop did not end within a minute of the node's start", run)
+		}
+	}
+}

@@ -136,19 +136,17 @@ func (w *podWorker) advance(e podEvent) {
 	}
 }
 
-func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) {
+func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) error {
 	worker, stop, err := k.newPodWorker()
 	if err != nil {
-		k.log.Error("pod sync loop not started", "err", err)
-		return
+		return err // pods.New's, which names the pod worker
 	}
 	defer stop()
 	results := probe.NewResults()
 	probes, err := probe.New(probe.Config{Runtime: k.cfg.Pods.Runtime, Results: results, Stopper: worker, Events: worker,
 		Probed: k.metrics.probed, Log: k.log})
 	if err != nil {
-		k.log.Error("pod sync loop not started", "err", err)
-		return
+		return fmt.Errorf("probes: %w", err)
 	}
 	s := &podSyncer{k: k, node: node, worker: worker, probes: probes, results: results,
 		workers: map[types.UID]*podWorker{}, scheme: "containerd"}
@@ -172,8 +170,7 @@ func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) {
 		},
 	})
 	if err != nil {
-		k.log.Error("pod sync loop not started", "err", err)
-		return
+		return fmt.Errorf("watch the node's pods: %w", err)
 	}
 	defer func() { _ = inf.RemoveEventHandler(reg) }()
 	k.log.Info("pod sync loop started")
@@ -188,6 +185,7 @@ func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) {
 	<-ctx.Done()
 	s.wg.Wait()
 	s.probes.RemoveAll()
+	return nil
 }
 
 // probeUpdates wakes the pods whose probe results changed, until ctx
