@@ -16,6 +16,9 @@ import (
 // DefaultClusterDomain is the cluster's DNS domain unless configured.
 const DefaultClusterDomain = "cluster.local"
 
+// DefaultKubeletPort is the kubelet server's port unless configured.
+const DefaultKubeletPort = 10250
+
 // Cluster says how the node joins a Kubernetes cluster as a worker. Without
 // it the node runs no kubelet.
 //
@@ -59,6 +62,13 @@ type Cluster struct {
 	ClusterDNS []string `json:"clusterDNS,omitempty"`
 	// ClusterDomain is the cluster's DNS domain; default cluster.local.
 	ClusterDomain string `json:"clusterDomain,omitempty"`
+	// NodeIP, if set, is the node's one InternalIP address, which the API
+	// server reaches the kubelet server at; without it the node reports
+	// the global unicast addresses of its default-route links.
+	NodeIP string `json:"nodeIP,omitempty"`
+	// KubeletPort is the TCP port of the kubelet server (logs through the
+	// API server, kubectl logs); default 10250, the kubelet's.
+	KubeletPort int `json:"kubeletPort,omitempty"`
 }
 
 // Taint is a Node taint.
@@ -77,8 +87,14 @@ const (
 )
 
 func (c *Cluster) setDefaults() {
-	if c != nil && c.ClusterDomain == "" {
+	if c == nil {
+		return
+	}
+	if c.ClusterDomain == "" {
 		c.ClusterDomain = DefaultClusterDomain
+	}
+	if c.KubeletPort == 0 {
+		c.KubeletPort = DefaultKubeletPort
 	}
 }
 
@@ -182,6 +198,14 @@ func (v *validator) cluster(c *Cluster) {
 	}
 	if len(c.ClusterDomain) > 253 || !dnsSubdomainRE.MatchString(c.ClusterDomain) {
 		v.add(p+".clusterDomain", "%q is not a DNS domain: use lowercase letters, digits, '-' and '.', without a trailing dot", c.ClusterDomain)
+	}
+	if c.NodeIP != "" {
+		if ip, err := netip.ParseAddr(c.NodeIP); err != nil || ip.Zone() != "" || ip.IsUnspecified() {
+			v.add(p+".nodeIP", "%q is not an IP address of the node", c.NodeIP)
+		}
+	}
+	if c.KubeletPort < 1 || c.KubeletPort > 65535 {
+		v.add(p+".kubeletPort", "%d is out of range 1..65535", c.KubeletPort)
 	}
 }
 

@@ -62,7 +62,7 @@ func TestClusterValid(t *testing.T) {
   ca: $CA
   bootstrapToken: ` + testToken + `
 `,
-			want: &Cluster{Server: "https://10.0.2.2:6443", CA: f.ca, BootstrapToken: testToken, ClusterDomain: DefaultClusterDomain},
+			want: &Cluster{Server: "https://10.0.2.2:6443", CA: f.ca, BootstrapToken: testToken, ClusterDomain: DefaultClusterDomain, KubeletPort: DefaultKubeletPort},
 		},
 		{
 			name: "everything",
@@ -82,6 +82,8 @@ func TestClusterValid(t *testing.T) {
   podCIDR: 10.244.3.0/24
   clusterDNS: ["10.96.0.10", "fd00:10:96::a"]
   clusterDomain: k8s.example.com
+  nodeIP: 192.168.1.10
+  kubeletPort: 10350
 `,
 			want: &Cluster{
 				Server: "https://kube.example.com", CA: f.ca, BootstrapToken: testToken,
@@ -97,6 +99,8 @@ func TestClusterValid(t *testing.T) {
 				PodCIDR:       "10.244.3.0/24",
 				ClusterDNS:    []string{"10.96.0.10", "fd00:10:96::a"},
 				ClusterDomain: "k8s.example.com",
+				NodeIP:        "192.168.1.10",
+				KubeletPort:   10350,
 			},
 		},
 		{
@@ -143,6 +147,14 @@ func TestClusterInvalid(t *testing.T) {
 		section string
 		want    []FieldError
 	}{
+		{
+			name:    "node IP and kubelet port",
+			section: "cluster:\n" + tokenServer + "  nodeIP: 10.0.0.300\n  kubeletPort: 70000\n",
+			want: []FieldError{
+				{"cluster.nodeIP", `"10.0.0.300" is not an IP address of the node`},
+				{"cluster.kubeletPort", "70000 is out of range 1..65535"},
+			},
+		},
 		{
 			name:    "no credentials",
 			section: "cluster:\n  server: https://10.0.2.2:6443\n  ca: $CA\n",

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -60,6 +61,13 @@ type Config struct {
 	RuntimeStatus RuntimeStatus
 	// Version is Cairn's version.
 	Version string
+	// NodeIP, if valid, is the node's one InternalIP; otherwise the node
+	// reports the addresses of its default-route links (host.Addresses).
+	NodeIP netip.Addr
+	// KubeletPort is where the kubelet server listens, reported in the
+	// Node's daemonEndpoints for the API server to reach it; 0 reports
+	// none.
+	KubeletPort int
 	// Log receives what happens, the membership's own lines with
 	// component "node" and each component's with its name; nil means
 	// slog.Default().
@@ -223,7 +231,7 @@ func (j *joiner) run(ctx context.Context, components []Component) {
 	if err != nil {
 		return
 	}
-	m := newMember(j.client, node)
+	m := newMember(j.client, node, j.clusterCA())
 	var wg sync.WaitGroup
 	wg.Go(func() { j.renewLease(ctx, node) })
 	wg.Go(func() { j.reportStatus(ctx) })
@@ -238,6 +246,15 @@ func (j *joiner) run(ctx context.Context, components []Component) {
 	}
 	wg.Wait()
 	m.Informers.Shutdown()
+}
+
+// clusterCA is the PEM CA that the node trusts for the API server, from
+// the machine config or its kubeconfig.
+func (j *joiner) clusterCA() []byte {
+	if j.creds.kubeconfig != nil {
+		return j.creds.kubeconfig.CAData
+	}
+	return []byte(j.cfg.Cluster.CA)
 }
 
 // retry calls f until it returns nil, logging each failure and waiting as
@@ -308,16 +325,19 @@ type Member struct {
 	// informer of another kind asked for after the start would not run:
 	// add it to NewInformers.
 	Informers informers.SharedInformerFactory
+	// ClusterCA is the cluster CA's PEM certificate: it signed the API
+	// server's serving certificate and its kubelet client certificate.
+	ClusterCA []byte
 
 	registered *corev1.Node
 	nodes      cache.SharedIndexInformer
 	nodeLister corelisters.NodeLister
 }
 
-func newMember(client kubernetes.Interface, registered *corev1.Node) *Member {
+func newMember(client kubernetes.Interface, registered *corev1.Node, ca []byte) *Member {
 	f := NewInformers(client, registered.Name)
 	nodes := f.Core().V1().Nodes()
-	return &Member{Name: registered.Name, Client: client, Informers: f,
+	return &Member{Name: registered.Name, Client: client, Informers: f, ClusterCA: ca,
 		registered: registered, nodes: nodes.Informer(), nodeLister: nodes.Lister()}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"runtime"
 	"slices"
 	"time"
@@ -178,14 +179,21 @@ func (j *joiner) nodeStatus(ctx context.Context, prev []corev1.NodeCondition, no
 		Conditions:  conditions(prev, &o, now),
 		Addresses:   j.addresses(),
 		NodeInfo:    j.nodeInfo(ctx),
+		DaemonEndpoints: corev1.NodeDaemonEndpoints{
+			KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(j.cfg.KubeletPort)},
+		},
 	}
 }
 
-// addresses returns the node's InternalIPs and its Hostname.
+// addresses returns the node's InternalIPs, the configured one or else
+// its host's, and its Hostname.
 func (j *joiner) addresses() []corev1.NodeAddress {
-	ips, err := host.Addresses()
-	if err != nil {
-		j.log.Warn("cannot read the node's addresses", "err", err)
+	ips := []netip.Addr{j.cfg.NodeIP}
+	if !j.cfg.NodeIP.IsValid() {
+		var err error
+		if ips, err = host.Addresses(); err != nil {
+			j.log.Warn("cannot read the node's addresses", "err", err)
+		}
 	}
 	var as []corev1.NodeAddress
 	for _, ip := range ips {
@@ -206,7 +214,7 @@ func sameStatus(a, b *corev1.NodeStatus) bool {
 	}
 	eq := apiequality.Semantic.DeepEqual
 	return eq(a.Addresses, b.Addresses) && eq(a.Capacity, b.Capacity) && eq(a.Allocatable, b.Allocatable) &&
-		eq(a.NodeInfo, b.NodeInfo) && eq(noHeartbeat(a.Conditions), noHeartbeat(b.Conditions))
+		eq(a.NodeInfo, b.NodeInfo) && eq(a.DaemonEndpoints, b.DaemonEndpoints) && eq(noHeartbeat(a.Conditions), noHeartbeat(b.Conditions))
 }
 
 // reportStatus measures the node every StatusInterval and patches the
@@ -257,11 +265,12 @@ func (j *joiner) updateStatus(ctx context.Context, nodes corev1client.NodeInterf
 	patch, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"resourceVersion": node.ResourceVersion},
 		"status": map[string]any{
-			"capacity":    status.Capacity,
-			"allocatable": status.Allocatable,
-			"conditions":  status.Conditions,
-			"addresses":   status.Addresses,
-			"nodeInfo":    status.NodeInfo,
+			"capacity":        status.Capacity,
+			"allocatable":     status.Allocatable,
+			"conditions":      status.Conditions,
+			"addresses":       status.Addresses,
+			"nodeInfo":        status.NodeInfo,
+			"daemonEndpoints": status.DaemonEndpoints,
 		},
 	})
 	if err != nil {

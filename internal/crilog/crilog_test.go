@@ -148,8 +148,11 @@ func TestFind(t *testing.T) {
 
 	for _, tt := range []struct {
 		ns, pod, container string
+		previous           bool
 		want, wantErr      string
 	}{
+		{ns: "default", pod: "web", container: "app", previous: true, want: filepath.Join(cur, "app", "2.log")},
+		{ns: "default", pod: "web-2", container: "app", previous: true, wantErr: "previous container app of pod default/web-2: no logs"},
 		{ns: "default", pod: "web", container: "app", want: filepath.Join(cur, "app", "10.log")},
 		{ns: "default", pod: "web", want: filepath.Join(cur, "app", "10.log")},
 		{ns: "default", pod: "web-2", want: filepath.Join(root, "default_web-2_uid-2", "app", "0.log")},
@@ -160,15 +163,15 @@ func TestFind(t *testing.T) {
 		{ns: "..", pod: "web", wantErr: `pod ".."/"web"`},
 		{ns: "default", pod: "*", wantErr: `pod "default"/"*"`},
 	} {
-		got, err := Find(root, tt.ns, tt.pod, tt.container)
+		got, err := Find(root, tt.ns, tt.pod, tt.container, tt.previous)
 		if tt.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("Find(%s, %s, %q) = %q, %v; want an error with %q", tt.ns, tt.pod, tt.container, got, err, tt.wantErr)
+				t.Errorf("Find(%s, %s, %q, %v) = %q, %v; want an error with %q", tt.ns, tt.pod, tt.container, tt.previous, got, err, tt.wantErr)
 			}
 			continue
 		}
 		if err != nil || got != tt.want {
-			t.Errorf("Find(%s, %s, %q) = %q, %v; want %q", tt.ns, tt.pod, tt.container, got, err, tt.want)
+			t.Errorf("Find(%s, %s, %q, %v) = %q, %v; want %q", tt.ns, tt.pod, tt.container, tt.previous, got, err, tt.want)
 		}
 	}
 }

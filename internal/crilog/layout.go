@@ -38,10 +38,11 @@ func ContainerLog(container string, attempt uint32) string {
 var ErrNotFound = errors.New("no logs")
 
 // Find returns the log of the latest attempt of a container of the pod
-// namespace/name under root. A pod deleted and created again under the
-// same name has a new UID: the most recently changed pod directory counts.
-// With container empty, the pod must have logs of one container only.
-func Find(root, namespace, name, container string) (string, error) {
+// namespace/name under root, or with previous the attempt before it. A pod
+// deleted and created again under the same name has a new UID: the most
+// recently changed pod directory counts. With container empty, the pod
+// must have logs of one container only.
+func Find(root, namespace, name, container string, previous bool) (string, error) {
 	// Valid names hold no "/", "_" or glob characters: they cannot leave
 	// root, and namespace_name_ starts no other pod's directory.
 	var bad []string
@@ -93,15 +94,28 @@ func Find(root, namespace, name, container string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	latest := -1
+	latest, prev := -1, -1
 	for _, e := range ents {
 		n, err := strconv.Atoi(strings.TrimSuffix(e.Name(), ".log"))
-		if err == nil && strings.HasSuffix(e.Name(), ".log") && n > latest {
-			latest = n
+		if err != nil || !strings.HasSuffix(e.Name(), ".log") {
+			continue
+		}
+		if n > latest {
+			latest, prev = n, latest
+		} else if n > prev && n < latest {
+			prev = n
 		}
 	}
-	if latest < 0 {
-		return "", fmt.Errorf("container %s of pod %s/%s: %w", container, namespace, name, ErrNotFound)
+	attempt := latest
+	if previous {
+		attempt = prev
 	}
-	return filepath.Join(pod, ContainerLog(container, uint32(latest))), nil
+	if attempt < 0 {
+		what := "container"
+		if previous {
+			what = "previous container"
+		}
+		return "", fmt.Errorf("%s %s of pod %s/%s: %w", what, container, namespace, name, ErrNotFound)
+	}
+	return filepath.Join(pod, ContainerLog(container, uint32(attempt))), nil
 }
