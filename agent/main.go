@@ -3,8 +3,10 @@
 // PID 1 may do (reboot, shutdown). When the machine config has a cluster
 // section, it also joins the node to that Kubernetes cluster (agent/node)
 // and runs the node's components beside each other once it joined: the
-// pod loop (agent/kubelet), the Service dataplane (agent/proxy) and the
-// pod network writer; that never holds up or stops the management API.
+// pod loop (agent/kubelet), the kubelet server on the kubelet's port
+// (agent/kubelet/server: kubectl logs), the Service dataplane
+// (agent/proxy) and the pod network writer; that never holds up or stops
+// the management API.
 package main
 
 import (
@@ -25,6 +27,7 @@ import (
 	"github.com/cairn-os/cairn/agent/api"
 	"github.com/cairn-os/cairn/agent/kubelet"
 	"github.com/cairn-os/cairn/agent/kubelet/cri"
+	"github.com/cairn-os/cairn/agent/kubelet/server"
 	"github.com/cairn-os/cairn/agent/node"
 	"github.com/cairn-os/cairn/agent/proxy"
 	"github.com/cairn-os/cairn/internal/layout"
@@ -139,6 +142,13 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, dir string, paths
 			}},
 			{Name: "proxy", Run: func(ctx context.Context, m *node.Member) error { return runProxy(ctx, cfg.Cluster, m, reg) }},
 			{Name: "cni", Run: func(ctx context.Context, m *node.Member) error { return writePodNetwork(ctx, m, paths) }},
+			{Name: "kubelet-server", Run: func(ctx context.Context, m *node.Member) error {
+				return runKubeletServer(ctx, cfg.Cluster.KubeletPort, m, paths.podLogRoot)
+			}},
+		}
+		var nodeIP netip.Addr
+		if cfg.Cluster.NodeIP != "" {
+			nodeIP = netip.MustParseAddr(cfg.Cluster.NodeIP) // validated with the config
 		}
 		err = node.Run(ctx, node.Config{
 			NodeName:      cfg.Machine.Hostname,
@@ -148,12 +158,33 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, dir string, paths
 			RuntimeStatus: rt,
 			Metrics:       reg,
 			Version:       version.Version,
+			NodeIP:        nodeIP,
+			KubeletPort:   cfg.Cluster.KubeletPort,
 		}, components)
 		if err != nil {
 			slog.Error("kubelet part not started", "err", err)
 		}
 	}()
 	return done
+}
+
+// runKubeletServer serves the kubelet's port, for the API server's calls
+// to the node (kubectl logs), until ctx ends.
+func runKubeletServer(ctx context.Context, port int, m *node.Member, podLogRoot string) error {
+	addr := fmt.Sprintf(":%d", port)
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	var hosts []string
+	for _, a := range m.Node().Status.Addresses {
+		hosts = append(hosts, a.Address)
+	}
+	return server.Serve(ctx, l, server.Config{
+		NodeName: m.Name, Client: m.Client, ClusterCA: m.ClusterCA,
+		Pods: m.Informers.Core().V1().Pods().Lister(), PodLogRoot: podLogRoot, Hosts: hosts,
+		Log: slog.Default().With("component", "kubelet-server"),
+	})
 }
 
 // runProxy programs the node's Services into nftables with the node's own

@@ -78,8 +78,9 @@ type agentNode struct {
 // API, its metrics and its Service proxier, as init starts it on a node
 // but for the paths its flags point elsewhere. Its machine config is one
 // that machineconfig.Generate makes (as `cairn config gen` does) with free
-// ports for the API and the metrics, and a cluster section that joins c
-// with its bootstrap token, whose pod range is rt's bridge subnet.
+// ports for the API, the metrics and the kubelet server, and a cluster
+// section that joins c with its bootstrap token, whose pod range is rt's
+// bridge subnet.
 //
 // Everything it writes is in dir but two things. Its proxier programs the
 // table inet cairn in the host's network namespace: there must be none
@@ -105,6 +106,8 @@ func startCairnAgent(b *testing.B, c *kube.Cluster, rt *runtime.Runtime, bin, cn
 	bundle.Config.Cluster = &machineconfig.Cluster{
 		Server: c.URL, CA: string(c.CAPEM), BootstrapToken: c.BootstrapToken,
 		PodCIDR: subnet, ClusterCIDRs: []string{subnet},
+		// The upstream kubelet beside it may hold 10250.
+		KubeletPort: freePort(b),
 	}
 	if err := bundle.Write(filepath.Join(dir, "config"), false); err != nil {
 		b.Fatal(err)
