@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -208,6 +209,7 @@ func TestJoin(t *testing.T) {
 func testJoined(t *testing.T, c *kube.Cluster) {
 	const name = "joined-1"
 	cfg := testConfig(t, c, name, t.TempDir())
+	cfg.NodeIP, cfg.KubeletPort = netip.MustParseAddr("127.0.0.1"), 10350
 	got := make(chan *Member, 1)
 	start(t, cfg, Component{Name: "test", Run: func(ctx context.Context, m *Member) error {
 		got <- m
@@ -220,8 +222,21 @@ func testJoined(t *testing.T, c *kube.Cluster) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("component not started within 30 s")
 	}
-	if node := m.Node(); m.Name != name || node.Name != name || len(node.Status.Addresses) == 0 {
-		t.Errorf("Member %s with Node %s, addresses %v; want %s as registered", m.Name, node.Name, node.Status.Addresses, name)
+	node := m.Node()
+	if m.Name != name || node.Name != name {
+		t.Errorf("Member %s with Node %s; want %s as registered", m.Name, node.Name, name)
+	}
+	// The configured node IP is the one InternalIP, and the API server
+	// finds the kubelet server's port.
+	wantAddrs := []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: name}}
+	if diff := cmp.Diff(wantAddrs, node.Status.Addresses); diff != "" {
+		t.Errorf("Node addresses mismatch (-want +got):\n%s", diff)
+	}
+	if p := node.Status.DaemonEndpoints.KubeletEndpoint.Port; p != 10350 {
+		t.Errorf("Node daemonEndpoints.kubeletEndpoint.port = %d, want 10350", p)
+	}
+	if string(m.ClusterCA) != string(c.CAPEM) {
+		t.Errorf("Member.ClusterCA = %q, want the cluster CA", m.ClusterCA)
 	}
 	ctx := context.Background()
 	if _, err := m.Client.CoreV1().Services("").List(ctx, metav1.ListOptions{}); err != nil {

@@ -191,4 +191,9 @@ func TestSameStatus(t *testing.T) {
 	if sameStatus(&a, &c) {
 		t.Errorf("sameStatus() = true for another reason")
 	}
+	d := status(t0, 2)
+	d.DaemonEndpoints.KubeletEndpoint.Port = 10250
+	if sameStatus(&a, &d) {
+		t.Errorf("sameStatus() = true for another kubelet port")
+	}
 }
