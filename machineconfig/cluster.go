@@ -67,7 +67,7 @@ type Cluster struct {
 	// the global unicast addresses of its default-route links.
 	NodeIP string `json:"nodeIP,omitempty"`
 	// KubeletPort is the TCP port of the kubelet server (logs through the
-	// API server, kubectl logs); default 10250, the kubelet's.
+	// API server, kubectl logs); 0 means 10250, the kubelet's.
 	KubeletPort int `json:"kubeletPort,omitempty"`
 }
 
@@ -204,7 +204,8 @@ func (v *validator) cluster(c *Cluster) {
 			v.add(p+".nodeIP", "%q is not an IP address of the node", c.NodeIP)
 		}
 	}
-	if c.KubeletPort < 1 || c.KubeletPort > 65535 {
+	// 0 is the default, for a section validated before SetDefaults.
+	if c.KubeletPort < 0 || c.KubeletPort > 65535 {
 		v.add(p+".kubeletPort", "%d is out of range 1..65535", c.KubeletPort)
 	}
 }
