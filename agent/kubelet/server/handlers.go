@@ -132,8 +132,15 @@ func (s *server) containerLogs(w http.ResponseWriter, r *http.Request) {
 	lw := &limitWriter{w: w, limit: o.limitBytes > 0, left: o.limitBytes}
 	flusher, _ := w.(http.Flusher)
 	so := crilog.StreamOptions{Tail: o.tail, Since: o.since, Follow: o.follow, Poll: logPoll,
-		// A previous attempt is not written to any more.
-		Stop: func() bool { return o.previous || !s.running(ns, name, container) }}
+		// A previous attempt is not written to any more, nor is one that a
+		// newer attempt followed.
+		Stop: func() bool {
+			if o.previous || !s.running(ns, name, container) {
+				return true
+			}
+			latest, err := crilog.Find(s.cfg.PodLogRoot, ns, name, container, false)
+			return err != nil || latest != path
+		}}
 	err = crilog.Stream(r.Context(), path, so, func(es []crilog.Entry) error {
 		for _, e := range es {
 			var line []byte

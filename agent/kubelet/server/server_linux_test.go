@@ -197,7 +197,8 @@ func TestLogsThroughAPIServer(t *testing.T) {
 }
 
 // TestLogsFollow follows the log through the API server, sees a line
-// written meanwhile, and goes away: the server closes the log file.
+// written meanwhile, and goes away: the server closes the log file. A
+// second follow ends when the container's next attempt starts.
 func TestLogsFollow(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -233,6 +234,31 @@ func TestLogsFollow(t *testing.T) {
 			t.Fatalf("%s still open 10 s after the client went away", path)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+
+	// Once the container restarted, its old attempt's log ends.
+	rc2, err := e.c.Client.CoreV1().Pods(e.ns).GetLogs("web", &corev1.PodLogOptions{Follow: true}).Stream(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc2.Close()
+	r = bufio.NewReader(rc2)
+	for range 5 {
+		read()
+	}
+	e.writeLog(t, 2, []string{"attempt 2 starts"}, 30)
+	ended := make(chan error, 1)
+	go func() {
+		_, err := io.ReadAll(r)
+		ended <- err
+	}()
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Errorf("the followed log of attempt 1 ended with %v, want its end", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the followed log of attempt 1 did not end within 10 s of attempt 2's start")
 	}
 }
 
