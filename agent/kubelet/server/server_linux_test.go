@@ -278,30 +278,34 @@ func fileOpen(t *testing.T, path string) bool {
 }
 
 // TestAuth calls the server directly: without credentials, with a token
-// the API server refuses, as users with and without nodes/proxy, and with
-// a ServiceAccount's token.
+// the API server refuses, as users with and without nodes/proxy or
+// nodes/pods, and with a ServiceAccount's token.
 func TestAuth(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
-	_, err := e.c.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: e.ns + "-node-proxy"},
-		Rules:      []rbacv1.PolicyRule{{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"nodes/proxy"}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// proxier may get nodes/proxy, podlister only nodes/pods.
+	for user, sub := range map[string]string{"proxier": "nodes/proxy", "podlister": "nodes/pods"} {
+		role := e.ns + "-" + user
+		_, err := e.c.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: role},
+			Rules:      []rbacv1.PolicyRule{{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{sub}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.c.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: role},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = e.c.Client.RbacV1().ClusterRoleBindings().Delete(context.Background(), role, metav1.DeleteOptions{})
+			_ = e.c.Client.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{})
+		})
 	}
-	_, err = e.c.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: e.ns + "-node-proxy"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: e.ns + "-node-proxy"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "proxier"}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = e.c.Client.RbacV1().ClusterRoleBindings().Delete(context.Background(), e.ns+"-node-proxy", metav1.DeleteOptions{})
-		_ = e.c.Client.RbacV1().ClusterRoles().Delete(context.Background(), e.ns+"-node-proxy", metav1.DeleteOptions{})
-	})
 	if _, err := e.c.Client.CoreV1().ServiceAccounts(e.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "reader"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -326,6 +330,9 @@ func TestAuth(t *testing.T) {
 		{"service account without nodes/proxy", &rest.Config{BearerToken: tr.Status.Token}, "/healthz", http.StatusForbidden,
 			"Forbidden (user=system:serviceaccount:" + e.ns + ":reader, verb=get, resource=nodes, subresource=proxy)"},
 		{"user with nodes/proxy", e.c.UserConfig("proxier"), "/healthz", http.StatusOK, "ok"},
+		{"user with nodes/pods", e.c.UserConfig("podlister"), "/pods", http.StatusOK, `"kind":"PodList"`},
+		{"user with nodes/pods, logs", e.c.UserConfig("podlister"), "/containerLogs/" + e.ns + "/web/app", http.StatusForbidden,
+			"Forbidden (user=podlister, verb=get, resource=nodes, subresource=proxy)"},
 		{"user with nodes/proxy, logs", e.c.UserConfig("proxier"), "/containerLogs/" + e.ns + "/web/app?tailLines=1", http.StatusOK, "line 4\n"},
 		{"user with nodes/proxy, missing container", e.c.UserConfig("proxier"), "/containerLogs/" + e.ns + "/web/db", http.StatusNotFound,
 			`container "db" not found in pod "` + e.ns + `/web"`},
