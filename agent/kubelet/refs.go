@@ -30,7 +30,7 @@ func (k *kubelet) newPodWorker() (w *pods.Worker, stop func(), err error) {
 	// The Services are watched, all of them, as the kubelet does: every
 	// container start needs its namespace's.
 	services := k.member.Informers.Core().V1().Services()
-	refs := &nodeRefs{client: k.client, node: k.member.Name,
+	refs := &nodeRefs{client: k.client, node: k.member.Node,
 		services: services.Lister(), servicesSynced: services.Informer().HasSynced}
 	b := record.NewBroadcasterWithCorrelatorOptions(record.CorrelatorOptions{SpamKeyFunc: spamKey})
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: k.client.CoreV1().Events("")})
@@ -62,7 +62,7 @@ func spamKey(e *corev1.Event) string {
 // authorizer lets read only the ConfigMaps and Secrets of the node's pods.
 type nodeRefs struct {
 	client         kubernetes.Interface
-	node           string
+	node           func() *corev1.Node // the member's, as watched
 	services       corelisters.ServiceLister
 	servicesSynced cache.InformerSynced
 }
@@ -88,8 +88,8 @@ func (r *nodeRefs) Services(ctx context.Context, namespace string) ([]*corev1.Se
 	return r.services.Services(namespace).List(labels.Everything())
 }
 
-func (r *nodeRefs) Node(ctx context.Context) (*corev1.Node, error) {
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
-	return r.client.CoreV1().Nodes().Get(ctx, r.node, metav1.GetOptions{})
+// Node is the Node as the member last watched it: no call to the API
+// server, so a container that needs it starts while the API server is away.
+func (r *nodeRefs) Node(context.Context) (*corev1.Node, error) {
+	return r.node(), nil
 }

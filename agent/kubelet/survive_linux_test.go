@@ -34,7 +34,11 @@ func TestPodsSurvive(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "survivor", Namespace: "default"},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: &grace,
-			Containers:                    []corev1.Container{{Name: "probee", Image: e.probee, ImagePullPolicy: corev1.PullIfNotPresent}},
+			Containers: []corev1.Container{{Name: "probee", Image: e.probee, ImagePullPolicy: corev1.PullIfNotPresent,
+				// Read from the Node: the restart while the API server
+				// is away takes it from the watched Node.
+				Env: []corev1.EnvVar{{Name: "HOST_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}}},
+			}},
 		},
 	})
 	running := waitPod(t, e.c.Client, "default", "survivor", 60*time.Second, "Running", func(p *corev1.Pod) bool {
