@@ -152,7 +152,7 @@ const requestTimeout = 10 * time.Second
 // dataplane, the pod network writer. Run runs it until ctx ends, and
 // then returns nil; a component whose work is done may return nil sooner.
 // When it returns an error, it is started again, later after each
-// failure (see restartBackoff).
+// failure (see retryBackoff).
 type Component struct {
 	// Name names the component in the logs.
 	Name string
@@ -219,7 +219,7 @@ func newJoiner(cfg Config) (*joiner, error) {
 }
 
 func (j *joiner) run(ctx context.Context, components []Component) {
-	joinBackoff := backoff.Backoff{Initial: time.Second, Max: 30 * time.Second, Jitter: 0.2}
+	joinBackoff := retryBackoff()
 	if retry(ctx, j.log, "get the node's credentials", joinBackoff, j.creds.init) != nil {
 		return
 	}
@@ -242,7 +242,7 @@ func (j *joiner) run(ctx context.Context, components []Component) {
 	// those it has.
 	m.Informers.Start(ctx.Done())
 	for _, c := range components {
-		wg.Go(func() { runComponent(ctx, m, c, j.cfg.Log.With("component", c.Name), restartBackoff()) })
+		wg.Go(func() { runComponent(ctx, m, c, j.cfg.Log.With("component", c.Name), retryBackoff()) })
 	}
 	wg.Wait()
 	m.Informers.Shutdown()
@@ -276,11 +276,11 @@ func retry(ctx context.Context, log *slog.Logger, what string, b backoff.Backoff
 	}
 }
 
-// restartBackoff is the delay before a component that failed is started
-// again: from 1 s doubling up to 30 s, with up to a fifth more at random
-// so that the nodes that lost the API server together do not come back in
-// step.
-func restartBackoff() backoff.Backoff {
+// retryBackoff is the delay before joining is tried again and before a
+// component that failed is started again: from 1 s doubling up to 30 s,
+// with up to a fifth more at random so that the nodes that lost the API
+// server together do not come back in step.
+func retryBackoff() backoff.Backoff {
 	return backoff.Backoff{Initial: time.Second, Max: 30 * time.Second, Jitter: 0.2}
 }
 

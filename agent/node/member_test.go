@@ -89,7 +89,7 @@ func TestRunComponentStops(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		runComponent(ctx, nil, c, slog.New(slog.DiscardHandler), restartBackoff())
+		runComponent(ctx, nil, c, slog.New(slog.DiscardHandler), retryBackoff())
 	}()
 	<-started
 	cancel()
