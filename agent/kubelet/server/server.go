@@ -1,8 +1,10 @@
 // Package server is the node's kubelet server: the HTTPS endpoint on the
 // kubelet's port (10250) that the API server calls for what only the node
 // can answer, with the kubelet's paths and query parameters so that the
-// API server's proxy and kubectl work unchanged. It serves /healthz, /pods
-// and /containerLogs/{namespace}/{pod}/{container} (kubectl logs).
+// API server's proxy and kubectl work unchanged. It serves /healthz, /pods,
+// /containerLogs/{namespace}/{pod}/{container} (kubectl logs), and
+// /stats/summary and /metrics/resource (what metrics-server reads for
+// kubectl top).
 //
 // Callers authenticate with a client certificate of the cluster CA (the
 // API server's kubelet client certificate) or a bearer token that the API
@@ -46,6 +48,9 @@ type Config struct {
 	// Hosts are the IP addresses and names the serving certificate is
 	// for: the node's addresses and hostname.
 	Hosts []string
+	// Stats reads the usage of /stats/summary and /metrics/resource; nil
+	// leaves those paths out.
+	Stats StatsProvider
 	// Log receives errors; nil means slog.Default().
 	Log *slog.Logger
 }
@@ -122,5 +127,9 @@ func (s *server) routes() http.Handler {
 	})
 	mux.HandleFunc("GET /pods", s.pods)
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.containerLogs)
+	if s.cfg.Stats != nil {
+		mux.HandleFunc("GET /stats/summary", s.statsSummary)
+		mux.HandleFunc("GET /metrics/resource", s.resourceMetrics)
+	}
 	return s.auth.wrap(mux, s.cfg.Log)
 }
