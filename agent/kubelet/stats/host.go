@@ -2,9 +2,6 @@ package stats
 
 import (
 	"fmt"
-	"maps"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -83,8 +80,8 @@ func nodeMemory(mi procfs.Meminfo, now time.Time) (*statsv1alpha1.MemoryStats, e
 		AvailableBytes: &avail, RSSBytes: &rss}, nil
 }
 
-// nodeNetwork lists the host's interfaces but loopback and the pods'
-// veths; the interface of the default route is the node's own.
+// nodeNetwork lists the host's interfaces; the interface of the default
+// route is the node's own.
 func nodeNetwork(proc procfs.FS, now time.Time) (*statsv1alpha1.NetworkStats, error) {
 	dev, err := proc.NetDev()
 	if err != nil {
@@ -101,18 +98,5 @@ func nodeNetwork(proc procfs.FS, now time.Time) (*statsv1alpha1.NetworkStats, er
 			break
 		}
 	}
-	n := &statsv1alpha1.NetworkStats{Time: metav1.NewTime(now)}
-	for _, name := range slices.Sorted(maps.Keys(dev)) {
-		if name == "lo" || strings.HasPrefix(name, "veth") {
-			continue
-		}
-		d := dev[name]
-		i := statsv1alpha1.InterfaceStats{Name: name, RxBytes: &d.RxBytes, RxErrors: &d.RxErrors,
-			TxBytes: &d.TxBytes, TxErrors: &d.TxErrors}
-		n.Interfaces = append(n.Interfaces, i)
-		if name == def || (def == "" && n.Name == "") {
-			n.InterfaceStats = i
-		}
-	}
-	return n, nil
+	return interfaces(dev, now, def), nil
 }

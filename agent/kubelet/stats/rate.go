@@ -1,6 +1,9 @@
 package stats
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // cpuRates turns cumulative CPU usage into a rate, as the kubelet's
 // usageNanoCores: the usage since the previous sample of the same
@@ -17,11 +20,17 @@ type cpuSample struct {
 	rate  *uint64
 }
 
+// minRateInterval is the shortest time a rate is taken over: a process
+// that sleeps and runs by turns has a rate of 0 or of a whole core over a
+// few milliseconds. Two scrapers at once (metrics-server and a person)
+// read the same rate.
+const minRateInterval = int64(time.Second)
+
 // rate records usage at time at for key and returns its rate since the
 // key's previous sample: nil for a first sample, or when the usage went
-// back (a new cgroup under the same key). A sample not newer than the
-// last one (two readers at once, a runtime that cached) returns the last
-// rate rather than a rate over no time.
+// back (a new cgroup under the same key). A sample less than
+// minRateInterval after the last one returns the last rate and is not
+// kept.
 func (r *cpuRates) rate(key string, at int64, usage uint64) *uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -29,7 +38,7 @@ func (r *cpuRates) rate(key string, at int64, usage uint64) *uint64 {
 		r.last = map[string]cpuSample{}
 	}
 	prev, ok := r.last[key]
-	if ok && at <= prev.at {
+	if ok && at-prev.at < minRateInterval {
 		return prev.rate
 	}
 	s := cpuSample{at: at, usage: usage}

@@ -14,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"path/filepath"
 	"time"
 
@@ -38,6 +39,9 @@ type Config struct {
 	PodLogRoot string
 	// ProcRoot is where proc is mounted; empty means /proc.
 	ProcRoot string
+	// Log receives what is worth knowing but not failing for; nil means
+	// slog.Default().
+	Log *slog.Logger
 }
 
 // Provider reads Summaries. Its methods may be called from many
@@ -51,6 +55,9 @@ type Provider struct {
 func New(cfg Config) *Provider {
 	if cfg.ProcRoot == "" {
 		cfg.ProcRoot = procfs.DefaultMountPoint
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
 	}
 	return &Provider{cfg: cfg}
 }
@@ -79,7 +86,7 @@ func (p *Provider) Summary(ctx context.Context, onlyCPUAndMemory bool) (*statsv1
 	pods := make([]statsv1alpha1.PodStats, 0, len(cri.sandboxes))
 	for _, sb := range cri.sandboxes {
 		seen[podKey(sb.Id)] = true
-		ps := p.podStats(sb, cri, onlyCPUAndMemory)
+		ps := p.podStats(ctx, sb, cri, onlyCPUAndMemory)
 		for _, c := range cri.containers[sb.Id] {
 			seen[containerKey(c.Id)] = true
 		}
@@ -125,11 +132,15 @@ func (p *Provider) read(ctx context.Context, onlyCPUAndMemory bool) (*reading, e
 	for _, s := range css.Stats {
 		st.cstats[s.GetAttributes().GetId()] = s
 	}
+	// containerd reads a pod's own stats from the pod's cgroup, which it
+	// knows only from the sandbox's cgroup parent; without one (Cairn's
+	// pods have none yet) it fails the whole call. The pods then count
+	// from their containers and their network namespaces.
 	pss, err := p.cfg.Runtime.ListPodSandboxStats(ctx, &criv1.ListPodSandboxStatsRequest{})
 	if err != nil {
-		return nil, fmt.Errorf("CRI ListPodSandboxStats: %w", err)
+		p.cfg.Log.Debug("stats: no pod stats from the runtime, the pods count from their containers", "err", err)
 	}
-	for _, s := range pss.Stats {
+	for _, s := range pss.GetStats() {
 		st.pstats[s.GetAttributes().GetId()] = s
 	}
 	if onlyCPUAndMemory {
@@ -155,7 +166,7 @@ func (p *Provider) read(ctx context.Context, onlyCPUAndMemory bool) (*reading, e
 	return st, nil
 }
 
-func (p *Provider) podStats(sb *criv1.PodSandbox, cri *reading, onlyCPUAndMemory bool) statsv1alpha1.PodStats {
+func (p *Provider) podStats(ctx context.Context, sb *criv1.PodSandbox, cri *reading, onlyCPUAndMemory bool) statsv1alpha1.PodStats {
 	md := sb.GetMetadata()
 	ps := statsv1alpha1.PodStats{
 		PodRef:     statsv1alpha1.PodReference{Name: md.GetName(), Namespace: md.GetNamespace(), UID: md.GetUid()},
@@ -167,6 +178,9 @@ func (p *Provider) podStats(sb *criv1.PodSandbox, cri *reading, onlyCPUAndMemory
 	ps.Memory = memory(linux.GetMemory())
 	if !onlyCPUAndMemory {
 		ps.Network = network(linux.GetNetwork())
+		if ps.Network == nil {
+			ps.Network = p.sandboxNetwork(ctx, sb.Id)
+		}
 	}
 	// The pod's ephemeral storage is on the node's filesystem: its
 	// containers' writable layers and logs (volumes are not counted yet).
@@ -195,7 +209,55 @@ func (p *Provider) podStats(sb *criv1.PodSandbox, cri *reading, onlyCPUAndMemory
 		ps.Containers = append(ps.Containers, cs)
 	}
 	ps.EphemeralStorage = ephemeral
+	if ps.CPU == nil && ps.Memory == nil {
+		ps.CPU, ps.Memory = sumContainers(ps.Containers)
+	}
 	return ps
+}
+
+// sumContainers is a pod's CPU and memory as its containers' sums, as the
+// kubelet counts a pod it has no cgroup stats of: the rate too is the
+// sum of the containers' rates, so that a container restarted does not
+// make the pod's usage go back.
+func sumContainers(cs []statsv1alpha1.ContainerStats) (*statsv1alpha1.CPUStats, *statsv1alpha1.MemoryStats) {
+	var cpu *statsv1alpha1.CPUStats
+	var mem *statsv1alpha1.MemoryStats
+	add := func(sum **uint64, v *uint64) {
+		if v == nil {
+			return
+		}
+		if *sum == nil {
+			*sum = new(uint64)
+		}
+		**sum += *v
+	}
+	later := func(t *metav1.Time, u metav1.Time) {
+		if t.Before(&u) {
+			*t = u
+		}
+	}
+	for _, c := range cs {
+		if c.CPU != nil {
+			if cpu == nil {
+				cpu = &statsv1alpha1.CPUStats{}
+			}
+			later(&cpu.Time, c.CPU.Time)
+			add(&cpu.UsageCoreNanoSeconds, c.CPU.UsageCoreNanoSeconds)
+			add(&cpu.UsageNanoCores, c.CPU.UsageNanoCores)
+		}
+		if c.Memory != nil {
+			if mem == nil {
+				mem = &statsv1alpha1.MemoryStats{}
+			}
+			later(&mem.Time, c.Memory.Time)
+			add(&mem.UsageBytes, c.Memory.UsageBytes)
+			add(&mem.WorkingSetBytes, c.Memory.WorkingSetBytes)
+			add(&mem.RSSBytes, c.Memory.RSSBytes)
+			add(&mem.PageFaults, c.Memory.PageFaults)
+			add(&mem.MajorPageFaults, c.Memory.MajorPageFaults)
+		}
+	}
+	return cpu, mem
 }
 
 // cpu converts a CRI CPU reading, with its rate since the key's previous

@@ -1,0 +1,353 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"path/filepath"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"github.com/cairn-os/cairn/agent/kubelet"
+	"github.com/cairn-os/cairn/agent/kubelet/cri"
+	"github.com/cairn-os/cairn/agent/kubelet/stats"
+	"github.com/cairn-os/cairn/agent/node"
+	"github.com/cairn-os/cairn/machineconfig"
+	"github.com/cairn-os/cairn/test/kube"
+	"github.com/cairn-os/cairn/test/poll"
+	"github.com/cairn-os/cairn/test/registry"
+	"github.com/cairn-os/cairn/test/runtime"
+)
+
+// containerdNode is a Node joined as cairn-agent joins it, its pods run
+// by a real containerd, and its kubelet server beside them with the
+// node's stats.
+type containerdNode struct {
+	c        *kube.Cluster
+	ns, name string
+	reg      *registry.Registry
+}
+
+// startContainerdNode joins the node; it and what it ran are gone when
+// the test ends.
+func startContainerdNode(t *testing.T) *containerdNode {
+	t.Helper()
+	c := kube.Shared(t)
+	n := &containerdNode{c: c, ns: c.Namespace()}
+	n.name = "node-" + n.ns
+	rt := runtime.Start(t)
+	n.reg = registry.Start(t)
+	if err := rt.AllowHTTP(n.reg.Addr); err != nil {
+		t.Fatal(err)
+	}
+	client, err := cri.New(rt.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+
+	// The API server's node proxy refuses loopback: the node is at the
+	// host's own address. A port that is free now, for the server to
+	// listen on each time the component starts.
+	ip := hostIP(t)
+	l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cluster := machineconfig.Cluster{Server: c.URL, CA: string(c.CAPEM), BootstrapToken: c.BootstrapToken,
+		ClusterDomain: machineconfig.DefaultClusterDomain}
+	dir, logRoot := t.TempDir(), filepath.Join(t.TempDir(), "pods")
+	podConfig := kubelet.NewPodConfig(&cluster, client, logRoot)
+	components := []node.Component{
+		{Name: "kubelet", Run: func(ctx context.Context, m *node.Member) error {
+			return kubelet.Run(ctx, m, kubelet.Config{Dir: dir, RuntimeInfo: client, Pods: podConfig})
+		}},
+		{Name: "kubelet-server", Run: func(ctx context.Context, m *node.Member) error {
+			l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), fmt.Sprint(port)))
+			if err != nil {
+				return err
+			}
+			return Serve(ctx, l, Config{NodeName: m.Name, Client: m.Client, ClusterCA: m.ClusterCA,
+				Pods: m.Informers.Core().V1().Pods().Lister(), PodLogRoot: logRoot,
+				Stats: stats.New(stats.Config{NodeName: m.Name, Runtime: client.Runtime, Images: client.Images,
+					RootDir: dir, PodLogRoot: logRoot})})
+		}},
+	}
+	nctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- node.Run(nctx, node.Config{NodeName: n.name, Cluster: cluster, Dir: dir, RuntimeInfo: client, RuntimeStatus: client,
+			Version: "test", NodeIP: ip, KubeletPort: port}, components)
+	}()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("node.Run() = %v", err)
+		}
+	})
+	return n
+}
+
+// hostIP is an IPv4 address of the host that is not loopback.
+func hostIP(t *testing.T) netip.Addr {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() && p.Addr().IsGlobalUnicast() {
+			return p.Addr()
+		}
+	}
+	t.Fatalf("no IPv4 address but loopback in %v: the API server's node proxy needs one to reach the node", addrs)
+	return netip.Addr{}
+}
+
+// runPod creates pod on the node; it is deleted, and gone, before the
+// node stops, so that its containers do not outlive the test.
+func (n *containerdNode) runPod(t *testing.T, ctx context.Context, pod *corev1.Pod) {
+	t.Helper()
+	pod.Spec.NodeName = n.name
+	pods := n.c.Client.CoreV1().Pods(n.ns)
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = pods.Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		poll.Until(t, 60*time.Second, "pod "+pod.Name+" gone", func() error {
+			if _, err := pods.Get(context.Background(), pod.Name, metav1.GetOptions{}); err == nil {
+				return errors.New("still there")
+			}
+			return nil
+		})
+	})
+}
+
+// proxy is a GET of path on the node's kubelet server through the API
+// server's node proxy.
+func (n *containerdNode) proxy(path ...string) *rest.Request {
+	return n.c.Client.CoreV1().RESTClient().Get().AbsPath(append([]string{"/api/v1/nodes", n.name, "proxy"}, path...)...)
+}
+
+// What the burning pod uses at least: it holds 48 MiB and keeps half a
+// core busy, which a shared machine may slow down but not to nothing.
+const (
+	burnHoldMiB   = 48
+	minWorkingSet = 40 << 20
+	minNanoCores  = 10_000_000 // 10m
+)
+
+// TestStatsFromContainerd reads the stats of a pod that burns CPU and
+// holds memory on a node whose pods run in a real containerd, through the
+// API server's node proxy as metrics-server and kubectl do: the CPU rate
+// and working set of its container, of the pod and of the node in
+// /stats/summary and /metrics/resource.
+func TestStatsFromContainerd(t *testing.T) {
+	n := startContainerdNode(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	if _, err := registry.BuildAndPush(ctx, n.reg, "./agent/kubelet/server/testdata/burn", "cairn-test/burn:v1"); err != nil {
+		t.Fatal(err)
+	}
+	n.runPod(t, ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "burn"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "burn", Image: n.reg.Addr + "/cairn-test/burn:v1",
+			Env: []corev1.EnvVar{{Name: "HOLD_MIB", Value: fmt.Sprint(burnHoldMiB)}},
+		}}},
+	})
+
+	summary := func(only bool) (*statsv1alpha1.Summary, *statsv1alpha1.PodStats, error) {
+		b, err := n.proxy("stats", "summary").Param("only_cpu_and_memory", fmt.Sprint(only)).DoRaw(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("GET /stats/summary: %w: %s", err, b)
+		}
+		var s statsv1alpha1.Summary
+		if err := json.Unmarshal(b, &s); err != nil {
+			return nil, nil, fmt.Errorf("GET /stats/summary: %w", err)
+		}
+		for i, p := range s.Pods {
+			if p.PodRef.Name == "burn" && p.PodRef.Namespace == n.ns {
+				return &s, &s.Pods[i], nil
+			}
+		}
+		return &s, nil, fmt.Errorf("no pod %s/burn in the summary's %d pods", n.ns, len(s.Pods))
+	}
+	// The rates need two readings, and the pod a while to start.
+	poll.Until(t, 2*time.Minute, "the burning pod's CPU rate and working set in /stats/summary", func() error {
+		s, p, err := summary(true)
+		if err != nil {
+			return err
+		}
+		if len(p.Containers) != 1 || p.Containers[0].Name != "burn" {
+			return fmt.Errorf("pod's containers %+v, want burn", p.Containers)
+		}
+		return errors.Join(
+			atLeast("the node's CPU", s.Node.CPU, minNanoCores),
+			atLeastMemory("the node's memory", s.Node.Memory, minWorkingSet),
+			atLeast("the pod's CPU", p.CPU, minNanoCores),
+			atLeastMemory("the pod's memory", p.Memory, minWorkingSet),
+			atLeast("the container's CPU", p.Containers[0].CPU, minNanoCores),
+			atLeastMemory("the container's memory", p.Containers[0].Memory, minWorkingSet),
+		)
+	})
+
+	// containerd counts the image and the writable layers every 10 s,
+	// and the container prints its line once it holds its memory.
+	var c statsv1alpha1.ContainerStats
+	poll.Until(t, time.Minute, "the filesystem and network stats in /stats/summary", func() error {
+		s, p, err := summary(false)
+		if err != nil {
+			return err
+		}
+		if s.Node.NodeName != n.name {
+			return fmt.Errorf("summary's nodeName = %q, want %q", s.Node.NodeName, n.name)
+		}
+		c = p.Containers[0]
+		var errs []error
+		if s.Node.Runtime == nil {
+			return fmt.Errorf("node's runtime = nil, want its image fs")
+		}
+		for _, fs := range []struct {
+			what    string
+			s       *statsv1alpha1.FsStats
+			minUsed uint64
+		}{
+			{"node fs", s.Node.Fs, 1}, {"image fs", s.Node.Runtime.ImageFs, 1}, {"pod ephemeral storage", p.EphemeralStorage, 1},
+			// The image's files are in the image, not the writable layer.
+			{"container rootfs", c.Rootfs, 0}, {"container logs", c.Logs, 1},
+		} {
+			if fs.s == nil || fs.s.CapacityBytes == nil || *fs.s.CapacityBytes == 0 || fs.s.AvailableBytes == nil ||
+				fs.s.UsedBytes == nil || *fs.s.UsedBytes < fs.minUsed {
+				errs = append(errs, fmt.Errorf("%s = %s, want its capacity, available bytes and at least %d used",
+					fs.what, show(fs.s), fs.minUsed))
+			}
+		}
+		if s.Node.Network == nil || len(s.Node.Network.Interfaces) == 0 {
+			errs = append(errs, fmt.Errorf("node network = %s, want the host's interfaces", show(s.Node.Network)))
+		}
+		if p.Network == nil || p.Network.Name != "eth0" || p.Network.RxBytes == nil {
+			errs = append(errs, fmt.Errorf("pod network = %s, want its eth0's bytes", show(p.Network)))
+		}
+		return errors.Join(errs...)
+	})
+	if s, p, err := summary(true); err != nil {
+		t.Error(err)
+	} else if s.Node.Fs != nil || s.Node.Network != nil || p.Network != nil || p.Containers[0].Rootfs != nil || p.Containers[0].CPU == nil {
+		t.Errorf("only_cpu_and_memory=true gave node %s, pod %s; want CPU and memory only", show(s.Node), show(p))
+	}
+
+	// /metrics/resource, as metrics-server parses it.
+	b, err := n.proxy("metrics", "resource").DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("GET /metrics/resource: %v: %s", err, b)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("parse /metrics/resource: %v\n%s", err, b)
+	}
+	container := map[string]string{"container": "burn", "pod": "burn", "namespace": n.ns}
+	pod := map[string]string{"pod": "burn", "namespace": n.ns}
+	for _, want := range []struct {
+		family string
+		typ    dto.MetricType
+		labels map[string]string
+		min    float64
+	}{
+		{"node_cpu_usage_seconds_total", dto.MetricType_COUNTER, nil, 1e-9},
+		{"node_memory_working_set_bytes", dto.MetricType_GAUGE, nil, minWorkingSet},
+		{"pod_cpu_usage_seconds_total", dto.MetricType_COUNTER, pod, 1e-9},
+		{"pod_memory_working_set_bytes", dto.MetricType_GAUGE, pod, minWorkingSet},
+		{"container_cpu_usage_seconds_total", dto.MetricType_COUNTER, container, 1e-9},
+		{"container_memory_working_set_bytes", dto.MetricType_GAUGE, container, minWorkingSet},
+		{"container_start_time_seconds", dto.MetricType_GAUGE, container, float64(c.StartTime.Unix())},
+		{"scrape_error", dto.MetricType_GAUGE, nil, 0},
+		{"resource_scrape_error", dto.MetricType_GAUGE, nil, 0},
+	} {
+		f := families[want.family]
+		if f == nil || f.GetType() != want.typ {
+			t.Errorf("/metrics/resource family %s = %v, want a %v", want.family, f, want.typ)
+			continue
+		}
+		m := sampleOf(f, want.labels)
+		if m == nil {
+			t.Errorf("/metrics/resource %s has no sample labelled %v: %v", want.family, want.labels, f.Metric)
+			continue
+		}
+		v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		if v < want.min || (want.min == 0 && v != 0) {
+			t.Errorf("/metrics/resource %s%v = %v, want at least %v", want.family, want.labels, v, want.min)
+		}
+		if want.family != "scrape_error" && want.family != "resource_scrape_error" && m.TimestampMs == nil {
+			t.Errorf("/metrics/resource %s%v has no timestamp, want its reading's", want.family, want.labels)
+		}
+	}
+
+	// Paths the kubelet does not serve, and bad parameters.
+	for _, tt := range []struct {
+		req  *rest.Request
+		want int
+	}{
+		{n.proxy("stats", "container"), http.StatusNotFound},
+		{n.proxy("stats", "summary", "more"), http.StatusNotFound},
+		{n.proxy("stats", "summary").Param("only_cpu_and_memory", "perhaps"), http.StatusBadRequest},
+	} {
+		_, err := tt.req.DoRaw(ctx)
+		var status apierrors.APIStatus
+		if !errors.As(err, &status) || int(status.Status().Code) != tt.want {
+			t.Errorf("GET %s = %v, want status %d", tt.req.URL(), err, tt.want)
+		}
+	}
+}
+
+// sampleOf is f's sample with exactly labels.
+func sampleOf(f *dto.MetricFamily, labels map[string]string) *dto.Metric {
+	for _, m := range f.Metric {
+		got := map[string]string{}
+		for _, l := range m.Label {
+			got[l.GetName()] = l.GetValue()
+		}
+		if len(got) == len(labels) && fmt.Sprint(got) == fmt.Sprint(labels) {
+			return m
+		}
+	}
+	return nil
+}
+
+func atLeast(what string, s *statsv1alpha1.CPUStats, nanoCores uint64) error {
+	if s == nil || s.UsageNanoCores == nil || s.UsageCoreNanoSeconds == nil || *s.UsageNanoCores < nanoCores {
+		return fmt.Errorf("%s = %s, want at least %d nanocores", what, show(s), nanoCores)
+	}
+	return nil
+}
+
+func atLeastMemory(what string, s *statsv1alpha1.MemoryStats, workingSet uint64) error {
+	if s == nil || s.WorkingSetBytes == nil || *s.WorkingSetBytes < workingSet {
+		return fmt.Errorf("%s = %s, want a working set of at least %d bytes", what, show(s), workingSet)
+	}
+	return nil
+}
+
+// show is v in JSON, for messages: its fields are pointers.
+func show(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}

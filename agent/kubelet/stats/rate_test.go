@@ -1,0 +1,61 @@
+package stats
+
+import "testing"
+
+func TestCPURate(t *testing.T) {
+	const s = int64(1e9) // a second in nanoseconds
+	type step struct {
+		key   string
+		at    int64
+		usage uint64
+		want  int64 // -1: no rate
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"a first sample has no rate", []step{{"c", 10 * s, 5e9, -1}}},
+		{"half a core over two seconds", []step{{"c", 10 * s, 5e9, -1}, {"c", 12 * s, 6e9, 5e8}}},
+		{"two cores", []step{{"c", s, 0, -1}, {"c", 2 * s, 2e9, 2e9}}},
+		{"idle", []step{{"c", s, 7, -1}, {"c", 3 * s, 7, 0}}},
+		{"the same sample again keeps the last rate",
+			[]step{{"c", s, 0, -1}, {"c", 2 * s, 1e9, 1e9}, {"c", 2 * s, 1e9, 1e9}, {"c", 3 * s, 1.5e9, 5e8}}},
+		{"a sample soon after the last keeps the last rate, and is not kept",
+			[]step{{"c", s, 0, -1}, {"c", 2 * s, 1e9, 1e9}, {"c", 2*s + s/10, 1e9, 1e9}, {"c", 4 * s, 2e9, 5e8}}},
+		{"a second sample soon after the first has no rate yet",
+			[]step{{"c", s, 0, -1}, {"c", s + s/2, 1e9, -1}, {"c", 2 * s, 1e9, 1e9}}},
+		{"an older sample keeps the last rate",
+			[]step{{"c", s, 0, -1}, {"c", 3 * s, 1e9, 5e8}, {"c", 2 * s, 9e8, 5e8}}},
+		{"usage that went back starts again",
+			[]step{{"c", s, 5e9, -1}, {"c", 2 * s, 1e9, -1}, {"c", 3 * s, 2e9, 1e9}}},
+		{"keys apart", []step{{"a", s, 0, -1}, {"b", s, 0, -1}, {"a", 2 * s, 1e9, 1e9}, {"b", 3 * s, 1e9, 5e8}}},
+		{"large counters", []step{{"c", s, 1e18, -1}, {"c", 2 * s, 1e18 + 3e9, 3e9}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var r cpuRates
+			for i, st := range tt.steps {
+				got := r.rate(st.key, st.at, st.usage)
+				switch {
+				case st.want < 0 && got != nil:
+					t.Errorf("step %d: rate(%q, %d, %d) = %d, want none", i, st.key, st.at, st.usage, *got)
+				case st.want >= 0 && (got == nil || *got != uint64(st.want)):
+					t.Errorf("step %d: rate(%q, %d, %d) = %v, want %d", i, st.key, st.at, st.usage, got, st.want)
+				}
+			}
+		})
+	}
+}
+
+func TestCPURateKeep(t *testing.T) {
+	var r cpuRates
+	r.rate("gone", 1, 0)
+	r.rate("kept", 1, 0)
+	r.keep(map[string]bool{"kept": true})
+	if got := r.rate("gone", 2e9, 1e9); got != nil {
+		t.Errorf("rate of a forgotten key = %d, want none: its old sample was kept", *got)
+	}
+	if got := r.rate("kept", 1e9+1, 1e9); got == nil || *got != 1e9 {
+		t.Errorf("rate of a kept key = %v, want 1e9", got)
+	}
+}
