@@ -6,10 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -350,4 +354,48 @@ func atLeastMemory(what string, s *statsv1alpha1.MemoryStats, workingSet uint64)
 func show(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// With the runtime away, /stats/summary answers 500 with the CRI's reason
+// at once, and /metrics/resource scrape_error 1 and no usage, as the
+// kubelet's.
+func TestStatsRuntimeAway(t *testing.T) {
+	dir := t.TempDir()
+	client, err := cri.New(filepath.Join(dir, "containerd.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	s := &server{cfg: Config{Log: slog.New(slog.DiscardHandler),
+		Stats: stats.New(stats.Config{NodeName: "n", Runtime: client.Runtime, Images: client.Images, RootDir: dir, PodLogRoot: dir})}}
+
+	start := time.Now()
+	rec := httptest.NewRecorder()
+	s.statsSummary(rec, httptest.NewRequest(http.MethodGet, "/stats/summary", nil))
+	if body := rec.Body.String(); rec.Code != http.StatusInternalServerError || !strings.Contains(body, "CRI ListPodSandbox") ||
+		!strings.Contains(body, "containerd.sock") {
+		t.Errorf("/stats/summary with no runtime = %d %q, want 500 with the CRI call and its socket", rec.Code, body)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("/stats/summary with no runtime took %v, want it to fail at once", d)
+	}
+
+	rec = httptest.NewRecorder()
+	s.resourceMetrics(rec, httptest.NewRequest(http.MethodGet, "/metrics/resource", nil))
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(rec.Body)
+	if err != nil {
+		t.Fatalf("parse /metrics/resource: %v", err)
+	}
+	var names []string
+	for name, f := range families {
+		names = append(names, name)
+		if strings.HasSuffix(name, "scrape_error") && f.Metric[0].GetGauge().GetValue() != 1 {
+			t.Errorf("/metrics/resource %s = %v with no runtime, want 1", name, f.Metric[0].GetGauge().GetValue())
+		}
+	}
+	slices.Sort(names)
+	if want := []string{"resource_scrape_error", "scrape_error"}; rec.Code != http.StatusOK || !slices.Equal(names, want) {
+		t.Errorf("/metrics/resource with no runtime = %d with %v, want 200 with %v", rec.Code, names, want)
+	}
 }

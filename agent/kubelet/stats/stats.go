@@ -74,20 +74,20 @@ func containerKey(id string) string { return "container/" + id }
 // networks (the kubelet's only_cpu_and_memory). It fails if the runtime
 // does not answer.
 func (p *Provider) Summary(ctx context.Context, onlyCPUAndMemory bool) (*statsv1alpha1.Summary, error) {
-	cri, err := p.read(ctx, onlyCPUAndMemory)
+	r, err := p.read(ctx, onlyCPUAndMemory)
 	if err != nil {
 		return nil, err
 	}
-	node, err := p.nodeStats(cri, onlyCPUAndMemory)
+	node, err := p.nodeStats(r, onlyCPUAndMemory)
 	if err != nil {
 		return nil, err
 	}
 	seen := map[string]bool{nodeKey: true}
-	pods := make([]statsv1alpha1.PodStats, 0, len(cri.sandboxes))
-	for _, sb := range cri.sandboxes {
+	pods := make([]statsv1alpha1.PodStats, 0, len(r.sandboxes))
+	for _, sb := range r.sandboxes {
 		seen[podKey(sb.Id)] = true
-		ps := p.podStats(ctx, sb, cri, onlyCPUAndMemory)
-		for _, c := range cri.containers[sb.Id] {
+		ps := p.podStats(ctx, sb, r, onlyCPUAndMemory)
+		for _, c := range r.containers[sb.Id] {
 			seen[containerKey(c.Id)] = true
 		}
 		pods = append(pods, ps)
@@ -106,6 +106,7 @@ type reading struct {
 	imageFs    *criv1.FilesystemUsage
 	imageFsCap *fsCapacity
 	nodeFsCap  *fsCapacity
+	logFsCap   *fsCapacity
 }
 
 func (p *Provider) read(ctx context.Context, onlyCPUAndMemory bool) (*reading, error) {
@@ -151,6 +152,10 @@ func (p *Provider) read(ctx context.Context, onlyCPUAndMemory bool) (*reading, e
 		return nil, fmt.Errorf("node filesystem: %w", err)
 	}
 	st.nodeFsCap = &c
+	if c, err = statfs(p.cfg.PodLogRoot); err != nil {
+		return nil, fmt.Errorf("log filesystem: %w", err)
+	}
+	st.logFsCap = &c
 	fsi, err := p.cfg.Images.ImageFsInfo(ctx, &criv1.ImageFsInfoRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("CRI ImageFsInfo: %w", err)
@@ -166,14 +171,14 @@ func (p *Provider) read(ctx context.Context, onlyCPUAndMemory bool) (*reading, e
 	return st, nil
 }
 
-func (p *Provider) podStats(ctx context.Context, sb *criv1.PodSandbox, cri *reading, onlyCPUAndMemory bool) statsv1alpha1.PodStats {
+func (p *Provider) podStats(ctx context.Context, sb *criv1.PodSandbox, r *reading, onlyCPUAndMemory bool) statsv1alpha1.PodStats {
 	md := sb.GetMetadata()
 	ps := statsv1alpha1.PodStats{
 		PodRef:     statsv1alpha1.PodReference{Name: md.GetName(), Namespace: md.GetNamespace(), UID: md.GetUid()},
 		StartTime:  metav1.NewTime(time.Unix(0, sb.CreatedAt)),
 		Containers: []statsv1alpha1.ContainerStats{},
 	}
-	linux := cri.pstats[sb.Id].GetLinux()
+	linux := r.pstats[sb.Id].GetLinux()
 	ps.CPU = p.cpu(podKey(sb.Id), linux.GetCpu())
 	ps.Memory = memory(linux.GetMemory())
 	if !onlyCPUAndMemory {
@@ -185,13 +190,13 @@ func (p *Provider) podStats(ctx context.Context, sb *criv1.PodSandbox, cri *read
 	// The pod's ephemeral storage is on the node's filesystem: its
 	// containers' writable layers and logs (volumes are not counted yet).
 	var ephemeral *statsv1alpha1.FsStats
-	if !onlyCPUAndMemory && cri.nodeFsCap != nil {
-		ephemeral = cri.nodeFsCap.fsStats(time.Now())
+	if !onlyCPUAndMemory && r.nodeFsCap != nil {
+		ephemeral = r.nodeFsCap.fsStats(time.Now())
 		var used, inodes uint64
 		ephemeral.UsedBytes, ephemeral.InodesUsed = &used, &inodes
 	}
-	for _, c := range cri.containers[sb.Id] {
-		s := cri.cstats[c.Id]
+	for _, c := range r.containers[sb.Id] {
+		s := r.cstats[c.Id]
 		cs := statsv1alpha1.ContainerStats{
 			Name:      c.GetMetadata().GetName(),
 			StartTime: metav1.NewTime(time.Unix(0, c.CreatedAt)),
@@ -199,8 +204,8 @@ func (p *Provider) podStats(ctx context.Context, sb *criv1.PodSandbox, cri *read
 			Memory:    memory(s.GetMemory()),
 		}
 		if !onlyCPUAndMemory {
-			cs.Rootfs = rootfs(s.GetWritableLayer(), cri.imageFsCap)
-			cs.Logs = p.logs(ps.PodRef, cs.Name)
+			cs.Rootfs = rootfs(s.GetWritableLayer(), r.imageFsCap)
+			cs.Logs = p.logs(ps.PodRef, cs.Name, r.logFsCap)
 			if ephemeral != nil {
 				addFs(ephemeral, cs.Rootfs)
 				addFs(ephemeral, cs.Logs)
@@ -323,8 +328,8 @@ func rootfs(u *criv1.FilesystemUsage, onFs *fsCapacity) *statsv1alpha1.FsStats {
 }
 
 // logs is the usage of a container's log directory, on the log root's
-// filesystem; nil if it cannot be read.
-func (p *Provider) logs(pod statsv1alpha1.PodReference, container string) *statsv1alpha1.FsStats {
+// filesystem onFs; nil if it cannot be read.
+func (p *Provider) logs(pod statsv1alpha1.PodReference, container string, onFs *fsCapacity) *statsv1alpha1.FsStats {
 	dir := filepath.Join(crilog.PodDir(p.cfg.PodLogRoot, pod.Namespace, pod.Name, pod.UID), container)
 	var used, inodes uint64
 	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
@@ -340,11 +345,7 @@ func (p *Provider) logs(pod statsv1alpha1.PodReference, container string) *stats
 	if err != nil {
 		return nil
 	}
-	c, err := statfs(p.cfg.PodLogRoot)
-	if err != nil {
-		return nil
-	}
-	s := c.fsStats(time.Now())
+	s := onFs.fsStats(time.Now())
 	s.UsedBytes, s.InodesUsed = &used, &inodes
 	return s
 }
