@@ -170,6 +170,18 @@ func TestStatsFromContainerd(t *testing.T) {
 	if _, err := registry.BuildAndPush(ctx, n.reg, "./agent/kubelet/server/testdata/burn", "cairn-test/burn:v1"); err != nil {
 		t.Fatal(err)
 	}
+	// A node without pods answers too, before it has a log directory.
+	poll.Until(t, time.Minute, "/stats/summary of the node without pods", func() error {
+		b, err := n.proxy("stats", "summary").DoRaw(ctx)
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, b)
+		}
+		var s statsv1alpha1.Summary
+		if err := json.Unmarshal(b, &s); err != nil || s.Node.Fs == nil || len(s.Pods) != 0 {
+			return fmt.Errorf("summary %s (%v), want the node's fs and no pods", b, err)
+		}
+		return nil
+	})
 	n.runPod(t, ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "burn"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{

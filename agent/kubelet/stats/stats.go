@@ -12,6 +12,7 @@ package stats
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -106,7 +107,7 @@ type reading struct {
 	imageFs    *criv1.FilesystemUsage
 	imageFsCap *fsCapacity
 	nodeFsCap  *fsCapacity
-	logFsCap   *fsCapacity
+	logFsCap   *fsCapacity // nil also before the first pod
 }
 
 func (p *Provider) read(ctx context.Context, onlyCPUAndMemory bool) (*reading, error) {
@@ -152,10 +153,12 @@ func (p *Provider) read(ctx context.Context, onlyCPUAndMemory bool) (*reading, e
 		return nil, fmt.Errorf("node filesystem: %w", err)
 	}
 	st.nodeFsCap = &c
-	if c, err = statfs(p.cfg.PodLogRoot); err != nil {
+	// The log root comes with the first pod.
+	if c, err := statfs(p.cfg.PodLogRoot); err == nil {
+		st.logFsCap = &c
+	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("log filesystem: %w", err)
 	}
-	st.logFsCap = &c
 	fsi, err := p.cfg.Images.ImageFsInfo(ctx, &criv1.ImageFsInfoRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("CRI ImageFsInfo: %w", err)
@@ -342,7 +345,7 @@ func (p *Provider) logs(pod statsv1alpha1.PodReference, container string, onFs *
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil || onFs == nil {
 		return nil
 	}
 	s := onFs.fsStats(time.Now())
