@@ -124,9 +124,9 @@ func hostIP(t *testing.T) netip.Addr {
 	return netip.Addr{}
 }
 
-// runPod creates pod on the node; it is deleted, and gone, before the
+// createPod creates pod on the node; it is deleted, and gone, before the
 // node stops, so that its containers do not outlive the test.
-func (n *containerdNode) runPod(t *testing.T, ctx context.Context, pod *corev1.Pod) {
+func (n *containerdNode) createPod(t *testing.T, ctx context.Context, pod *corev1.Pod) {
 	t.Helper()
 	pod.Spec.NodeName = n.name
 	pods := n.c.Client.CoreV1().Pods(n.ns)
@@ -142,6 +142,17 @@ func (n *containerdNode) runPod(t *testing.T, ctx context.Context, pod *corev1.P
 			return nil
 		})
 	})
+}
+
+// image builds the Go main package pkg into an image, pushes it as
+// cairn-test/NAME:v1 and returns its reference.
+func (n *containerdNode) image(t *testing.T, ctx context.Context, pkg string) string {
+	t.Helper()
+	repoTag := "cairn-test/" + filepath.Base(pkg) + ":v1"
+	if _, err := registry.BuildAndPush(ctx, n.reg, pkg, repoTag); err != nil {
+		t.Fatal(err)
+	}
+	return n.reg.Addr + "/" + repoTag
 }
 
 // proxy is a GET of path on the node's kubelet server through the API
@@ -167,9 +178,7 @@ func TestStatsFromContainerd(t *testing.T) {
 	n := startContainerdNode(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
-	if _, err := registry.BuildAndPush(ctx, n.reg, "./agent/kubelet/server/testdata/burn", "cairn-test/burn:v1"); err != nil {
-		t.Fatal(err)
-	}
+	image := n.image(t, ctx, "./agent/kubelet/server/testdata/burn")
 	// A node without pods answers too, before it has a log directory.
 	poll.Until(t, time.Minute, "/stats/summary of the node without pods", func() error {
 		b, err := n.proxy("stats", "summary").DoRaw(ctx)
@@ -182,10 +191,10 @@ func TestStatsFromContainerd(t *testing.T) {
 		}
 		return nil
 	})
-	n.runPod(t, ctx, &corev1.Pod{
+	n.createPod(t, ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "burn"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Name: "burn", Image: n.reg.Addr + "/cairn-test/burn:v1",
+			Name: "burn", Image: image,
 			Env: []corev1.EnvVar{{Name: "HOLD_MIB", Value: fmt.Sprint(burnHoldMiB)}},
 		}}},
 	})
