@@ -13,7 +13,7 @@ import (
 // /proc/meminfo, network from /proc/net/dev, the node's filesystem and
 // the runtime's image filesystem.
 func (p *Provider) nodeStats(r *reading, onlyCPUAndMemory bool) (statsv1alpha1.NodeStats, error) {
-	proc, err := procfs.NewFS(p.cfg.ProcRoot)
+	proc, err := procfs.NewDefaultFS()
 	if err != nil {
 		return statsv1alpha1.NodeStats{}, fmt.Errorf("node stats: %w", err)
 	}

@@ -27,15 +27,11 @@ func (p *Provider) sandboxNetwork(ctx context.Context, id string) *statsv1alpha1
 		p.cfg.Log.Debug("stats: no pod network", "sandbox", id, "err", err)
 		return nil
 	}
-	proc, err := procfs.NewFS(p.cfg.ProcRoot)
-	if err != nil {
-		return nil
+	pr, err := procfs.NewProc(pid)
+	var dev procfs.NetDev
+	if err == nil {
+		dev, err = pr.NetDev()
 	}
-	pr, err := proc.Proc(pid)
-	if err != nil {
-		return nil
-	}
-	dev, err := pr.NetDev()
 	if err != nil {
 		p.cfg.Log.Debug("stats: no pod network", "sandbox", id, "err", err)
 		return nil

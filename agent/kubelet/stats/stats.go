@@ -1,10 +1,12 @@
 // Package stats reads the node's resource usage in the kubelet's Summary
 // format (k8s.io/kubelet's stats/v1alpha1), the one source of the kubelet
-// server's /stats/summary and /metrics/resource: the pods' and
-// containers' CPU, memory, filesystem and network from the CRI
-// (ListPodSandboxStats, ListContainerStats, ImageFsInfo), the node's from
-// the host (/proc, statfs). CPU rates (usageNanoCores) come from the
-// previous reading of the same container, pod or node, as the kubelet's.
+// server's /stats/summary and /metrics/resource: the containers' CPU,
+// memory and filesystems from the CRI (ListContainerStats, ImageFsInfo);
+// the pods' from ListPodSandboxStats, or, where the runtime has no cgroup
+// of the pod, as their containers' sums, with their network read in their
+// network namespace; the node's from the host (/proc, statfs). CPU rates
+// (usageNanoCores) come from the previous reading of the same container,
+// pod or node, as the kubelet's.
 //
 //	p := stats.New(stats.Config{NodeName: name, Runtime: c.Runtime, Images: c.Images, RootDir: dir, PodLogRoot: logs})
 //	s, err := p.Summary(ctx, false)
@@ -19,7 +21,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/prometheus/procfs"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
@@ -38,8 +39,6 @@ type Config struct {
 	RootDir string
 	// PodLogRoot holds the containers' logs (internal/crilog's layout).
 	PodLogRoot string
-	// ProcRoot is where proc is mounted; empty means /proc.
-	ProcRoot string
 	// Log receives what is worth knowing but not failing for; nil means
 	// slog.Default().
 	Log *slog.Logger
@@ -54,9 +53,6 @@ type Provider struct {
 
 // New returns a Provider of cfg.
 func New(cfg Config) *Provider {
-	if cfg.ProcRoot == "" {
-		cfg.ProcRoot = procfs.DefaultMountPoint
-	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
