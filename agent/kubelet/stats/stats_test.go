@@ -2,8 +2,10 @@ package stats
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/procfs"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 )
@@ -87,5 +89,24 @@ func TestSumContainers(t *testing.T) {
 	}
 	if cpu, mem := sumContainers(nil); cpu != nil || mem != nil {
 		t.Errorf("sumContainers(nil) = %v, %v; want none", cpu, mem)
+	}
+}
+
+func TestNodeMemory(t *testing.T) {
+	u := func(v uint64) *uint64 { return &v }
+	now := time.Unix(100, 0)
+	got, err := nodeMemory(procfs.Meminfo{MemTotalBytes: u(1000), MemFreeBytes: u(300), InactiveFileBytes: u(200),
+		AnonPagesBytes: u(250)}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Used 700, of which 200 the kernel may drop.
+	want := &statsv1alpha1.MemoryStats{Time: metav1.NewTime(now), UsageBytes: u(700), WorkingSetBytes: u(500),
+		AvailableBytes: u(500), RSSBytes: u(250)}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("nodeMemory() (-want +got):\n%s", diff)
+	}
+	if _, err := nodeMemory(procfs.Meminfo{MemTotalBytes: u(1000)}, now); err == nil {
+		t.Error("nodeMemory() of a meminfo without MemFree = nil error, want one")
 	}
 }
