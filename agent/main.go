@@ -134,17 +134,21 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, dir string, paths
 		}
 		defer rt.Close()
 		podConfig := kubelet.NewPodConfig(cfg.Cluster, rt, paths.podLogRoot)
+		// The probes' runs as the kubelet counts them, for the kubelet
+		// server's /metrics/probes.
+		probeReg := prometheus.NewRegistry()
 		// The node's components: peers that run once the node joined,
 		// each restarted on its own when it fails.
 		components := []node.Component{
 			{Name: "kubelet", Run: func(ctx context.Context, m *node.Member) error {
-				return kubelet.Run(ctx, m, kubelet.Config{Dir: dir, RuntimeInfo: rt, Pods: podConfig, Metrics: reg,
+				return kubelet.Run(ctx, m, kubelet.Config{Dir: dir, RuntimeInfo: rt, Pods: podConfig, Metrics: reg, ProbeMetrics: probeReg,
 					Log: slog.Default().With("component", "kubelet")})
 			}},
 			{Name: "proxy", Run: func(ctx context.Context, m *node.Member) error { return runProxy(ctx, cfg.Cluster, m, reg) }},
 			{Name: "cni", Run: func(ctx context.Context, m *node.Member) error { return writePodNetwork(ctx, m, paths) }},
 			{Name: "kubelet-server", Run: func(ctx context.Context, m *node.Member) error {
-				return runKubeletServer(ctx, cfg.Cluster.KubeletPort, m, paths.podLogRoot, filepath.Join(dir, layout.KubeletServingCert))
+				return runKubeletServer(ctx, cfg.Cluster, m, server.Config{PodLogRoot: paths.podLogRoot,
+					CertFile: filepath.Join(dir, layout.KubeletServingCert), Metrics: reg, ProbeMetrics: probeReg})
 			}},
 		}
 		var nodeIP netip.Addr
@@ -170,18 +174,25 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, dir string, paths
 }
 
 // runKubeletServer serves the kubelet's port, for the API server's calls
-// to the node (kubectl logs), until ctx ends.
-func runKubeletServer(ctx context.Context, port int, m *node.Member, podLogRoot, certFile string) error {
-	addr := fmt.Sprintf(":%d", port)
+// to the node (kubectl logs), with sc and the member's identity, until
+// ctx ends.
+func runKubeletServer(ctx context.Context, cluster *machineconfig.Cluster, m *node.Member, sc server.Config) error {
+	addr := fmt.Sprintf(":%d", cluster.KubeletPort)
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	return server.Serve(ctx, l, server.Config{
-		NodeName: m.Name, Client: m.Client, ClusterCA: m.ClusterCA,
-		Pods: m.Informers.Core().V1().Pods().Lister(), PodLogRoot: podLogRoot, Node: m, CertFile: certFile,
-		Log: slog.Default().With("component", "kubelet-server"),
-	})
+	sc.NodeName, sc.Client, sc.ClusterCA, sc.Node = m.Name, m.Client, m.ClusterCA, m
+	sc.Pods = m.Informers.Core().V1().Pods().Lister()
+	sc.Configz = server.KubeletConfig{
+		Port: int32(cluster.KubeletPort), ClusterDomain: cluster.ClusterDomain, ClusterDNS: cluster.ClusterDNS,
+		PodCIDR: cluster.PodCIDR,
+		// containerd's runc is not told to use systemd, which the node
+		// does not run: runc writes the cgroups itself.
+		CgroupDriver: "cgroupfs",
+	}
+	sc.Log = slog.Default().With("component", "kubelet-server")
+	return server.Serve(ctx, l, sc)
 }
 
 // runProxy programs the node's Services into nftables with the node's own

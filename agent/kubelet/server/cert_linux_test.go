@@ -81,35 +81,40 @@ func (e *certEnv) setAddresses(t *testing.T, ips ...string) {
 	for _, ip := range ips {
 		addrs = append(addrs, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
 	}
-	status, err := json.Marshal(map[string]any{"status": corev1.NodeStatus{Addresses: addrs}})
+	e.patchStatus(t, corev1.NodeStatus{Addresses: addrs})
+}
+
+// patchStatus merges status into the Node's, as agent/node does.
+func (e *certEnv) patchStatus(t *testing.T, status corev1.NodeStatus) {
+	t.Helper()
+	patch, err := json.Marshal(map[string]any{"status": status})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.client.CoreV1().Nodes().Patch(t.Context(), e.node, types.MergePatchType, status, metav1.PatchOptions{}, "status"); err != nil {
+	if _, err := e.client.CoreV1().Nodes().Patch(t.Context(), e.node, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// serve starts a server on a new port and returns its address; it
-// stops at the test's end.
-func (e *certEnv) serve(t *testing.T) string {
+// serve starts a server for the Node on a new port, with what else cfg
+// has, and returns its address; it stops at the test's end.
+func (e *certEnv) serve(t *testing.T, cfg Config) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.NodeName, cfg.Client, cfg.ClusterCA, cfg.Node, cfg.CertFile = e.node, e.client, e.c.CAPEM, e.nodes, e.certFile
+	cfg.now = func() time.Time {
+		if t := e.frozen.Load(); t != nil {
+			return *t
+		}
+		return time.Now()
+	}
+	cfg.certCheck = 50 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- Serve(ctx, l, Config{NodeName: e.node, Client: e.client, ClusterCA: e.c.CAPEM, Node: e.nodes, CertFile: e.certFile,
-			now: func() time.Time {
-				if t := e.frozen.Load(); t != nil {
-					return *t
-				}
-				return time.Now()
-			},
-			certCheck: 50 * time.Millisecond})
-	}()
+	go func() { done <- Serve(ctx, l, cfg) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -252,7 +257,7 @@ func get(conn *tls.Conn) (string, error) {
 // stored one at the next start.
 func TestServingCertificate(t *testing.T) {
 	e := newCertEnv(t)
-	addr := e.serve(t)
+	addr := e.serve(t, Config{})
 	if leaf := e.served(t, addr); !isSelfSigned(leaf, e.node) {
 		t.Fatalf("before an approval the server serves %q issued by %q, want a self-signed certificate", leaf.Subject, leaf.Issuer)
 	}
@@ -305,7 +310,7 @@ func TestServingCertificate(t *testing.T) {
 	if err != nil || stored.Leaf.SerialNumber.Cmp(third.SerialNumber) != 0 {
 		t.Fatalf("stored certificate %v, %v; want the current one %v", stored, err, third.SerialNumber)
 	}
-	addr2 := e.serve(t)
+	addr2 := e.serve(t, Config{})
 	if leaf := e.served(t, addr2); leaf.SerialNumber.Cmp(third.SerialNumber) != 0 {
 		t.Errorf("a new server serves %q, want the stored certificate", leaf.Subject)
 	}
@@ -318,7 +323,7 @@ func TestServingCertificate(t *testing.T) {
 // self-signed certificate serving, and that the server asks again.
 func TestServingCertificateDenied(t *testing.T) {
 	e := newCertEnv(t)
-	addr := e.serve(t)
+	addr := e.serve(t, Config{})
 	e.decide(t, e.pending(t, 1), false)
 	// The retry waits a second: the self-signed one serves meanwhile.
 	r := e.pending(t, 2)

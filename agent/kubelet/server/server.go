@@ -1,8 +1,9 @@
 // Package server is the node's kubelet server: the HTTPS endpoint on the
 // kubelet's port (10250) that the API server calls for what only the node
 // can answer, with the kubelet's paths and query parameters so that the
-// API server's proxy and kubectl work unchanged. It serves /healthz, /pods
-// and /containerLogs/{namespace}/{pod}/{container} (kubectl logs).
+// API server's proxy and kubectl work unchanged. It serves /healthz, /pods,
+// /containerLogs/{namespace}/{pod}/{container} (kubectl logs), /metrics,
+// /metrics/probes (the kubelet's prober_probe_total) and /configz.
 //
 // Callers authenticate with a client certificate of the cluster CA (the
 // API server's kubelet client certificate) or a bearer token that the API
@@ -28,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 )
@@ -55,6 +57,13 @@ type Config struct {
 	// change; until the cluster issues one, a self-signed one serves.
 	Node     NodeSource
 	CertFile string
+	// Metrics, if set, is served at /metrics: the agent's registry.
+	Metrics prometheus.Gatherer
+	// ProbeMetrics, if set, is served at /metrics/probes: the probes'
+	// runs as the kubelet counts them (prober_probe_total).
+	ProbeMetrics prometheus.Gatherer
+	// Configz is served at /configz.
+	Configz KubeletConfig
 	// Log receives errors; nil means slog.Default().
 	Log *slog.Logger
 
@@ -163,5 +172,7 @@ func (s *server) routes() http.Handler {
 	})
 	mux.HandleFunc("GET /pods", s.pods)
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.containerLogs)
+	mux.HandleFunc("GET /configz", s.configz)
+	s.metricsRoutes(mux)
 	return s.auth.wrap(mux, s.cfg.Log)
 }
