@@ -124,7 +124,7 @@ func (e *certEnv) serve(t *testing.T, cfg Config) string {
 	return l.Addr().String()
 }
 
-// csrs are the node's kubelet-serving CSRs, oldest first.
+// csrs are the node's kubelet-serving CSRs.
 func (e *certEnv) csrs(t *testing.T) []certv1.CertificateSigningRequest {
 	t.Helper()
 	list, err := e.c.Client.CertificatesV1().CertificateSigningRequests().List(context.Background(), metav1.ListOptions{})
@@ -137,14 +137,12 @@ func (e *certEnv) csrs(t *testing.T) []certv1.CertificateSigningRequest {
 			out = append(out, r)
 		}
 	}
-	slices.SortFunc(out, func(a, b certv1.CertificateSigningRequest) int {
-		return a.CreationTimestamp.Compare(b.CreationTimestamp.Time)
-	})
 	return out
 }
 
-// pending waits for the node's n-th CSR and returns it while it has no
-// decision yet.
+// pending waits until the node made n CSRs and returns the one that
+// has no decision yet. (Creation times count seconds: they do not order
+// the CSRs of one second.)
 func (e *certEnv) pending(t *testing.T, n int) *certv1.CertificateSigningRequest {
 	t.Helper()
 	var r *certv1.CertificateSigningRequest
@@ -156,12 +154,18 @@ func (e *certEnv) pending(t *testing.T, n int) *certv1.CertificateSigningRequest
 		if len(csrs) > n {
 			t.Fatalf("%d CSRs, want %d", len(csrs), n)
 		}
-		r = &csrs[n-1]
+		var undecided []certv1.CertificateSigningRequest
+		for _, c := range csrs {
+			if len(c.Status.Conditions) == 0 {
+				undecided = append(undecided, c)
+			}
+		}
+		if len(undecided) != 1 {
+			t.Fatalf("%d of %d CSRs without a decision, want 1", len(undecided), n)
+		}
+		r = &undecided[0]
 		return nil
 	})
-	if len(r.Status.Conditions) != 0 {
-		t.Fatalf("CSR %s already has conditions %+v", r.Name, r.Status.Conditions)
-	}
 	return r
 }
 
