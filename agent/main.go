@@ -39,7 +39,7 @@ import (
 func main() {
 	configPath := flag.String("config", layout.MachineConfig, "machine config")
 	initSocket := flag.String("init-socket", layout.InitSocket, "init's control socket")
-	kubeletDir := flag.String("kubelet-dir", layout.KubeletDir, "the kubelet part's state: client certificate")
+	kubeletDir := flag.String("kubelet-dir", layout.KubeletDir, "the kubelet part's state: client and serving certificates")
 	paths := nodePaths{}
 	flag.StringVar(&paths.criSocket, "cri-socket", layout.ContainerdSocket, "containerd's socket, for its CRI")
 	flag.StringVar(&paths.podLogRoot, "pod-log-root", layout.PodLogRoot, "the pods' container logs, which the management API reads back")
