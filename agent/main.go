@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,7 +40,7 @@ import (
 func main() {
 	configPath := flag.String("config", layout.MachineConfig, "machine config")
 	initSocket := flag.String("init-socket", layout.InitSocket, "init's control socket")
-	kubeletDir := flag.String("kubelet-dir", layout.KubeletDir, "the kubelet part's state: client certificate")
+	kubeletDir := flag.String("kubelet-dir", layout.KubeletDir, "the kubelet part's state: client and serving certificates")
 	paths := nodePaths{}
 	flag.StringVar(&paths.criSocket, "cri-socket", layout.ContainerdSocket, "containerd's socket, for its CRI")
 	flag.StringVar(&paths.podLogRoot, "pod-log-root", layout.PodLogRoot, "the pods' container logs, which the management API reads back")
@@ -134,17 +135,22 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, dir string, paths
 		}
 		defer rt.Close()
 		podConfig := kubelet.NewPodConfig(cfg.Cluster, rt, paths.podLogRoot)
+		// The probes' runs as the kubelet counts them, for the kubelet
+		// server's /metrics/probes.
+		probeReg := prometheus.NewRegistry()
 		// The node's components: peers that run once the node joined,
 		// each restarted on its own when it fails.
 		components := []node.Component{
 			{Name: "kubelet", Run: func(ctx context.Context, m *node.Member) error {
-				return kubelet.Run(ctx, m, kubelet.Config{Dir: dir, RuntimeInfo: rt, Pods: podConfig, Metrics: reg,
+				return kubelet.Run(ctx, m, kubelet.Config{Dir: dir, RuntimeInfo: rt, Pods: podConfig, Metrics: reg, ProbeMetrics: probeReg,
 					Log: slog.Default().With("component", "kubelet")})
 			}},
 			{Name: "proxy", Run: func(ctx context.Context, m *node.Member) error { return runProxy(ctx, cfg.Cluster, m, reg) }},
 			{Name: "cni", Run: func(ctx context.Context, m *node.Member) error { return writePodNetwork(ctx, m, paths) }},
 			{Name: "kubelet-server", Run: func(ctx context.Context, m *node.Member) error {
-				return runKubeletServer(ctx, cfg.Cluster.KubeletPort, m, rt, dir, paths.podLogRoot)
+				return runKubeletServer(ctx, cfg.Cluster, m, server.Config{PodLogRoot: paths.podLogRoot,
+					CertFile: filepath.Join(dir, layout.KubeletServingCert), Metrics: reg, ProbeMetrics: probeReg,
+					Stats: stats.New(stats.Config{NodeName: m.Name, Runtime: rt.Runtime, Images: rt.Images, RootDir: dir, PodLogRoot: paths.podLogRoot})})
 			}},
 		}
 		var nodeIP netip.Addr
@@ -170,23 +176,25 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, dir string, paths
 }
 
 // runKubeletServer serves the kubelet's port, for the API server's calls
-// to the node (kubectl logs), until ctx ends.
-func runKubeletServer(ctx context.Context, port int, m *node.Member, rt *cri.Client, dir, podLogRoot string) error {
-	addr := fmt.Sprintf(":%d", port)
+// to the node (kubectl logs), with sc and the member's identity, until
+// ctx ends.
+func runKubeletServer(ctx context.Context, cluster *machineconfig.Cluster, m *node.Member, sc server.Config) error {
+	addr := fmt.Sprintf(":%d", cluster.KubeletPort)
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	var hosts []string
-	for _, a := range m.Node().Status.Addresses {
-		hosts = append(hosts, a.Address)
+	sc.NodeName, sc.Client, sc.ClusterCA, sc.Node = m.Name, m.Client, m.ClusterCA, m
+	sc.Pods = m.Informers.Core().V1().Pods().Lister()
+	sc.Configz = server.KubeletConfig{
+		Port: int32(cluster.KubeletPort), ClusterDomain: cluster.ClusterDomain, ClusterDNS: cluster.ClusterDNS,
+		PodCIDR: cluster.PodCIDR,
+		// containerd's runc is not told to use systemd, which the node
+		// does not run: runc writes the cgroups itself.
+		CgroupDriver: "cgroupfs",
 	}
-	return server.Serve(ctx, l, server.Config{
-		NodeName: m.Name, Client: m.Client, ClusterCA: m.ClusterCA,
-		Pods: m.Informers.Core().V1().Pods().Lister(), PodLogRoot: podLogRoot, Hosts: hosts,
-		Stats: stats.New(stats.Config{NodeName: m.Name, Runtime: rt.Runtime, Images: rt.Images, RootDir: dir, PodLogRoot: podLogRoot}),
-		Log:   slog.Default().With("component", "kubelet-server"),
-	})
+	sc.Log = slog.Default().With("component", "kubelet-server")
+	return server.Serve(ctx, l, sc)
 }
 
 // runProxy programs the node's Services into nftables with the node's own

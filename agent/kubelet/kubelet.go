@@ -45,6 +45,10 @@ type Config struct {
 	// Metrics, if set, gets the pod loop's Prometheus metrics: pod start
 	// latency, pod worker wakeups.
 	Metrics prometheus.Registerer
+	// ProbeMetrics, if set, gets the probes' runs as the kubelet counts
+	// them (prober_probe_total), which its server serves at
+	// /metrics/probes.
+	ProbeMetrics prometheus.Registerer
 
 	// plegRelist is how often the runtime is listed whole to catch what
 	// its events missed: 0 means every 5 s, a negative duration never, so
@@ -105,7 +109,7 @@ func newKubelet(m *node.Member, cfg Config) (*kubelet, error) {
 	if err := cfg.check(); err != nil {
 		return nil, fmt.Errorf("kubelet config: %w", err)
 	}
-	metrics, err := newMetrics(cfg.Metrics)
+	metrics, err := newMetrics(cfg.Metrics, cfg.ProbeMetrics)
 	if err != nil {
 		return nil, fmt.Errorf("kubelet metrics: %w", err)
 	}

@@ -1,9 +1,12 @@
 package kubelet
 
 import (
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/cairn-os/cairn/agent/kubelet/probe"
 	"github.com/cairn-os/cairn/agent/node"
@@ -16,10 +19,14 @@ type metrics struct {
 	podStart prometheus.Histogram
 	wakeups  *prometheus.CounterVec
 	probes   *prometheus.CounterVec
+	// prober counts the probes' runs per container with the kubelet's
+	// name and labels, for what reads the kubelet's /metrics/probes.
+	prober *prometheus.CounterVec
 }
 
-// newMetrics registers the metrics with reg; nil keeps them unregistered.
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+// newMetrics registers the metrics with reg and the kubelet-format probe
+// counter with probeReg; nil keeps them unregistered.
+func newMetrics(reg, probeReg prometheus.Registerer) (*metrics, error) {
 	const ns, sub = "cairn", "kubelet"
 	m := &metrics{
 		podStart: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -39,11 +46,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: ns, Subsystem: sub, Name: "probe_runs_total",
 			Help: "Runs of containers' probes, by kind (startup, liveness or readiness) and result (success or failure).",
 		}, []string{"kind", "result"}),
+		prober: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prober_probe_total",
+			Help: "Runs of containers' probes by probe type (Startup, Liveness or Readiness), result (successful or failed) and container.",
+		}, []string{"probe_type", "result", "container", "pod", "namespace", "pod_uid"}),
+	}
+	var err error
+	if probeReg != nil {
+		if m.prober, err = node.RegisterOnce(probeReg, m.prober); err != nil {
+			return nil, err
+		}
 	}
 	if reg == nil {
 		return m, nil
 	}
-	var err error
 	if m.podStart, err = node.RegisterOnce(reg, m.podStart); err != nil {
 		return nil, err
 	}
@@ -66,11 +82,19 @@ func (m *metrics) woke(source wakeSource) {
 	m.wakeups.WithLabelValues(string(source)).Inc()
 }
 
-// probed counts one run of a probe of kind, failed if err is set.
-func (m *metrics) probed(kind probe.Kind, err error) {
-	result := "success"
+// probed counts one run of a probe of kind of pod's container, failed if
+// err is set.
+func (m *metrics) probed(pod *corev1.Pod, container string, kind probe.Kind, err error) {
+	result, proberResult := "success", "successful"
 	if err != nil {
-		result = "failure"
+		result, proberResult = "failure", "failed"
 	}
 	m.probes.WithLabelValues(string(kind), result).Inc()
+	probeType := strings.ToUpper(string(kind[:1])) + string(kind[1:]) // the kubelet's Liveness
+	m.prober.WithLabelValues(probeType, proberResult, container, pod.Name, pod.Namespace, string(pod.UID)).Inc()
+}
+
+// podGone drops the probe counts of the pod uid, whose worker ended.
+func (m *metrics) podGone(uid types.UID) {
+	m.prober.DeletePartialMatch(prometheus.Labels{"pod_uid": string(uid)})
 }

@@ -335,6 +335,7 @@ func newerOrSame(a, b string) bool {
 // terminating, until it is killed or ctx ends.
 func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) {
 	defer s.probes.Remove(w.uid)
+	defer s.k.metrics.podGone(w.uid)
 	log := s.k.log
 	errBackoff := newBackoff(time.Second, 30*time.Second)
 	var synced *corev1.Pod // the pod as last synced, to tell spec changes from status writes

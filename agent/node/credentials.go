@@ -10,24 +10,17 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	certv1 "k8s.io/api/certificates/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/cairn-os/cairn/agent/node/csr"
 	"github.com/cairn-os/cairn/machineconfig"
-)
-
-// Subject of a node's client certificate, as the Node authorizer knows it.
-const (
-	nodeUserPrefix = "system:node:"
-	nodesGroup     = "system:nodes"
 )
 
 type credentialsConfig struct {
@@ -133,9 +126,9 @@ func (c *credentials) init(ctx context.Context) error {
 	if c.kubeconfig != nil {
 		return nil
 	}
-	cert, err := loadCert(c.file)
+	cert, err := csr.Load(c.file)
 	if err == nil {
-		err = c.usable(cert.Leaf)
+		err = csr.Usable(cert.Leaf, c.nodeName, c.now())
 	}
 	if err == nil {
 		c.log.Info("using the stored client certificate", "file", c.file, "expires", cert.Leaf.NotAfter)
@@ -156,37 +149,17 @@ func (c *credentials) init(ctx context.Context) error {
 // current; as names the identity client authenticates with.
 func (c *credentials) renew(ctx context.Context, client kubernetes.Interface, as string) error {
 	c.log.Info("requesting a client certificate", "as", as)
-	certPEM, keyPEM, err := requestCertificate(ctx, client.CertificatesV1().CertificateSigningRequests(), c.nodeName, c.log)
+	cert, err := csr.Get(ctx, client.CertificatesV1().CertificateSigningRequests(), csr.Spec{
+		NodeName:   c.nodeName,
+		Signer:     certv1.KubeAPIServerClientKubeletSignerName,
+		Usages:     []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth},
+		NamePrefix: "node-csr-",
+	}, c.file, c.now, c.log)
 	if err != nil {
-		return err
-	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return fmt.Errorf("issued certificate: %w", err)
-	}
-	if err := c.usable(cert.Leaf); err != nil {
-		return fmt.Errorf("issued certificate: %w", err)
-	}
-	if err := saveCert(c.file, keyPEM, certPEM); err != nil {
 		return err
 	}
 	c.log.Info("got a client certificate", "serial", cert.Leaf.SerialNumber, "expires", cert.Leaf.NotAfter, "file", c.file)
-	c.set(&cert)
-	return nil
-}
-
-// usable checks that leaf names this node and has not expired. It does not
-// check who signed it: client certificates may come from another CA than
-// the API server's serving certificate.
-func (c *credentials) usable(leaf *x509.Certificate) error {
-	want := nodeUserPrefix + c.nodeName
-	if leaf.Subject.CommonName != want || !slices.Equal(leaf.Subject.Organization, []string{nodesGroup}) {
-		return fmt.Errorf("certificate is for %q in %q, not %q in %q",
-			leaf.Subject.CommonName, leaf.Subject.Organization, want, nodesGroup)
-	}
-	if now := c.now(); !now.Before(leaf.NotAfter) {
-		return fmt.Errorf("certificate expired at %v", leaf.NotAfter)
-	}
+	c.set(cert)
 	return nil
 }
 
@@ -203,59 +176,6 @@ func (c *credentials) clientCertificate(*tls.CertificateRequestInfo) (*tls.Certi
 		return cert, nil
 	}
 	return &tls.Certificate{}, nil // none yet: the server sees an anonymous client
-}
-
-// loadCert reads a key and certificate stored by saveCert.
-func loadCert(file string) (*tls.Certificate, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	cert, err := tls.X509KeyPair(data, data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
-	}
-	return &cert, nil
-}
-
-// saveCert replaces file with the key and certificate in one PEM file,
-// so that a crash leaves either the old pair or the new one.
-func saveCert(file string, keyPEM, certPEM []byte) error {
-	dir := filepath.Dir(file)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("store client certificate: %w", err)
-	}
-	f, err := os.CreateTemp(dir, ".client-*.pem")
-	if err != nil {
-		return fmt.Errorf("store client certificate: %w", err)
-	}
-	defer os.Remove(f.Name()) // after the rename, a no-op
-	_, err = f.Write(append(append([]byte(nil), keyPEM...), certPEM...))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), file)
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	if err != nil {
-		return fmt.Errorf("store client certificate in %s: %w", file, err)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // connTracker dials connections and can close them all.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"net"
 	"net/netip"
 	"os"
@@ -32,6 +33,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/cairn-os/cairn/agent/node/csr"
 	"github.com/cairn-os/cairn/agent/node/host"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/test/kube"
@@ -140,14 +142,14 @@ func csrsOf(t *testing.T, c *kube.Cluster, name string) []certv1.CertificateSign
 		t.Fatal(err)
 	}
 	var csrs []certv1.CertificateSigningRequest
-	for _, csr := range list.Items {
-		block, _ := pem.Decode(csr.Spec.Request)
+	for _, item := range list.Items {
+		block, _ := pem.Decode(item.Spec.Request)
 		if block == nil {
 			continue
 		}
 		req, err := x509.ParseCertificateRequest(block.Bytes)
 		if err == nil && req.Subject.CommonName == "system:node:"+name {
-			csrs = append(csrs, csr)
+			csrs = append(csrs, item)
 		}
 	}
 	slices.SortFunc(csrs, func(a, b certv1.CertificateSigningRequest) int {
@@ -292,14 +294,14 @@ func testBootstrap(t *testing.T, c *kube.Cluster) {
 	if len(csrs) != 1 {
 		t.Fatalf("%d CSRs for %s, want 1", len(csrs), name)
 	}
-	csr := csrs[0]
+	req := csrs[0]
 	tokenID, _, _ := strings.Cut(c.BootstrapToken, ".")
-	if csr.Spec.Username != "system:bootstrap:"+tokenID || csr.Spec.SignerName != certv1.KubeAPIServerClientKubeletSignerName ||
-		!slices.Equal(csr.Spec.Usages, []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth}) {
+	if req.Spec.Username != "system:bootstrap:"+tokenID || req.Spec.SignerName != certv1.KubeAPIServerClientKubeletSignerName ||
+		!slices.Equal(req.Spec.Usages, []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth}) {
 		t.Errorf("CSR by %q to %q for %v, want by the bootstrap token to the kubelet client signer for digital signature and client auth",
-			csr.Spec.Username, csr.Spec.SignerName, csr.Spec.Usages)
+			req.Spec.Username, req.Spec.SignerName, req.Spec.Usages)
 	}
-	stored, err := loadCert(filepath.Join(cfg.Dir, "pki", "client.pem"))
+	stored, err := csr.Load(filepath.Join(cfg.Dir, "pki", "client.pem"))
 	if err != nil {
 		t.Fatalf("stored certificate: %v", err)
 	}
@@ -307,7 +309,7 @@ func testBootstrap(t *testing.T, c *kube.Cluster) {
 	if leaf.Subject.CommonName != "system:node:"+name || !slices.Equal(leaf.Subject.Organization, []string{"system:nodes"}) {
 		t.Errorf("certificate subject = %v, want CN=system:node:%s, O=system:nodes", leaf.Subject, name)
 	}
-	if want := csr.Status.Certificate; string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Raw})) != string(want) {
+	if want := req.Status.Certificate; string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Raw})) != string(want) {
 		t.Errorf("stored certificate is not the one the CSR issued")
 	}
 	roots := x509.NewCertPool()
@@ -459,27 +461,34 @@ func testRestart(t *testing.T, c *kube.Cluster) {
 func testRotation(t *testing.T, c *kube.Cluster) {
 	const name = "rotate-1"
 	cfg := testConfig(t, c, name, t.TempDir())
-	var frozen atomic.Pointer[time.Time]
+	// The clock stands at the old certificate's deadline while it is
+	// current: the new one's, drawn anew, may be earlier.
+	type freeze struct {
+		at  time.Time
+		old *big.Int
+	}
+	var frozen atomic.Pointer[freeze]
+	var a *agent
 	cfg.now = func() time.Time {
-		if t := frozen.Load(); t != nil {
-			return *t
+		if f := frozen.Load(); f != nil && a.j.creds.cert.Load().Leaf.SerialNumber.Cmp(f.old) == 0 {
+			return f.at
 		}
 		return time.Now()
 	}
 	cfg.certCheckInterval = 50 * time.Millisecond
-	a := start(t, cfg)
+	a = start(t, cfg)
 	getNode(t, c, name)
 	old := a.j.creds.cert.Load().Leaf
 	if n := len(csrsOf(t, c, name)); n != 1 {
 		t.Fatalf("%d CSRs for %s before rotation, want 1", n, name)
 	}
 	// Certificates count time in seconds: let a second pass, so that the
-	// new certificate starts later than the old one, and stop the clock
-	// at the old one's 80 %: the new one is renewed once, not again.
+	// new certificate starts later than the old one, and move the clock
+	// to the old one's deadline: the new one is renewed once, not again.
 	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond)))
-	at := rotateAt(old)
+	at := csr.Deadline(old)
 	t.Logf("certificate valid %v to %v; moving the clock to %v", old.NotBefore, old.NotAfter, at)
-	frozen.Store(&at)
+	frozen.Store(&freeze{at: at, old: old.SerialNumber})
 
 	var cur *x509.Certificate
 	poll.Until(t, 10*time.Second, "rotation", func() error {
@@ -498,7 +507,7 @@ func testRotation(t *testing.T, c *kube.Cluster) {
 	if string(csrs[1].Status.Certificate) != string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cur.Raw})) {
 		t.Errorf("current certificate is not the one the renewal CSR issued")
 	}
-	stored, err := loadCert(filepath.Join(cfg.Dir, "pki", "client.pem"))
+	stored, err := csr.Load(filepath.Join(cfg.Dir, "pki", "client.pem"))
 	if err != nil || stored.Leaf.SerialNumber.Cmp(cur.SerialNumber) != 0 {
 		t.Errorf("stored certificate = %v, %v; want the new one %v", stored.Leaf.SerialNumber, err, cur.SerialNumber)
 	}

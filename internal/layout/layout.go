@@ -31,6 +31,9 @@ const (
 	// KubeletDir is the kubelet part's state: client certificate, pods'
 	// volumes.
 	KubeletDir = "/var/lib/cairn/kubelet"
+	// KubeletServingCert is where the kubelet server's certificate from
+	// the cluster and its key are stored, relative to KubeletDir.
+	KubeletServingCert = "pki/kubelet-server.pem"
 	// PodLogRoot holds the pods' container logs.
 	PodLogRoot = "/var/log/pods"
 

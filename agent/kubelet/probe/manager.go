@@ -36,9 +36,9 @@ type Config struct {
 	Stopper Stopper
 	// Events, if set, records the failed probes.
 	Events Events
-	// Probed, if set, is told each probe's run and its error (the
-	// kubelet counts them in its metrics).
-	Probed func(kind Kind, err error)
+	// Probed, if set, is told each probe's run, of which pod's container,
+	// and its error (the kubelet counts them in its metrics).
+	Probed func(pod *corev1.Pod, container string, kind Kind, err error)
 	// Log receives what happens; nil means slog.Default().
 	Log *slog.Logger
 }
@@ -187,7 +187,7 @@ func (m *Manager) run(ctx context.Context, k key, w *worker, pod *corev1.Pod, c 
 			return
 		}
 		if m.cfg.Probed != nil {
-			m.cfg.Probed(k.kind, err)
+			m.cfg.Probed(pod, c.Name, k.kind, err)
 		}
 		if err == nil {
 			oks, fails = oks+1, 0

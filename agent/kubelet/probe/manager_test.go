@@ -64,7 +64,7 @@ func TestManager(t *testing.T) {
 	st := &stopper{}
 	var runsMu sync.Mutex
 	runs := map[string]int{} // by kind and result
-	probed := func(kind Kind, err error) {
+	probed := func(_ *corev1.Pod, _ string, kind Kind, err error) {
 		runsMu.Lock()
 		defer runsMu.Unlock()
 		runs[fmt.Sprintf("%s ok=%v", kind, err == nil)]++

@@ -2,16 +2,18 @@
 // kubelet's port (10250) that the API server calls for what only the node
 // can answer, with the kubelet's paths and query parameters so that the
 // API server's proxy and kubectl work unchanged. It serves /healthz, /pods,
-// /containerLogs/{namespace}/{pod}/{container} (kubectl logs), and
+// /containerLogs/{namespace}/{pod}/{container} (kubectl logs),
 // /stats/summary and /metrics/resource (what metrics-server reads for
-// kubectl top).
+// kubectl top), /metrics, /metrics/probes (the kubelet's
+// prober_probe_total) and /configz.
 //
 // Callers authenticate with a client certificate of the cluster CA (the
 // API server's kubelet client certificate) or a bearer token that the API
 // server's TokenReview accepts, and are authorized by a
 // SubjectAccessReview on the Node's subresources, as the kubelet does.
-// Until the node has a serving certificate from the cluster, it serves
-// with a self-signed one.
+// Its serving certificate is the one the cluster issues to the node
+// through a CertificateSigningRequest (signer kubernetes.io/kubelet-serving),
+// renewed before it expires; until one is issued, a self-signed one.
 //
 //	l, _ := net.Listen("tcp", ":10250")
 //	err := server.Serve(ctx, l, server.Config{NodeName: m.Name, Client: m.Client, ...})
@@ -26,8 +28,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 )
@@ -45,14 +49,33 @@ type Config struct {
 	Pods corelisters.PodLister
 	// PodLogRoot holds the containers' CRI logs (internal/crilog's layout).
 	PodLogRoot string
-	// Hosts are the IP addresses and names the serving certificate is
-	// for: the node's addresses and hostname.
+	// Hosts are the IP addresses and names the self-signed serving
+	// certificate is for when there is no Node.
 	Hosts []string
 	// Stats reads the usage of /stats/summary and /metrics/resource; nil
 	// leaves those paths out.
 	Stats StatsProvider
+	// Node, if set, is the Node whose addresses (status.addresses) the
+	// serving certificate is for. The certificate is then requested from
+	// the cluster (signer kubernetes.io/kubelet-serving), stored in
+	// CertFile, and renewed before it expires and when the addresses
+	// change; until the cluster issues one, a self-signed one serves.
+	Node     NodeSource
+	CertFile string
+	// Metrics, if set, is served at /metrics: the agent's registry.
+	Metrics prometheus.Gatherer
+	// ProbeMetrics, if set, is served at /metrics/probes: the probes'
+	// runs as the kubelet counts them (prober_probe_total).
+	ProbeMetrics prometheus.Gatherer
+	// Configz is served at /configz.
+	Configz KubeletConfig
 	// Log receives errors; nil means slog.Default().
 	Log *slog.Logger
+
+	// now is the serving certificate's clock and certCheck how often it
+	// is looked at, for a test: nil means time.Now, 0 at the deadline.
+	now       func() time.Time
+	certCheck time.Duration
 }
 
 // logPoll is how often a followed log is read again at its end.
@@ -73,17 +96,44 @@ func Serve(ctx context.Context, l net.Listener, cfg Config) error {
 		l.Close()
 		return errors.New("kubelet server: no cluster CA certificate to authenticate clients with")
 	}
-	cert, err := selfSigned(cfg.NodeName, cfg.Hosts, time.Now())
+	if cfg.now == nil {
+		cfg.now = time.Now
+	}
+	hosts := cfg.Hosts
+	if cfg.Node != nil {
+		hosts = addresses(cfg.Node.Node())
+	}
+	self, err := selfSigned(cfg.NodeName, hosts, cfg.now())
 	if err != nil {
 		l.Close()
 		return err
+	}
+	cert := &servingCert{nodeName: cfg.NodeName, node: cfg.Node, csrs: cfg.Client.CertificatesV1().CertificateSigningRequests(),
+		file: cfg.CertFile, now: cfg.now, check: cfg.certCheck, log: cfg.Log, self: &self}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if cfg.Node != nil {
+		if cfg.CertFile == "" {
+			l.Close()
+			return errors.New("kubelet server: no file to store the serving certificate in")
+		}
+		changed, stop, err := cfg.Node.NodeChanged()
+		if err != nil {
+			l.Close()
+			return fmt.Errorf("kubelet server: %w", err)
+		}
+		defer stop()
+		rctx, cancel := context.WithCancel(ctx)
+		defer cancel() // before the Wait: the listener may fail first
+		cert.load()
+		wg.Go(func() { cert.run(rctx, changed) })
 	}
 	s := &server{cfg: cfg, auth: newAuth(cfg.Client, cfg.NodeName)}
 	hs := &http.Server{
 		Handler: s.routes(),
 		TLSConfig: &tls.Config{
-			Certificates: []tls.Certificate{cert},
-			ClientCAs:    cas,
+			GetCertificate: cert.get,
+			ClientCAs:      cas,
 			// Without a certificate, a bearer token may authenticate.
 			ClientAuth: tls.VerifyClientCertIfGiven,
 			MinVersion: tls.VersionTLS12,
@@ -131,5 +181,7 @@ func (s *server) routes() http.Handler {
 		mux.HandleFunc("GET /stats/summary", s.statsSummary)
 		mux.HandleFunc("GET /metrics/resource", s.resourceMetrics)
 	}
+	mux.HandleFunc("GET /configz", s.configz)
+	s.metricsRoutes(mux)
 	return s.auth.wrap(mux, s.cfg.Log)
 }

@@ -1,4 +1,12 @@
-package node
+// Package csr gets a node's certificates from its cluster through
+// CertificateSigningRequests, stores them and renews them before they
+// expire: the client certificate (signer kube-apiserver-client-kubelet,
+// by agent/node) and the kubelet server's serving certificate (signer
+// kubelet-serving, by agent/kubelet/server) go the same way.
+//
+//	certPEM, keyPEM, err := csr.Request(ctx, client.CertificatesV1().CertificateSigningRequests(),
+//		csr.Spec{NodeName: name, Signer: certv1.KubeletServingSignerName, ...}, log)
+package csr
 
 import (
 	"context"
@@ -11,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	certv1 "k8s.io/api/certificates/v1"
@@ -23,18 +32,46 @@ import (
 	"github.com/cairn-os/cairn/internal/backoff"
 )
 
-// requestCertificate gets a client certificate for the node from the
-// cluster: it makes a new ECDSA P-256 key and a CSR for system:node:NAME
-// in system:nodes to the kube-apiserver-client-kubelet signer, and waits
-// until the CSR is approved and the certificate issued. It returns the
-// certificate and the key, PEM.
-func requestCertificate(ctx context.Context, csrs certclient.CertificateSigningRequestInterface, nodeName string, log *slog.Logger) (certPEM, keyPEM []byte, err error) {
+// Subject of a node's certificates, as the Node authorizer and the
+// signers know it.
+const (
+	NodeUserPrefix = "system:node:"
+	NodesGroup     = "system:nodes"
+)
+
+// requestTimeout bounds each call to the API server.
+const requestTimeout = 10 * time.Second
+
+// Spec is what a certificate is requested for. Its subject is always the
+// node's: system:node:NAME in system:nodes.
+type Spec struct {
+	NodeName string
+	// Signer is the CSR's signerName.
+	Signer string
+	// Usages are the CSR's key usages. The key is ECDSA, which does not
+	// encipher keys: no key encipherment.
+	Usages []certv1.KeyUsage
+	// DNSNames and IPs are the subject alternative names, for a serving
+	// certificate.
+	DNSNames []string
+	IPs      []net.IP
+	// NamePrefix starts the CSR's generated name.
+	NamePrefix string
+}
+
+// Request gets a certificate for spec from the cluster: it makes a new
+// ECDSA P-256 key and a CSR, and waits until the CSR is approved and the
+// certificate issued. It returns the certificate and the key, PEM. A
+// denied or failed CSR is an error that gives its reason.
+func Request(ctx context.Context, csrs certclient.CertificateSigningRequestInterface, spec Spec, log *slog.Logger) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, fmt.Errorf("generate key: %w", err)
 	}
 	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject: pkix.Name{CommonName: nodeUserPrefix + nodeName, Organization: []string{nodesGroup}},
+		Subject:     pkix.Name{CommonName: NodeUserPrefix + spec.NodeName, Organization: []string{NodesGroup}},
+		DNSNames:    spec.DNSNames,
+		IPAddresses: spec.IPs,
 	}, key)
 	if err != nil {
 		return nil, nil, fmt.Errorf("make CSR: %w", err)
@@ -46,18 +83,18 @@ func requestCertificate(ctx context.Context, csrs certclient.CertificateSigningR
 
 	cctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	csr, err := csrs.Create(cctx, &certv1.CertificateSigningRequest{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "node-csr-" + nodeName + "-"},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: spec.NamePrefix + spec.NodeName + "-"},
 		Spec: certv1.CertificateSigningRequestSpec{
 			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
-			SignerName: certv1.KubeAPIServerClientKubeletSignerName,
-			Usages:     []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth},
+			SignerName: spec.Signer,
+			Usages:     spec.Usages,
 		},
 	}, metav1.CreateOptions{})
 	cancel()
 	if err != nil {
 		return nil, nil, fmt.Errorf("create CSR: %w", err)
 	}
-	log.Info("waiting for the CSR to be approved and signed", "csr", csr.Name)
+	log.Info("waiting for the CSR to be approved and signed", "csr", csr.Name, "signer", spec.Signer)
 	certPEM, err = waitForCertificate(ctx, csrs, csr.Name, log)
 	if err != nil {
 		return nil, nil, fmt.Errorf("CSR %s: %w", csr.Name, err)
