@@ -191,6 +191,9 @@ func importSandboxImage(ctx context.Context) error {
 // pod runs with no API server to check who asked for it. Each file is
 // replaced by a rename, so that a reader never sees half of one.
 func writeStaticPods(dir string, pods []corev1.Pod) error {
+	if _, err := os.Stat(dir); len(pods) == 0 && os.IsNotExist(err) {
+		return nil // nothing to write, nothing to remove (STATE may be missing)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("static pods: %w", err)
 	}

@@ -163,4 +163,17 @@ func TestWriteStaticPods(t *testing.T) {
 			t.Errorf("%s reads back as (-want +got):\n%s", file, diff)
 		}
 	}
+	none := filepath.Join(t.TempDir(), "none")
+	if err := writeStaticPods(none, nil); err != nil {
+		t.Errorf("writeStaticPods(no pods) = %v, want nil", err)
+	}
+	if _, err := os.Stat(none); !os.IsNotExist(err) {
+		t.Errorf("writeStaticPods(no pods) made %s (%v), want nothing written", none, err)
+	}
+	if err := writeStaticPods(dir, nil); err != nil {
+		t.Fatalf("writeStaticPods(no pods) = %v", err)
+	}
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 0 {
+		t.Errorf("after writeStaticPods(no pods), %s holds %d files (%v), want none", dir, len(ents), err)
+	}
 }

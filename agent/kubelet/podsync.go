@@ -23,10 +23,15 @@ import (
 	"github.com/cairn-os/cairn/agent/node"
 )
 
-// The pod sync loop. The node watches the Pods bound to it (the Node
-// authorizer lets a node list and watch Pods only by the field selector
-// spec.nodeName=NODE) and runs one goroutine per pod UID. Each pod is in
-// one phase (podPhase), which advance alone changes:
+// The pod sync loop. The node runs one goroutine per pod UID, for the
+// pods of two sources: its static pods (static.go), from the start, and
+// once it joined the Pods bound to it in the API, which it watches (the
+// Node authorizer lets a node list and watch Pods only by the field
+// selector spec.nodeName=NODE), but for the static pods' mirrors
+// (mirror.go). A static pod's status stays here, for its mirror; its
+// removal from the directory counts as its object gone, though it is
+// killed with its grace period. Each pod is in one phase (podPhase),
+// which advance alone changes:
 //
 //   - syncing: the goroutine calls the worker's Sync when the pod changes
 //     and every PodResync, later after errors (backoff), and patches the
