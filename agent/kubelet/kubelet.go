@@ -44,7 +44,7 @@ type Config struct {
 	RuntimeInfo node.RuntimeInfo
 	// Pods runs the node's pods: they are synced with a pod worker made
 	// from this config (see newPodWorker), and the API pods' status is
-	// reported (see syncPods).
+	// reported (see syncOnce).
 	Pods *PodConfig
 	// NodeName is the node's name, which its static pods are bound to and
 	// named after; the package's Run takes the member's when empty.
