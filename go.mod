@@ -33,7 +33,9 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
-require k8s.io/kubelet v0.37.2 // indirect
+require k8s.io/kubelet v0.37.2
+
+require github.com/fsnotify/fsnotify v1.10.1
 
 require (
 	github.com/Microsoft/go-winio v0.6.3-0.20251027160822-ad3df93bed29 // indirect
@@ -103,7 +105,7 @@ require (
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
 	github.com/prometheus/client_model v0.6.2
 	github.com/prometheus/common v0.70.1
-	github.com/prometheus/procfs v0.21.1 // indirect
+	github.com/prometheus/procfs v0.21.1
 	github.com/sirupsen/logrus v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/u-root/uio v0.0.0-20240224005618-d2acac8f3701 // indirect

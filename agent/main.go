@@ -6,7 +6,8 @@
 // pod loop (agent/kubelet), the kubelet server on the kubelet's port
 // (agent/kubelet/server: kubectl logs), the Service dataplane
 // (agent/proxy) and the pod network writer; that never holds up or stops
-// the management API.
+// the management API. The pod loop runs the machine config's static pods
+// from the agent's start, joined or not, cluster section or not.
 package main
 
 import (
@@ -19,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +46,7 @@ func main() {
 	paths := nodePaths{}
 	flag.StringVar(&paths.criSocket, "cri-socket", layout.ContainerdSocket, "containerd's socket, for its CRI")
 	flag.StringVar(&paths.podLogRoot, "pod-log-root", layout.PodLogRoot, "the pods' container logs, which the management API reads back")
+	flag.StringVar(&paths.staticPodDir, "static-pod-dir", layout.StaticPodDir, "the static pods' manifests, which init writes from the machine config")
 	flag.StringVar(&paths.cniBinDir, "cni-bin-dir", layout.CNIBinDir, "the CNI plugins")
 	flag.StringVar(&paths.cniConfDir, "cni-conf-dir", layout.CNIConfDir, "where the pod network is written for containerd's CRI")
 	flag.Parse()
@@ -62,6 +65,7 @@ func main() {
 // host beside a containerd of its own.
 type nodePaths struct {
 	criSocket, podLogRoot string
+	staticPodDir          string
 	cniBinDir, cniConfDir string
 }
 
@@ -113,13 +117,13 @@ func run(configPath, initSocket, kubeletDir string, paths nodePaths) error {
 	return err
 }
 
-// startNode joins the node to the cluster if cfg has a cluster
-// section, and runs the node's components until ctx ends; the channel
-// closes when it has stopped. It retries what fails on its own and only
-// logs.
+// startNode runs the static pods, if cfg has any, joins the node to the
+// cluster if cfg has a cluster section, and runs the node's components
+// until ctx ends; the channel closes when it has stopped. It retries what
+// fails on its own and only logs.
 func startNode(ctx context.Context, cfg *machineconfig.Config, dir string, paths nodePaths, reg *prometheus.Registry) <-chan struct{} {
 	done := make(chan struct{})
-	if cfg.Cluster == nil {
+	if cfg.Cluster == nil && len(cfg.Machine.StaticPods) == 0 {
 		close(done)
 		return done
 	}
@@ -134,17 +138,33 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, dir string, paths
 			return
 		}
 		defer rt.Close()
-		podConfig := kubelet.NewPodConfig(cfg.Cluster, rt, paths.podLogRoot)
 		// The probes' runs as the kubelet counts them, for the kubelet
 		// server's /metrics/probes.
 		probeReg := prometheus.NewRegistry()
+		// The pod loop runs the static pods from now on, and the API's
+		// once the node joined.
+		cluster := cfg.Cluster
+		if cluster == nil {
+			cluster = &machineconfig.Cluster{} // static pods alone
+		}
+		pods, err := kubelet.New(kubelet.Config{Dir: dir, RuntimeInfo: rt, Pods: kubelet.NewPodConfig(cluster, rt, paths.podLogRoot),
+			NodeName: cfg.Machine.Hostname, StaticPodDir: paths.staticPodDir, Metrics: reg, ProbeMetrics: probeReg,
+			Log: slog.Default().With("component", "kubelet")})
+		if err != nil {
+			slog.Error("kubelet part not started", "err", err)
+			return
+		}
+		var podsDone sync.WaitGroup
+		podsDone.Go(func() { pods.Run(ctx) })
+		defer podsDone.Wait()
+		if cfg.Cluster == nil {
+			<-ctx.Done()
+			return
+		}
 		// The node's components: peers that run once the node joined,
 		// each restarted on its own when it fails.
 		components := []node.Component{
-			{Name: "kubelet", Run: func(ctx context.Context, m *node.Member) error {
-				return kubelet.Run(ctx, m, kubelet.Config{Dir: dir, RuntimeInfo: rt, Pods: podConfig, Metrics: reg, ProbeMetrics: probeReg,
-					Log: slog.Default().With("component", "kubelet")})
-			}},
+			{Name: "kubelet", Run: pods.Join},
 			{Name: "proxy", Run: func(ctx context.Context, m *node.Member) error { return runProxy(ctx, cfg.Cluster, m, reg) }},
 			{Name: "cni", Run: func(ctx context.Context, m *node.Member) error { return writePodNetwork(ctx, m, paths) }},
 			{Name: "kubelet-server", Run: func(ctx context.Context, m *node.Member) error {

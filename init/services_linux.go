@@ -8,9 +8,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/opencontainers/cgroups"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/cairn-os/cairn/init/internal/containers"
 	"github.com/cairn-os/cairn/internal/containerdconfig"
@@ -61,8 +64,13 @@ func (n *node) startServices(cfg *machineconfig.Config, varErr error) error {
 			return err
 		}
 	}
-	services, images := nodeServices(cfg, varErr)
+	// The agent runs the static pods from their manifests, with or
+	// without an API server: they are there before it starts.
 	var errs []error
+	if err := writeStaticPods(layout.StaticPodDir, cfg.Machine.StaticPods); err != nil {
+		errs = append(errs, err)
+	}
+	services, images := nodeServices(cfg, varErr)
 	for _, svc := range services {
 		if err := sup.Add(svc); err != nil {
 			errs = append(errs, err)
@@ -174,4 +182,72 @@ func importSandboxImage(ctx context.Context) error {
 		return fmt.Errorf("import %s: %w", layout.SandboxImage, err)
 	}
 	return nil
+}
+
+// writeStaticPods makes dir hold exactly the manifests of pods, one
+// <name>.yaml each (the config's names are unique): a manifest written
+// at an earlier boot whose pod left the config is removed, so the agent
+// stops that pod. The directory and its files are root's alone: a static
+// pod runs with no API server to check who asked for it. Each file is
+// replaced by a rename, so that a reader never sees half of one.
+func writeStaticPods(dir string, pods []corev1.Pod) error {
+	if _, err := os.Stat(dir); len(pods) == 0 && os.IsNotExist(err) {
+		return nil // nothing to write, nothing to remove (STATE may be missing)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("static pods: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("static pods: %w", err)
+	}
+	want := map[string]bool{}
+	var errs []error
+	for i := range pods {
+		name := pods[i].Name + ".yaml"
+		want[name] = true
+		data, err := yaml.Marshal(&pods[i])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("static pod %s: %w", pods[i].Name, err))
+			continue
+		}
+		if err := replaceFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			errs = append(errs, fmt.Errorf("static pod %s: %w", pods[i].Name, err))
+		}
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("static pods: %w", err))...)
+	}
+	for _, e := range ents {
+		if !want[e.Name()] {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				errs = append(errs, fmt.Errorf("remove stale static pod manifest: %w", err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// replaceFile writes data to path through a temporary file beside it,
+// renamed over path once complete.
+func replaceFile(path string, data []byte, mode os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // fails harmlessly once renamed
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }

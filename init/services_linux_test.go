@@ -11,6 +11,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/opencontainers/cgroups"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/supervisor"
@@ -97,5 +100,80 @@ func TestNodeServices(t *testing.T) {
 	_, err := svcs[0].Launcher.Launch(context.Background(), supervisor.LaunchOptions{})
 	if svcs[0].Path != "" || err == nil || !strings.Contains(err.Error(), "EPHEMERAL is not mounted on /var: no EPHEMERAL partition") {
 		t.Errorf("containerd without EPHEMERAL: path %q, launch error %v; want it unable to start, saying why", svcs[0].Path, err)
+	}
+}
+
+// TestWriteStaticPods writes the config's static pods whole: one manifest
+// per pod that reads back as the pod, root's alone, and nothing left of
+// what an earlier boot wrote for a pod no longer in the config.
+func TestWriteStaticPods(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "static-pods")
+	pod := func(name, image string) corev1.Pod {
+		p := corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
+		p.Spec.Containers = []corev1.Container{{Name: "c", Image: image}}
+		return p
+	}
+	if err := writeStaticPods(dir, []corev1.Pod{pod("a", "x:1"), pod("b", "y:1")}); err != nil {
+		t.Fatalf("writeStaticPods(a, b) = %v", err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil { // as if someone opened it up
+		t.Fatal(err)
+	}
+	want := []corev1.Pod{pod("b", "y:2"), pod("c", "z:1")}
+	if err := writeStaticPods(dir, want); err != nil {
+		t.Fatalf("writeStaticPods(b, c) = %v", err)
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o700 {
+		t.Errorf("static pod directory mode = %v, want 0700", st.Mode().Perm())
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if diff := cmp.Diff([]string{"b.yaml", "c.yaml"}, names); diff != "" {
+		t.Errorf("static pod manifests (-want +got):\n%s", diff)
+	}
+	for _, p := range want {
+		file := filepath.Join(dir, p.Name+".yaml")
+		st, err := os.Stat(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != 0o600 {
+			t.Errorf("%s mode = %v, want 0600", file, st.Mode().Perm())
+		}
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got corev1.Pod
+		if err := yaml.UnmarshalStrict(data, &got); err != nil {
+			t.Fatalf("read back %s: %v", file, err)
+		}
+		if diff := cmp.Diff(p, got); diff != "" {
+			t.Errorf("%s reads back as (-want +got):\n%s", file, diff)
+		}
+	}
+	none := filepath.Join(t.TempDir(), "none")
+	if err := writeStaticPods(none, nil); err != nil {
+		t.Errorf("writeStaticPods(no pods) = %v, want nil", err)
+	}
+	if _, err := os.Stat(none); !os.IsNotExist(err) {
+		t.Errorf("writeStaticPods(no pods) made %s (%v), want nothing written", none, err)
+	}
+	if err := writeStaticPods(dir, nil); err != nil {
+		t.Fatalf("writeStaticPods(no pods) = %v", err)
+	}
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 0 {
+		t.Errorf("after writeStaticPods(no pods), %s holds %d files (%v), want none", dir, len(ents), err)
 	}
 }

@@ -127,6 +127,7 @@ func (v *validator) machine(m *Machine) {
 	v.key("machine.api.key", a.Key, cert, "machine.api.cert")
 	v.resources("machine.resources.containerd", &m.Resources.Containerd)
 	v.resources("machine.resources.agent", &m.Resources.Agent)
+	v.staticPods(m.StaticPods, m.Hostname)
 }
 
 // cert checks that s holds a PEM certificate and returns it, or nil.

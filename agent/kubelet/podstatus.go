@@ -28,7 +28,7 @@ func (s *podSyncer) podStatus(pod *corev1.Pod, st *pods.Status, now metav1.Time)
 		out.StartTime = &now
 	}
 	out.HostIP, out.HostIPs = "", nil
-	for _, ip := range pods.HostIPs(s.node) {
+	for _, ip := range pods.HostIPs(s.node()) {
 		if out.HostIP == "" {
 			out.HostIP = ip
 		}
@@ -208,13 +208,13 @@ func (s *podSyncer) writeStatus(ctx context.Context, w *podWorker, pod *corev1.P
 	}
 	uctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	got, err := s.k.client.CoreV1().Pods(pod.Namespace).Patch(uctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	got, err := s.k.client().CoreV1().Pods(pod.Namespace).Patch(uctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	switch {
 	case apierrors.IsConflict(err):
 		// The Pod changed since the watch told, or the watch is behind
 		// (for a while after the API server was away): sync again at
 		// once with the Pod as it is now.
-		fresh, gerr := s.k.client.CoreV1().Pods(pod.Namespace).Get(uctx, pod.Name, metav1.GetOptions{})
+		fresh, gerr := s.k.client().CoreV1().Pods(pod.Namespace).Get(uctx, pod.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(gerr) || (gerr == nil && fresh.UID != pod.UID) {
 			return false, nil
 		}

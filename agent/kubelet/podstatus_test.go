@@ -13,12 +13,13 @@ import (
 )
 
 func testSyncer() *podSyncer {
-	return &podSyncer{scheme: "containerd", node: &corev1.Node{Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+	node := &corev1.Node{Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
 		{Type: corev1.NodeInternalIP, Address: "192.0.2.10"},
 		{Type: corev1.NodeInternalIP, Address: "192.0.2.11"},
 		{Type: corev1.NodeInternalIP, Address: "2001:db8::10"},
 		{Type: corev1.NodeHostName, Address: "n1"},
-	}}}}
+	}}}
+	return &podSyncer{scheme: "containerd", node: func() *corev1.Node { return node }}
 }
 
 // roundTrip is status as the API server gives it back.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -19,12 +20,18 @@ import (
 	"github.com/cairn-os/cairn/agent/kubelet/logrotate"
 	"github.com/cairn-os/cairn/agent/kubelet/pods"
 	"github.com/cairn-os/cairn/agent/kubelet/probe"
+	"github.com/cairn-os/cairn/agent/node"
 )
 
-// The pod sync loop. The node watches the Pods bound to it (the Node
-// authorizer lets a node list and watch Pods only by the field selector
-// spec.nodeName=NODE) and runs one goroutine per pod UID. Each pod is in
-// one phase (podPhase), which advance alone changes:
+// The pod sync loop. The node runs one goroutine per pod UID, for the
+// pods of two sources: its static pods (static.go), from the start, and
+// once it joined the Pods bound to it in the API, which it watches (the
+// Node authorizer lets a node list and watch Pods only by the field
+// selector spec.nodeName=NODE), but for the static pods' mirrors
+// (mirror.go). A static pod's status stays here, for its mirror; its
+// removal from the directory counts as its object gone, though it is
+// killed with its grace period. Each pod is in one phase (podPhase),
+// which advance alone changes:
 //
 //   - syncing: the goroutine calls the worker's Sync when the pod changes
 //     and every PodResync, later after errors (backoff), and patches the
@@ -61,16 +68,21 @@ const housekeepingInterval = 30 * time.Second
 
 // podSyncer runs the node's pods.
 type podSyncer struct {
-	k       *kubelet
-	node    *corev1.Node
-	store   cache.Store
-	scheme  string // of container IDs: "containerd"
+	k       *Kubelet
+	node    func() *corev1.Node // the Node the pods run on
+	scheme  string              // of container IDs: "containerd"
 	worker  *pods.Worker
 	probes  *probe.Manager
 	results *probe.Results
+	// ctx is Run's, which the pods' goroutines run on.
+	ctx context.Context
+	// mirrorWake wakes runMirrors: the static pods or their status
+	// changed.
+	mirrorWake chan struct{}
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker // until the pod is gone
+	static  map[types.UID]*corev1.Pod
 	wg      sync.WaitGroup
 }
 
@@ -136,36 +148,83 @@ func (w *podWorker) advance(e podEvent) {
 	}
 }
 
-func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) error {
+// newSyncer makes the pod worker, the probes and the syncer of k.
+func (k *Kubelet) newSyncer() error {
 	worker, stop, err := k.newPodWorker()
 	if err != nil {
 		return err // pods.New's, which names the pod worker
 	}
-	defer stop()
 	results := probe.NewResults()
 	probes, err := probe.New(probe.Config{Runtime: k.cfg.Pods.Runtime, Results: results, Stopper: worker, Events: worker,
 		Probed: k.metrics.probed, Log: k.log})
 	if err != nil {
+		stop()
 		return fmt.Errorf("probes: %w", err)
 	}
-	s := &podSyncer{k: k, node: node, worker: worker, probes: probes, results: results,
-		workers: map[types.UID]*podWorker{}, scheme: "containerd"}
+	k.stop = stop
+	k.syncer = &podSyncer{k: k, node: k.hostNode, worker: worker, probes: probes, results: results,
+		workers: map[types.UID]*podWorker{}, static: map[types.UID]*corev1.Pod{}, mirrorWake: make(chan struct{}, 1),
+		scheme: "containerd"}
+	return nil
+}
+
+// Run runs the node's pods until ctx ends and returns once everything it
+// started has stopped: the static pods from the start, the API's once
+// Join is called. Run is called once.
+func (k *Kubelet) Run(ctx context.Context) {
+	defer k.stop()
+	s := k.syncer
 	if v, err := k.cfg.RuntimeInfo.RuntimeVersion(ctx); err == nil {
 		if i := indexScheme(v); i > 0 {
 			s.scheme = v[:i]
 		}
 	}
-	inf := k.member.Informers.Core().V1().Pods().Informer()
-	s.store = inf.GetStore()
+	s.ctx = ctx
+	var src *staticSource
+	if k.cfg.StaticPodDir != "" {
+		src = newStaticSource(k.cfg.StaticPodDir, k.cfg.NodeName, k.log)
+		s.setStatic(src.read())
+	}
+	close(k.started)
+	k.log.Info("pod sync loop started", "static pods", len(s.static))
+	if src != nil {
+		s.wg.Go(func() { s.watchStatic(ctx, src, k.cfg.staticResync) })
+	}
+	s.wg.Go(func() { s.probeUpdates(ctx) })
+	p := &pleg{rt: k.cfg.Pods.Runtime, wake: s.changed, log: k.log, relistEvery: k.cfg.plegRelist}
+	s.wg.Go(func() { p.run(ctx) })
+	rotator := &logrotate.Rotator{Runtime: k.cfg.Pods.Runtime, Log: k.log}
+	s.wg.Go(func() { rotator.Run(ctx) })
+	<-ctx.Done()
+	s.wg.Wait()
+	s.probes.RemoveAll()
+}
+
+// Join adds the Pods bound to the node in the API, watched with m's
+// informers, to the pods Run runs, and keeps the static pods' mirror Pods
+// there, until ctx ends. It is the node's "kubelet" component
+// (node.Component's Run): m's client is the node's from then on.
+func (k *Kubelet) Join(ctx context.Context, m *node.Member) error {
+	select {
+	case <-k.started:
+	case <-ctx.Done():
+		return nil
+	}
+	s := k.syncer
+	stopEvents := k.join(m)
+	defer stopEvents()
+	// The pods' goroutines run on Run's context: a Join that ends (the
+	// component restarted) does not stop the pods it handed over.
+	inf := m.Informers.Core().V1().Pods().Informer()
 	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { s.seen(ctx, obj) },
-		UpdateFunc: func(_, obj any) { s.seen(ctx, obj) },
+		AddFunc:    func(obj any) { s.seen(s.ctx, obj) },
+		UpdateFunc: func(_, obj any) { s.seen(s.ctx, obj) },
 		DeleteFunc: func(obj any) {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
 			}
 			if pod, ok := obj.(*corev1.Pod); ok {
-				s.removed(ctx, pod)
+				s.removed(s.ctx, pod)
 			}
 		},
 	})
@@ -173,18 +232,14 @@ func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) error {
 		return fmt.Errorf("watch the node's pods: %w", err)
 	}
 	defer func() { _ = inf.RemoveEventHandler(reg) }()
-	k.log.Info("pod sync loop started")
-	s.wg.Go(func() { s.probeUpdates(ctx) })
+	k.log.Info("pod sync loop joined the cluster")
+	var wg sync.WaitGroup
+	wg.Go(func() { s.runMirrors(ctx, m, inf.GetStore()) })
 	if cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
-		s.wg.Go(func() { s.housekeeping(ctx) })
-		p := &pleg{rt: k.cfg.Pods.Runtime, wake: s.changed, log: k.log, relistEvery: k.cfg.plegRelist}
-		s.wg.Go(func() { p.run(ctx) })
-		rotator := &logrotate.Rotator{Runtime: k.cfg.Pods.Runtime, Log: k.log}
-		s.wg.Go(func() { rotator.Run(ctx) })
+		wg.Go(func() { s.housekeeping(ctx, inf.GetStore()) })
 	}
 	<-ctx.Done()
-	s.wg.Wait()
-	s.probes.RemoveAll()
+	wg.Wait()
 	return nil
 }
 
@@ -238,6 +293,10 @@ func (s *podSyncer) seen(ctx context.Context, obj any) {
 	if !ok {
 		return
 	}
+	if isMirror(pod) {
+		s.pokeMirrors() // its static pod runs, not it
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.see(ctx, pod, false)
@@ -279,6 +338,10 @@ func (s *podSyncer) see(ctx context.Context, pod *corev1.Pod, removed bool) {
 // removed tells a pod's goroutine that the object is gone; if none runs,
 // one is started to make sure the pod's containers are gone too.
 func (s *podSyncer) removed(ctx context.Context, pod *corev1.Pod) {
+	if isMirror(pod) {
+		s.pokeMirrors() // made again if its static pod runs
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.see(ctx, pod, true)
@@ -293,6 +356,11 @@ func (s *podSyncer) killed(w *podWorker) {
 	w.advance(podKilled)
 	if w.phase == podGone && s.workers[w.uid] == w {
 		delete(s.workers, w.uid)
+		// A static pod's manifest put back while the pod was stopping
+		// starts it again.
+		if p := s.static[w.uid]; p != nil {
+			s.see(s.ctx, p, false)
+		}
 	}
 }
 
@@ -310,6 +378,20 @@ func (w *podWorker) latest() (pod *corev1.Pod, phase podPhase, objectGone bool, 
 	defer w.mu.Unlock()
 	wakes, w.wakes = w.wakes, nil
 	return w.pod, w.phase, w.objectGone, wakes
+}
+
+// setStatus keeps status as a static pod's, which has no object in the
+// API to hold it, and reports whether it changed.
+func (w *podWorker) setStatus(status corev1.PodStatus) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if apiequality.Semantic.DeepEqual(w.pod.Status, status) {
+		return false
+	}
+	p := *w.pod
+	p.Status = status
+	w.pod = &p
+	return true
 }
 
 // setLatest keeps pod, as the API server returned it after a write, unless
@@ -475,7 +557,15 @@ func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod,
 			return st.RetryAt(), errors.Join(syncErr, fmt.Errorf("stop sandbox of ended pod: %w", err))
 		}
 	}
-	written, err := s.writeStatus(ctx, w, pod, status)
+	var written bool
+	if isStatic(pod) {
+		// Kept here, and published in the API by its mirror Pod.
+		if written = w.setStatus(status); written {
+			s.pokeMirrors()
+		}
+	} else {
+		written, err = s.writeStatus(ctx, w, pod, status)
+	}
 	if err != nil {
 		return st.RetryAt(), errors.Join(syncErr, err)
 	}
@@ -492,8 +582,8 @@ func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod,
 // its object, or, if its object is gone, kills it at once.
 func (s *podSyncer) terminate(ctx context.Context, pod *corev1.Pod, objectGone bool, log *slog.Logger) error {
 	grace := pods.GracePeriod(pod)
-	if objectGone {
-		grace = 0
+	if objectGone && !isStatic(pod) {
+		grace = 0 // a removed manifest's pod stops with its grace period
 	}
 	kctx, cancel := context.WithTimeout(ctx, grace+time.Minute)
 	err := s.worker.Terminate(kctx, pod, grace)
@@ -508,7 +598,7 @@ func (s *podSyncer) terminate(ctx context.Context, pod *corev1.Pod, objectGone b
 	dctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	uid := pod.UID
-	err = s.k.client.CoreV1().Pods(pod.Namespace).Delete(dctx, pod.Name, metav1.DeleteOptions{
+	err = s.k.client().CoreV1().Pods(pod.Namespace).Delete(dctx, pod.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: new(int64),
 		Preconditions:      &metav1.Preconditions{UID: &uid},
 	})
@@ -522,9 +612,9 @@ func (s *podSyncer) terminate(ctx context.Context, pod *corev1.Pod, objectGone b
 // housekeeping removes, now and then, the runtime's sandboxes, the
 // volumes and (a minute later) the container logs of pods the node no
 // longer has: deleted, or deleted while the agent was not running.
-func (s *podSyncer) housekeeping(ctx context.Context) {
+func (s *podSyncer) housekeeping(ctx context.Context, store cache.Store) {
 	for {
-		s.removeOrphans(ctx)
+		s.removeOrphans(ctx, store)
 		if !sleep(ctx, housekeepingInterval) {
 			return
 		}
@@ -533,9 +623,9 @@ func (s *podSyncer) housekeeping(ctx context.Context) {
 
 // removeOrphans has the worker remove what pods that neither the API nor
 // a pod goroutine knows left on the node.
-func (s *podSyncer) removeOrphans(ctx context.Context) {
+func (s *podSyncer) removeOrphans(ctx context.Context, store cache.Store) {
 	known := map[types.UID]bool{}
-	for _, obj := range s.store.List() {
+	for _, obj := range store.List() {
 		if pod, ok := obj.(*corev1.Pod); ok {
 			known[pod.UID] = true
 		}

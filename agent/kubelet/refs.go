@@ -3,50 +3,14 @@ package kubelet
 import (
 	"context"
 	"errors"
-	"path/filepath"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
-
-	"github.com/cairn-os/cairn/agent/kubelet/pods"
-	"github.com/cairn-os/cairn/agent/kubelet/volumes"
 )
-
-// newPodWorker makes the pod worker of the node's Pods config with what
-// it reads and records through the API with the node's own credentials:
-// Refs (the ConfigMaps and Secrets the node's pods refer to, and the
-// Node), Volumes (under Dir/pods) and Events (sent as the kubelet sends
-// them, from component "kubelet" on this host). The returned function,
-// called once the pods' goroutines are done, stops sending events.
-func (k *kubelet) newPodWorker() (w *pods.Worker, stop func(), err error) {
-	pc := k.cfg.Pods
-	// The Services are watched, all of them, as the kubelet does: every
-	// container start needs its namespace's.
-	services := k.member.Informers.Core().V1().Services()
-	refs := &nodeRefs{client: k.client, node: k.member.Node,
-		services: services.Lister(), servicesSynced: services.Informer().HasSynced}
-	b := record.NewBroadcasterWithCorrelatorOptions(record.CorrelatorOptions{SpamKeyFunc: spamKey})
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: k.client.CoreV1().Events("")})
-	w, err = pods.New(pods.Config{
-		Runtime: pc.Runtime, Images: pc.Images, LogRoot: pc.LogRoot, ClusterDNS: pc.ClusterDNS,
-		Refs:    refs,
-		Volumes: &volumes.Manager{Root: filepath.Join(k.cfg.Dir, "pods"), Client: k.client, Now: pc.volumeClock},
-		Events:  b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: k.member.Name}),
-		Log:     k.log,
-	})
-	if err != nil {
-		b.Shutdown()
-		return nil, nil, err
-	}
-	return w, b.Shutdown, nil
-}
 
 // spamKey groups the events the broadcaster rate-limits: the same event
 // about the same container, such as a Failed repeated on every retry, and

@@ -24,6 +24,11 @@ const (
 	StateDir = "/system/state"
 	// MachineConfig is the machine config the node runs on.
 	MachineConfig = StateDir + "/config.yaml"
+	// StaticPodDir holds the manifests of the machine config's static
+	// pods, one <name>.yaml each: written whole by init at each boot
+	// before the agent starts, read and watched by the agent; root's
+	// alone (0700).
+	StaticPodDir = StateDir + "/static-pods"
 	// InitSocket is PID 1's control socket, which the agent calls.
 	InitSocket = "/run/cairn/init.sock"
 	// AgentBinary is the node agent.
