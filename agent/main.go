@@ -143,7 +143,7 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, dir string, paths
 			{Name: "proxy", Run: func(ctx context.Context, m *node.Member) error { return runProxy(ctx, cfg.Cluster, m, reg) }},
 			{Name: "cni", Run: func(ctx context.Context, m *node.Member) error { return writePodNetwork(ctx, m, paths) }},
 			{Name: "kubelet-server", Run: func(ctx context.Context, m *node.Member) error {
-				return runKubeletServer(ctx, cfg.Cluster.KubeletPort, m, paths.podLogRoot)
+				return runKubeletServer(ctx, cfg.Cluster.KubeletPort, m, rt, paths.podLogRoot)
 			}},
 		}
 		var nodeIP netip.Addr
@@ -170,7 +170,7 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, dir string, paths
 
 // runKubeletServer serves the kubelet's port, for the API server's calls
 // to the node (kubectl logs), until ctx ends.
-func runKubeletServer(ctx context.Context, port int, m *node.Member, podLogRoot string) error {
+func runKubeletServer(ctx context.Context, port int, m *node.Member, rt *cri.Client, podLogRoot string) error {
 	addr := fmt.Sprintf(":%d", port)
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -182,7 +182,7 @@ func runKubeletServer(ctx context.Context, port int, m *node.Member, podLogRoot 
 	}
 	return server.Serve(ctx, l, server.Config{
 		NodeName: m.Name, Client: m.Client, ClusterCA: m.ClusterCA,
-		Pods: m.Informers.Core().V1().Pods().Lister(), PodLogRoot: podLogRoot, Hosts: hosts,
+		Pods: m.Informers.Core().V1().Pods().Lister(), Runtime: rt.Runtime, PodLogRoot: podLogRoot, Hosts: hosts,
 		Log: slog.Default().With("component", "kubelet-server"),
 	})
 }

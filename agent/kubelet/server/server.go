@@ -1,8 +1,11 @@
 // Package server is the node's kubelet server: the HTTPS endpoint on the
 // kubelet's port (10250) that the API server calls for what only the node
 // can answer, with the kubelet's paths and query parameters so that the
-// API server's proxy and kubectl work unchanged. It serves /healthz, /pods
-// and /containerLogs/{namespace}/{pod}/{container} (kubectl logs).
+// API server's proxy and kubectl work unchanged. It serves /healthz, /pods,
+// /containerLogs/{namespace}/{pod}/{container} (kubectl logs), and /exec,
+// /attach, /portForward and /run, which go through the CRI: the runtime's
+// streaming server answers the upgraded connection (SPDY or WebSocket)
+// and the server proxies it, as the kubelet does.
 //
 // Callers authenticate with a client certificate of the cluster CA (the
 // API server's kubelet client certificate) or a bearer token that the API
@@ -28,6 +31,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // Config is what Serve needs.
@@ -41,6 +45,9 @@ type Config struct {
 	ClusterCA []byte
 	// Pods lists the node's pods.
 	Pods corelisters.PodLister
+	// Runtime is the CRI that exec, attach, port-forward and run go
+	// through.
+	Runtime criv1.RuntimeServiceClient
 	// PodLogRoot holds the containers' CRI logs (internal/crilog's layout).
 	PodLogRoot string
 	// Hosts are the IP addresses and names the serving certificate is
@@ -122,5 +129,21 @@ func (s *server) routes() http.Handler {
 	})
 	mux.HandleFunc("GET /pods", s.pods)
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.containerLogs)
+	// The streams take GET (WebSocket) and POST (SPDY), with or without
+	// the pod's UID, as the kubelet's do.
+	for _, p := range []string{"/exec/{namespace}/{pod}/{container}", "/exec/{namespace}/{pod}/{uid}/{container}"} {
+		mux.HandleFunc("GET "+p, s.exec)
+		mux.HandleFunc("POST "+p, s.exec)
+	}
+	for _, p := range []string{"/attach/{namespace}/{pod}/{container}", "/attach/{namespace}/{pod}/{uid}/{container}"} {
+		mux.HandleFunc("GET "+p, s.attach)
+		mux.HandleFunc("POST "+p, s.attach)
+	}
+	for _, p := range []string{"/portForward/{namespace}/{pod}", "/portForward/{namespace}/{pod}/{uid}"} {
+		mux.HandleFunc("GET "+p, s.portForward)
+		mux.HandleFunc("POST "+p, s.portForward)
+	}
+	mux.HandleFunc("POST /run/{namespace}/{pod}/{container}", s.run)
+	mux.HandleFunc("POST /run/{namespace}/{pod}/{uid}/{container}", s.run)
 	return s.auth.wrap(mux, s.cfg.Log)
 }
