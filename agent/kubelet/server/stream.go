@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
@@ -193,10 +194,7 @@ func (s *server) containerID(w http.ResponseWriter, r *http.Request) (string, bo
 		return notFound()
 	}
 	latest := slices.MaxFunc(resp.Containers, func(a, b *criv1.Container) int {
-		if c := int(a.GetMetadata().GetAttempt()) - int(b.GetMetadata().GetAttempt()); c != 0 {
-			return c
-		}
-		return int(a.CreatedAt - b.CreatedAt)
+		return cmp.Or(cmp.Compare(a.GetMetadata().GetAttempt(), b.GetMetadata().GetAttempt()), cmp.Compare(a.CreatedAt, b.CreatedAt))
 	})
 	return latest.Id, true
 }
@@ -220,6 +218,8 @@ func (s *server) proxyStream(w http.ResponseWriter, r *http.Request, rawURL stri
 		http.Error(w, fmt.Sprintf("runtime's streaming URL %q: %v", rawURL, err), http.StatusInternalServerError)
 		return
 	}
+	// The client's credentials are for this server, not the runtime's.
+	r.Header.Del("Authorization")
 	h := proxy.NewUpgradeAwareHandler(u, nil, false, true, streamResponder{s})
 	h.ServeHTTP(w, r)
 }
