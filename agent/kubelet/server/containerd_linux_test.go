@@ -32,6 +32,7 @@ type criNode struct {
 	name string // the Node's
 	port int    // the kubelet server's, on 127.0.0.1
 	reg  *registry.Registry
+	cri  *cri.Client
 }
 
 // startCRINode starts containerd and a registry, and joins the node; all
@@ -50,6 +51,7 @@ func startCRINode(t *testing.T) *criNode {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
+	n.cri = client
 
 	// A port that is free now, for the server to listen on each time the
 	// component starts.

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,7 +25,9 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
 
+	"github.com/cairn-os/cairn/agent/node"
 	"github.com/cairn-os/cairn/test/kube"
 	"github.com/cairn-os/cairn/test/poll"
 )
@@ -143,6 +147,7 @@ func TestKubectl(t *testing.T) {
 		}
 	})
 	t.Run("refused", func(t *testing.T) { testRefused(t, ctx, n) })
+	t.Run("server stop", func(t *testing.T) { testServerStop(t, ctx, n) })
 	t.Run("client gone", func(t *testing.T) { testClientGone(t, ctx, admin) })
 }
 
@@ -404,6 +409,69 @@ func testRefused(t *testing.T, ctx context.Context, n *criNode) {
 			}
 		})
 	}
+}
+
+// testServerStop runs a server of its own beside the node's, streams an
+// exec from it with client-go's SPDY client (as the API server does), and
+// stops the server mid-stream: the stream ends with it, and the process
+// in the container too.
+func testServerStop(t *testing.T, ctx context.Context, n *criNode) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := node.NewInformers(n.c.Client, n.name)
+	sctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	lister := f.Core().V1().Pods().Lister()
+	f.Start(sctx.Done())
+	defer f.Shutdown()
+	f.WaitForCacheSync(ctx.Done())
+	served := make(chan error, 1)
+	go func() {
+		served <- Serve(sctx, l, Config{NodeName: n.name, Client: n.c.Client, ClusterCA: n.c.CAPEM, Pods: lister, Runtime: n.cri.Runtime})
+	}()
+
+	cfg := rest.CopyConfig(n.c.AdminConfig)
+	cfg.Host = "https://" + l.Addr().String()
+	cfg.CAData, cfg.CAFile, cfg.Insecure = nil, "", true
+	u, err := url.Parse(cfg.Host + "/exec/" + n.ns + "/app/app?command=streamer&command=cat&input=1&output=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := remotecommand.NewSPDYExecutor(cfg, "POST", u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdin, feed := io.Pipe()
+	defer feed.Close()
+	out := &syncBuffer{}
+	streamed := make(chan error, 1)
+	go func() {
+		streamed <- ex.StreamWithContext(context.Background(), remotecommand.StreamOptions{Stdin: stdin, Stdout: out})
+	}()
+	go func() { _, _ = io.WriteString(feed, "ping\n") }()
+	poll.Until(t, 30*time.Second, "the exec streams", func() error {
+		if !strings.Contains(out.String(), "ping") {
+			return fmt.Errorf("output %q", out.String())
+		}
+		return nil
+	})
+	stop()
+	select {
+	case <-streamed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stream outlived its server by 30 s")
+	}
+	if err := <-served; err != nil {
+		t.Errorf("Serve() = %v, want nil once its context ended", err)
+	}
+	poll.Until(t, 60*time.Second, "the stream's goroutines and process gone", func() error {
+		if p, pids := proxying(), processes(t, "streamer\x00cat\x00"); p > 0 || len(pids) > 0 {
+			return fmt.Errorf("%d goroutines proxying, streamer cat runs as %v; want none", p, pids)
+		}
+		return nil
+	})
 }
 
 // testClientGone kills kubectl in the middle of an exec: the server's

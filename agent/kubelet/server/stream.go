@@ -1,9 +1,12 @@
 package server
 
 import (
+	"bufio"
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -221,7 +224,25 @@ func (s *server) proxyStream(w http.ResponseWriter, r *http.Request, rawURL stri
 	// The client's credentials are for this server, not the runtime's.
 	r.Header.Del("Authorization")
 	h := proxy.NewUpgradeAwareHandler(u, nil, false, true, streamResponder{s})
-	h.ServeHTTP(w, r)
+	h.ServeHTTP(closingHijacker{w, r.Context()}, r)
+}
+
+// closingHijacker closes the connection it hijacks when ctx ends: the
+// server's http.Server.Shutdown does not know of hijacked connections, and
+// a stream must not outlive the server. The request's context ends with
+// the server's, or once the handler returns, when the proxy has closed the
+// connection already.
+type closingHijacker struct {
+	http.ResponseWriter
+	ctx context.Context
+}
+
+func (h closingHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(h.ResponseWriter).Hijack()
+	if err == nil {
+		context.AfterFunc(h.ctx, func() { c.Close() })
+	}
+	return c, rw, err
 }
 
 // streamResponder answers a stream that could not reach the runtime.
