@@ -147,6 +147,7 @@ func TestKubectl(t *testing.T) {
 		}
 	})
 	t.Run("refused", func(t *testing.T) { testRefused(t, ctx, n) })
+	t.Run("direct websocket", func(t *testing.T) { testDirectWebSocket(t, ctx, n) })
 	t.Run("server stop", func(t *testing.T) { testServerStop(t, ctx, n) })
 	t.Run("client gone", func(t *testing.T) { testClientGone(t, ctx, admin) })
 }
@@ -408,6 +409,30 @@ func testRefused(t *testing.T, ctx context.Context, n *criNode) {
 				t.Errorf("POST %s = %d %q, %v; want %d %q", tc.path, resp.StatusCode, b, err, tc.code, tc.want)
 			}
 		})
+	}
+}
+
+// testDirectWebSocket execs on the node's kubelet server with client-go's
+// WebSocket client, as a client that calls the node directly (not through
+// the API server, which speaks SPDY to it) may. containerd's streaming
+// server speaks the channel protocols up to v4 over WebSocket, without
+// v5's close of stdin: a command without input, then.
+func testDirectWebSocket(t *testing.T, ctx context.Context, n *criNode) {
+	cfg := rest.CopyConfig(n.c.AdminConfig)
+	cfg.Host = fmt.Sprintf("https://127.0.0.1:%d", n.port)
+	cfg.CAData, cfg.CAFile, cfg.Insecure = nil, "", true
+	ex, err := remotecommand.NewWebSocketExecutorForProtocols(cfg, "GET",
+		cfg.Host+"/exec/"+n.ns+"/app/app?command=streamer&command=exit&command=5&output=1&error=1", "v4.channel.k8s.io")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err = ex.StreamWithContext(sctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr})
+	var exit interface{ ExitStatus() int }
+	if !errors.As(err, &exit) || exit.ExitStatus() != 5 || stderr.String() != "exiting 5\n" {
+		t.Errorf("exec of streamer exit 5 over WebSocket = %v, stderr %q; want exit code 5 and the command's stderr", err, stderr.String())
 	}
 }
 
