@@ -32,7 +32,7 @@ $(COMPONENTS) &: rootfs/components/go.mod rootfs/components/go.sum hack/build-co
 # test/cluster (see hack/build-cluster.sh); rebuilt only when its pins or the
 # script change. A cold build takes 10-25 minutes on 2 cores.
 CLUSTER_BIN := $(OUT)/cluster/bin
-CLUSTER := $(addprefix $(CLUSTER_BIN)/,kube-apiserver kube-controller-manager kube-scheduler kubelet etcd)
+CLUSTER := $(addprefix $(CLUSTER_BIN)/,kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd)
 
 .PHONY: cluster
 cluster: $(CLUSTER)

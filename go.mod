@@ -35,7 +35,17 @@ require (
 
 require k8s.io/kubelet v0.37.2
 
-require github.com/fsnotify/fsnotify v1.10.1
+require (
+	github.com/creack/pty v1.1.24
+	github.com/fsnotify/fsnotify v1.10.1
+)
+
+require (
+	github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674 // indirect
+	github.com/moby/spdystream v0.5.1 // indirect
+	github.com/mxk/go-flowrate v0.0.0-20140419014527-cca7078d478f // indirect
+	k8s.io/streaming v0.37.2 // indirect
+)
 
 require (
 	github.com/Microsoft/go-winio v0.6.3-0.20251027160822-ad3df93bed29 // indirect

@@ -168,7 +168,7 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, dir string, paths
 			{Name: "proxy", Run: func(ctx context.Context, m *node.Member) error { return runProxy(ctx, cfg.Cluster, m, reg) }},
 			{Name: "cni", Run: func(ctx context.Context, m *node.Member) error { return writePodNetwork(ctx, m, paths) }},
 			{Name: "kubelet-server", Run: func(ctx context.Context, m *node.Member) error {
-				return runKubeletServer(ctx, cfg.Cluster, m, server.Config{PodLogRoot: paths.podLogRoot,
+				return runKubeletServer(ctx, cfg.Cluster, m, server.Config{Runtime: rt.Runtime, PodLogRoot: paths.podLogRoot,
 					CertFile: filepath.Join(dir, layout.KubeletServingCert), Metrics: reg, ProbeMetrics: probeReg,
 					Stats: stats.New(stats.Config{NodeName: m.Name, Runtime: rt.Runtime, Images: rt.Images, RootDir: dir, PodLogRoot: paths.podLogRoot})})
 			}},

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/cairn-os/cairn/agent/node/host"
 	"github.com/cairn-os/cairn/test/kube"
 	"github.com/cairn-os/cairn/test/runtime"
 )
@@ -56,6 +57,17 @@ func startKubelet(b *testing.B, c *kube.Cluster, rt *runtime.Runtime, bin, dir, 
 	rand.Read(suffix)
 	cgroupRoot := "/cairn-bench-" + hex.EncodeToString(suffix)
 	port := freePort(b)
+	// It listens where cairn-agent is reached, the host's address, so that
+	// the API server reaches both alike for exec and port-forward; only
+	// the cluster CA's certificates (the API server's) authenticate.
+	addrs, err := host.Addresses()
+	if err != nil || len(addrs) == 0 {
+		b.Fatalf("the host's addresses: %v %v", addrs, err)
+	}
+	caFile := filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(caFile, c.CAPEM, 0o600); err != nil {
+		b.Fatal(err)
+	}
 	cfg := map[string]any{
 		"apiVersion":               "kubelet.config.k8s.io/v1beta1",
 		"kind":                     "KubeletConfiguration",
@@ -64,12 +76,13 @@ func startKubelet(b *testing.B, c *kube.Cluster, rt *runtime.Runtime, bin, dir, 
 		"cgroupRoot":               cgroupRoot,
 		"failCgroupV1":             false,
 		"failSwapOn":               false,
-		"address":                  "127.0.0.1",
+		"address":                  addrs[0].String(),
 		"port":                     port,
 		"readOnlyPort":             0,
 		"healthzPort":              0,
 		"authentication": map[string]any{
-			"anonymous": map[string]any{"enabled": true},
+			"anonymous": map[string]any{"enabled": false},
+			"x509":      map[string]any{"clientCAFile": caFile},
 			"webhook":   map[string]any{"enabled": false},
 		},
 		"authorization":       map[string]any{"mode": "AlwaysAllow"},
@@ -123,6 +136,7 @@ func startKubelet(b *testing.B, c *kube.Cluster, rt *runtime.Runtime, bin, dir, 
 		"--cert-dir", filepath.Join(dir, "pki"),
 		"--root-dir", root,
 		"--hostname-override", node,
+		"--node-ip", addrs[0].String(),
 	)
 	cgroups := makeCgroups(b, cgroupRoot)
 	return startProc(b, "kubelet", filepath.Join(dir, "kubelet.log"), exec.Command("unshare", args...), func() {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/cairn-os/cairn/agent/kubelet"
 	"github.com/cairn-os/cairn/agent/kubelet/cri"
+	"github.com/cairn-os/cairn/agent/kubelet/stats"
 	"github.com/cairn-os/cairn/agent/node"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/test/kube"
@@ -23,40 +25,47 @@ import (
 	"github.com/cairn-os/cairn/test/runtime"
 )
 
-// TestLogsFromContainerd joins a node as cairn-agent does, its pods run
-// by a real containerd and its kubelet server beside them, and reads the
-// log of a container that crashed and was restarted through the API
-// server: the current attempt, the previous one, and a follow that ends
-// with the container.
-func TestLogsFromContainerd(t *testing.T) {
+// criNode is a Node joined as cairn-agent joins it, its pods run by a real
+// containerd and its kubelet server beside them with the node's stats,
+// with a registry for the test's images.
+type criNode struct {
+	c    *kube.Cluster
+	ns   string
+	name string     // the Node's
+	ip   netip.Addr // the Node's and its kubelet server's
+	port int        // the kubelet server's
+	reg  *registry.Registry
+	cri  *cri.Client
+}
+
+// startCRINode starts containerd and a registry, and joins the node; all
+// stop when t ends, after the pods that createPod made are gone.
+func startCRINode(t *testing.T) *criNode {
+	t.Helper()
 	c := kube.Shared(t)
-	ns := c.Namespace()
+	n := &criNode{c: c, ns: c.Namespace(), reg: registry.Start(t)}
+	n.name = "node-" + n.ns
 	rt := runtime.Start(t)
-	reg := registry.Start(t)
-	if err := rt.AllowHTTP(reg.Addr); err != nil {
+	if err := rt.AllowHTTP(n.reg.Addr); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	if _, err := registry.BuildAndPush(ctx, reg, "./agent/kubelet/pods/testdata/echoexit", "cairn-test/echoexit:v1"); err != nil {
-		t.Fatal(err)
-	}
-	image := reg.Addr + "/cairn-test/echoexit:v1"
 	client, err := cri.New(rt.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
+	n.cri = client
 
-	// A port that is free now, for the server to listen on each time the
-	// component starts.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// The API server's node proxy refuses loopback: the node is at the
+	// host's own address. A port that is free now, for the server to
+	// listen on each time the component starts.
+	n.ip = hostIP(t)
+	l, err := net.Listen("tcp", net.JoinHostPort(n.ip.String(), "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
+	n.port = l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	name := "node-" + ns
 	cluster := machineconfig.Cluster{Server: c.URL, CA: string(c.CAPEM), BootstrapToken: c.BootstrapToken,
 		ClusterDomain: machineconfig.DefaultClusterDomain}
 	dir, logRoot := t.TempDir(), filepath.Join(t.TempDir(), "pods")
@@ -66,19 +75,21 @@ func TestLogsFromContainerd(t *testing.T) {
 			return kubelet.Run(ctx, m, kubelet.Config{Dir: dir, RuntimeInfo: client, Pods: podConfig})
 		}},
 		{Name: "kubelet-server", Run: func(ctx context.Context, m *node.Member) error {
-			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+			l, err := net.Listen("tcp", n.addr())
 			if err != nil {
 				return err
 			}
 			return Serve(ctx, l, Config{NodeName: m.Name, Client: m.Client, ClusterCA: m.ClusterCA,
-				Pods: m.Informers.Core().V1().Pods().Lister(), PodLogRoot: logRoot})
+				Pods: m.Informers.Core().V1().Pods().Lister(), Runtime: client.Runtime, PodLogRoot: logRoot,
+				Stats: stats.New(stats.Config{NodeName: m.Name, Runtime: client.Runtime, Images: client.Images,
+					RootDir: dir, PodLogRoot: logRoot})})
 		}},
 	}
 	nctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- node.Run(nctx, node.Config{NodeName: name, Cluster: cluster, Dir: dir, RuntimeInfo: client, RuntimeStatus: client,
-			Version: "test", NodeIP: netip.MustParseAddr("127.0.0.1"), KubeletPort: port}, components)
+		done <- node.Run(nctx, node.Config{NodeName: n.name, Cluster: cluster, Dir: dir, RuntimeInfo: client, RuntimeStatus: client,
+			Version: "test", NodeIP: n.ip, KubeletPort: n.port}, components)
 	}()
 	t.Cleanup(func() {
 		stop()
@@ -86,28 +97,60 @@ func TestLogsFromContainerd(t *testing.T) {
 			t.Errorf("node.Run() = %v", err)
 		}
 	})
+	return n
+}
+
+// addr is the kubelet server's host:port.
+func (n *criNode) addr() string { return net.JoinHostPort(n.ip.String(), strconv.Itoa(n.port)) }
+
+// image builds the Go main package pkg into an image, pushes it as
+// cairn-test/NAME:v1 and returns its reference.
+func (n *criNode) image(t *testing.T, ctx context.Context, pkg string) string {
+	t.Helper()
+	repoTag := "cairn-test/" + filepath.Base(pkg) + ":v1"
+	if _, err := registry.BuildAndPush(ctx, n.reg, pkg, repoTag); err != nil {
+		t.Fatal(err)
+	}
+	return n.reg.Addr + "/" + repoTag
+}
+
+// createPod creates pod on the node; it is deleted, and gone, before the
+// node stops, so that its containers do not outlive the test.
+func (n *criNode) createPod(t *testing.T, ctx context.Context, pod *corev1.Pod) {
+	t.Helper()
+	pod.Spec.NodeName = n.name
+	if _, err := n.c.Client.CoreV1().Pods(n.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		// The pod goes before the node stops, so that its containers do
-		// not outlive the test.
-		_ = c.Client.CoreV1().Pods(ns).Delete(context.Background(), "crash", metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-		poll.Until(t, 60*time.Second, "pod crash gone", func() error {
-			_, err := c.Client.CoreV1().Pods(ns).Get(context.Background(), "crash", metav1.GetOptions{})
+		_ = n.c.Client.CoreV1().Pods(n.ns).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		poll.Until(t, 60*time.Second, "pod "+pod.Name+" gone", func() error {
+			_, err := n.c.Client.CoreV1().Pods(n.ns).Get(context.Background(), pod.Name, metav1.GetOptions{})
 			if err == nil {
 				return fmt.Errorf("still there")
 			}
 			return nil
 		})
 	})
+}
 
-	_, err = c.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+// TestLogsFromContainerd joins a node as cairn-agent does, its pods run
+// by a real containerd and its kubelet server beside them, and reads the
+// log of a container that crashed and was restarted through the API
+// server: the current attempt, the previous one, and a follow that ends
+// with the container.
+func TestLogsFromContainerd(t *testing.T) {
+	n := startCRINode(t)
+	c, ns := n.c, n.ns
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	image := n.image(t, ctx, "./agent/kubelet/pods/testdata/echoexit")
+	n.createPod(t, ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "crash"},
-		Spec: corev1.PodSpec{NodeName: name, RestartPolicy: corev1.RestartPolicyAlways, Containers: []corev1.Container{{
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyAlways, Containers: []corev1.Container{{
 			Name: "app", Image: image, Args: []string{"one", "two"}, Env: []corev1.EnvVar{{Name: "EXIT_CODE", Value: "1"}},
 		}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	poll.Until(t, 90*time.Second, "the container restarted once and exited again", func() error {
 		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, "crash", metav1.GetOptions{})
 		if err != nil {

@@ -5,7 +5,10 @@
 // /containerLogs/{namespace}/{pod}/{container} (kubectl logs),
 // /stats/summary and /metrics/resource (what metrics-server reads for
 // kubectl top), /metrics, /metrics/probes (the kubelet's
-// prober_probe_total) and /configz.
+// prober_probe_total), /configz, and /exec, /attach, /portForward and
+// /run, which go through the CRI: the runtime's streaming server answers
+// the upgraded connection (SPDY or WebSocket) and the server proxies it,
+// as the kubelet does.
 //
 // Callers authenticate with a client certificate of the cluster CA (the
 // API server's kubelet client certificate) or a bearer token that the API
@@ -34,6 +37,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // Config is what Serve needs.
@@ -47,6 +51,9 @@ type Config struct {
 	ClusterCA []byte
 	// Pods lists the node's pods.
 	Pods corelisters.PodLister
+	// Runtime is the CRI that exec, attach, port-forward and run go
+	// through.
+	Runtime criv1.RuntimeServiceClient
 	// PodLogRoot holds the containers' CRI logs (internal/crilog's layout).
 	PodLogRoot string
 	// Hosts are the IP addresses and names the self-signed serving
@@ -183,5 +190,21 @@ func (s *server) routes() http.Handler {
 	}
 	mux.HandleFunc("GET /configz", s.configz)
 	s.metricsRoutes(mux)
+	// The streams take GET (WebSocket) and POST (SPDY), with or without
+	// the pod's UID, as the kubelet's do.
+	for _, p := range []string{"/exec/{namespace}/{pod}/{container}", "/exec/{namespace}/{pod}/{uid}/{container}"} {
+		mux.HandleFunc("GET "+p, s.exec)
+		mux.HandleFunc("POST "+p, s.exec)
+	}
+	for _, p := range []string{"/attach/{namespace}/{pod}/{container}", "/attach/{namespace}/{pod}/{uid}/{container}"} {
+		mux.HandleFunc("GET "+p, s.attach)
+		mux.HandleFunc("POST "+p, s.attach)
+	}
+	for _, p := range []string{"/portForward/{namespace}/{pod}", "/portForward/{namespace}/{pod}/{uid}"} {
+		mux.HandleFunc("GET "+p, s.portForward)
+		mux.HandleFunc("POST "+p, s.portForward)
+	}
+	mux.HandleFunc("POST /run/{namespace}/{pod}/{container}", s.run)
+	mux.HandleFunc("POST /run/{namespace}/{pod}/{uid}/{container}", s.run)
 	return s.auth.wrap(mux, s.cfg.Log)
 }

@@ -26,87 +26,10 @@ import (
 	"k8s.io/client-go/rest"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
-	"github.com/cairn-os/cairn/agent/kubelet"
 	"github.com/cairn-os/cairn/agent/kubelet/cri"
 	"github.com/cairn-os/cairn/agent/kubelet/stats"
-	"github.com/cairn-os/cairn/agent/node"
-	"github.com/cairn-os/cairn/machineconfig"
-	"github.com/cairn-os/cairn/test/kube"
 	"github.com/cairn-os/cairn/test/poll"
-	"github.com/cairn-os/cairn/test/registry"
-	"github.com/cairn-os/cairn/test/runtime"
 )
-
-// containerdNode is a Node joined as cairn-agent joins it, its pods run
-// by a real containerd, and its kubelet server beside them with the
-// node's stats.
-type containerdNode struct {
-	c        *kube.Cluster
-	ns, name string
-	reg      *registry.Registry
-}
-
-// startContainerdNode joins the node; it and what it ran are gone when
-// the test ends.
-func startContainerdNode(t *testing.T) *containerdNode {
-	t.Helper()
-	c := kube.Shared(t)
-	n := &containerdNode{c: c, ns: c.Namespace()}
-	n.name = "node-" + n.ns
-	rt := runtime.Start(t)
-	n.reg = registry.Start(t)
-	if err := rt.AllowHTTP(n.reg.Addr); err != nil {
-		t.Fatal(err)
-	}
-	client, err := cri.New(rt.Socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
-
-	// The API server's node proxy refuses loopback: the node is at the
-	// host's own address. A port that is free now, for the server to
-	// listen on each time the component starts.
-	ip := hostIP(t)
-	l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	cluster := machineconfig.Cluster{Server: c.URL, CA: string(c.CAPEM), BootstrapToken: c.BootstrapToken,
-		ClusterDomain: machineconfig.DefaultClusterDomain}
-	dir, logRoot := t.TempDir(), filepath.Join(t.TempDir(), "pods")
-	podConfig := kubelet.NewPodConfig(&cluster, client, logRoot)
-	components := []node.Component{
-		{Name: "kubelet", Run: func(ctx context.Context, m *node.Member) error {
-			return kubelet.Run(ctx, m, kubelet.Config{Dir: dir, RuntimeInfo: client, Pods: podConfig})
-		}},
-		{Name: "kubelet-server", Run: func(ctx context.Context, m *node.Member) error {
-			l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), fmt.Sprint(port)))
-			if err != nil {
-				return err
-			}
-			return Serve(ctx, l, Config{NodeName: m.Name, Client: m.Client, ClusterCA: m.ClusterCA,
-				Pods: m.Informers.Core().V1().Pods().Lister(), PodLogRoot: logRoot,
-				Stats: stats.New(stats.Config{NodeName: m.Name, Runtime: client.Runtime, Images: client.Images,
-					RootDir: dir, PodLogRoot: logRoot})})
-		}},
-	}
-	nctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- node.Run(nctx, node.Config{NodeName: n.name, Cluster: cluster, Dir: dir, RuntimeInfo: client, RuntimeStatus: client,
-			Version: "test", NodeIP: ip, KubeletPort: port}, components)
-	}()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("node.Run() = %v", err)
-		}
-	})
-	return n
-}
 
 // hostIP is an IPv4 address of the host that is not loopback.
 func hostIP(t *testing.T) netip.Addr {
@@ -124,40 +47,9 @@ func hostIP(t *testing.T) netip.Addr {
 	return netip.Addr{}
 }
 
-// createPod creates pod on the node; it is deleted, and gone, before the
-// node stops, so that its containers do not outlive the test.
-func (n *containerdNode) createPod(t *testing.T, ctx context.Context, pod *corev1.Pod) {
-	t.Helper()
-	pod.Spec.NodeName = n.name
-	pods := n.c.Client.CoreV1().Pods(n.ns)
-	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = pods.Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-		poll.Until(t, 60*time.Second, "pod "+pod.Name+" gone", func() error {
-			if _, err := pods.Get(context.Background(), pod.Name, metav1.GetOptions{}); err == nil {
-				return errors.New("still there")
-			}
-			return nil
-		})
-	})
-}
-
-// image builds the Go main package pkg into an image, pushes it as
-// cairn-test/NAME:v1 and returns its reference.
-func (n *containerdNode) image(t *testing.T, ctx context.Context, pkg string) string {
-	t.Helper()
-	repoTag := "cairn-test/" + filepath.Base(pkg) + ":v1"
-	if _, err := registry.BuildAndPush(ctx, n.reg, pkg, repoTag); err != nil {
-		t.Fatal(err)
-	}
-	return n.reg.Addr + "/" + repoTag
-}
-
 // proxy is a GET of path on the node's kubelet server through the API
 // server's node proxy.
-func (n *containerdNode) proxy(path ...string) *rest.Request {
+func (n *criNode) proxy(path ...string) *rest.Request {
 	return n.c.Client.CoreV1().RESTClient().Get().AbsPath(append([]string{"/api/v1/nodes", n.name, "proxy"}, path...)...)
 }
 
@@ -175,7 +67,7 @@ const (
 // and working set of its container, of the pod and of the node in
 // /stats/summary and /metrics/resource.
 func TestStatsFromContainerd(t *testing.T) {
-	n := startContainerdNode(t)
+	n := startCRINode(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	image := n.image(t, ctx, "./agent/kubelet/server/testdata/burn")

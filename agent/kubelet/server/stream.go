@@ -1,0 +1,254 @@
+package server
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/proxy"
+	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cairn-os/cairn/agent/kubelet/pods"
+)
+
+// streamOptions are the query parameters of /exec and /attach, as the API
+// server sends them from PodExecOptions and PodAttachOptions.
+type streamOptions struct {
+	command                    []string
+	stdin, stdout, stderr, tty bool
+}
+
+// parseStreamOptions reads the parameters; exec needs a command.
+func parseStreamOptions(q url.Values, exec bool) (streamOptions, error) {
+	var errs []error
+	boolean := func(name string) bool {
+		v := q.Get(name)
+		if v == "" {
+			return false
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q is not true or false", name, v))
+		}
+		return b
+	}
+	o := streamOptions{
+		command: q[corev1.ExecCommandParam],
+		stdin:   boolean(corev1.ExecStdinParam),
+		stdout:  boolean(corev1.ExecStdoutParam),
+		stderr:  boolean(corev1.ExecStderrParam),
+		tty:     boolean(corev1.ExecTTYParam),
+	}
+	if exec && len(o.command) == 0 {
+		errs = append(errs, errors.New("no command to run: set command"))
+	}
+	// A terminal has one output: the runtime writes stderr to it.
+	if o.tty {
+		o.stderr = false
+	}
+	if !o.stdin && !o.stdout && !o.stderr {
+		errs = append(errs, errors.New("set at least one of input, output and error to stream"))
+	}
+	return o, errors.Join(errs...)
+}
+
+// parsePorts reads the port parameters of /portForward (a WebSocket
+// client names its ports there; a SPDY client names each in its stream).
+func parsePorts(q url.Values) ([]int32, error) {
+	var ports []int32
+	for _, v := range q[corev1.PortHeader] {
+		p, err := strconv.ParseUint(v, 10, 16)
+		if err != nil || p == 0 {
+			return nil, fmt.Errorf("port=%q is not a port from 1 to 65535", v)
+		}
+		ports = append(ports, int32(p))
+	}
+	return ports, nil
+}
+
+// exec runs a command in a container with its stdio streamed, as kubectl
+// exec asks for it through the API server.
+func (s *server) exec(w http.ResponseWriter, r *http.Request) {
+	o, err := parseStreamOptions(r.URL.Query(), true)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	id, ok := s.containerID(w, r)
+	if !ok {
+		return
+	}
+	resp, err := s.cfg.Runtime.Exec(r.Context(), &criv1.ExecRequest{ContainerId: id, Cmd: o.command,
+		Tty: o.tty, Stdin: o.stdin, Stdout: o.stdout, Stderr: o.stderr})
+	if err != nil {
+		criError(w, "exec in the container", err)
+		return
+	}
+	s.proxyStream(w, r, resp.Url)
+}
+
+// attach streams the stdio of a container's process, as kubectl attach
+// asks for it.
+func (s *server) attach(w http.ResponseWriter, r *http.Request) {
+	o, err := parseStreamOptions(r.URL.Query(), false)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	id, ok := s.containerID(w, r)
+	if !ok {
+		return
+	}
+	resp, err := s.cfg.Runtime.Attach(r.Context(), &criv1.AttachRequest{ContainerId: id,
+		Tty: o.tty, Stdin: o.stdin, Stdout: o.stdout, Stderr: o.stderr})
+	if err != nil {
+		criError(w, "attach to the container", err)
+		return
+	}
+	s.proxyStream(w, r, resp.Url)
+}
+
+// portForward tunnels connections to ports in the pod's network
+// namespace, as kubectl port-forward asks for it.
+func (s *server) portForward(w http.ResponseWriter, r *http.Request) {
+	ports, err := parsePorts(r.URL.Query())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	pod, ok := s.pod(w, r)
+	if !ok {
+		return
+	}
+	sandboxes, err := s.cfg.Runtime.ListPodSandbox(r.Context(), &criv1.ListPodSandboxRequest{Filter: &criv1.PodSandboxFilter{
+		State:         &criv1.PodSandboxStateValue{State: criv1.PodSandboxState_SANDBOX_READY},
+		LabelSelector: map[string]string{pods.LabelPodUID: string(pod.UID)},
+	}})
+	if err != nil {
+		criError(w, "list the pod's sandboxes", err)
+		return
+	}
+	if len(sandboxes.Items) == 0 {
+		http.Error(w, fmt.Sprintf("pod %q has no running sandbox", pod.Namespace+"/"+pod.Name), http.StatusNotFound)
+		return
+	}
+	resp, err := s.cfg.Runtime.PortForward(r.Context(), &criv1.PortForwardRequest{PodSandboxId: sandboxes.Items[0].Id, Port: ports})
+	if err != nil {
+		criError(w, "forward the pod's ports", err)
+		return
+	}
+	s.proxyStream(w, r, resp.Url)
+}
+
+// pod finds the pod of the request's path, its UID too if the path has
+// one; if there is none, it answers 404 as the kubelet does.
+func (s *server) pod(w http.ResponseWriter, r *http.Request) (*corev1.Pod, bool) {
+	pod, err := s.cfg.Pods.Pods(r.PathValue("namespace")).Get(r.PathValue("pod"))
+	if err == nil && r.PathValue("uid") != "" && pod.UID != types.UID(r.PathValue("uid")) {
+		err = apierrors.NewNotFound(corev1.Resource("pods"), pod.Name)
+	}
+	if apierrors.IsNotFound(err) {
+		http.Error(w, "pod does not exist", http.StatusNotFound)
+		return nil, false
+	}
+	if err != nil {
+		http.Error(w, "get the pod: "+err.Error(), http.StatusInternalServerError)
+		return nil, false
+	}
+	return pod, true
+}
+
+// containerID finds the CRI container of the request's path: the latest
+// attempt of the pod's container of that name, running or not, so that
+// the runtime says why a stopped one cannot be streamed.
+func (s *server) containerID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	pod, ok := s.pod(w, r)
+	if !ok {
+		return "", false
+	}
+	name := r.PathValue("container")
+	notFound := func() (string, bool) {
+		http.Error(w, fmt.Sprintf("container not found (%q)", name), http.StatusNotFound)
+		return "", false
+	}
+	if !hasContainer(pod, name) {
+		return notFound()
+	}
+	resp, err := s.cfg.Runtime.ListContainers(r.Context(), &criv1.ListContainersRequest{Filter: &criv1.ContainerFilter{
+		LabelSelector: map[string]string{pods.LabelPodUID: string(pod.UID), pods.LabelContainerName: name},
+	}})
+	if err != nil {
+		criError(w, "list the pod's containers", err)
+		return "", false
+	}
+	if len(resp.Containers) == 0 {
+		return notFound()
+	}
+	latest := slices.MaxFunc(resp.Containers, func(a, b *criv1.Container) int {
+		return cmp.Or(cmp.Compare(a.GetMetadata().GetAttempt(), b.GetMetadata().GetAttempt()), cmp.Compare(a.CreatedAt, b.CreatedAt))
+	})
+	return latest.Id, true
+}
+
+// criError answers a failed CRI call: 404 for what the runtime does not
+// have, 500 for the rest, with the runtime's message.
+func criError(w http.ResponseWriter, what string, err error) {
+	code := http.StatusInternalServerError
+	if status.Code(err) == codes.NotFound {
+		code = http.StatusNotFound
+	}
+	http.Error(w, what+": "+status.Convert(err).Message(), code)
+}
+
+// proxyStream hands the upgraded connection to the runtime's streaming
+// server at rawURL, which speaks SPDY or WebSocket with the client, and
+// copies bytes both ways until either side closes; then both are closed.
+func (s *server) proxyStream(w http.ResponseWriter, r *http.Request, rawURL string) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		http.Error(w, fmt.Sprintf("runtime's streaming URL %q: %v", rawURL, err), http.StatusInternalServerError)
+		return
+	}
+	// The client's credentials are for this server, not the runtime's.
+	r.Header.Del("Authorization")
+	h := proxy.NewUpgradeAwareHandler(u, nil, false, true, streamResponder{s})
+	h.ServeHTTP(closingHijacker{w, r.Context()}, r)
+}
+
+// closingHijacker closes the connection it hijacks when ctx ends: the
+// server's http.Server.Shutdown does not know of hijacked connections, and
+// a stream must not outlive the server. The request's context ends with
+// the server's, or once the handler returns, when the proxy has closed the
+// connection already.
+type closingHijacker struct {
+	http.ResponseWriter
+	ctx context.Context
+}
+
+func (h closingHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(h.ResponseWriter).Hijack()
+	if err == nil {
+		context.AfterFunc(h.ctx, func() { c.Close() })
+	}
+	return c, rw, err
+}
+
+// streamResponder answers a stream that could not reach the runtime.
+type streamResponder struct{ s *server }
+
+func (sr streamResponder) Error(w http.ResponseWriter, r *http.Request, err error) {
+	sr.s.cfg.Log.Warn("kubelet server: stream not proxied to the runtime", "path", r.URL.Path, "err", err)
+	http.Error(w, "stream to the runtime: "+err.Error(), http.StatusInternalServerError)
+}
