@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -43,7 +44,11 @@ func TestStaticPodsWithoutCluster(t *testing.T) {
 		Spec: corev1.PodSpec{HostNetwork: true, TerminationGracePeriodSeconds: &grace,
 			Containers: []corev1.Container{{Name: "hello", Image: reg.Addr + "/cairn-test/hello:v1"}}},
 	}
-	cfg := &machineconfig.Config{Machine: machineconfig.Machine{Hostname: "alone-1", StaticPods: []corev1.Pod{pod}}}
+	podJSON, err := json.Marshal(&pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &machineconfig.Config{Machine: machineconfig.Machine{Hostname: "alone-1", StaticPods: []machineconfig.StaticPod{podJSON}}}
 	paths := nodePaths{criSocket: rt.Socket, podLogRoot: filepath.Join(t.TempDir(), "pods"),
 		staticPodDir: filepath.Join(t.TempDir(), "static-pods")}
 	// As init writes it.

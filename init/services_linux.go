@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/opencontainers/cgroups"
-	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/cairn-os/cairn/init/internal/containers"
@@ -185,12 +184,13 @@ func importSandboxImage(ctx context.Context) error {
 }
 
 // writeStaticPods makes dir hold exactly the manifests of pods, one
-// <name>.yaml each (the config's names are unique): a manifest written
-// at an earlier boot whose pod left the config is removed, so the agent
-// stops that pod. The directory and its files are root's alone: a static
-// pod runs with no API server to check who asked for it. Each file is
-// replaced by a rename, so that a reader never sees half of one.
-func writeStaticPods(dir string, pods []corev1.Pod) error {
+// <name>.yaml each (the config's names are unique), as written in the
+// config: a manifest written at an earlier boot whose pod left the config
+// is removed, so the agent stops that pod. The directory and its files
+// are root's alone: a static pod runs with no API server to check who
+// asked for it. Each file is replaced by a rename, so that a reader never
+// sees half of one.
+func writeStaticPods(dir string, pods []machineconfig.StaticPod) error {
 	if _, err := os.Stat(dir); len(pods) == 0 && os.IsNotExist(err) {
 		return nil // nothing to write, nothing to remove (STATE may be missing)
 	}
@@ -202,16 +202,21 @@ func writeStaticPods(dir string, pods []corev1.Pod) error {
 	}
 	want := map[string]bool{}
 	var errs []error
-	for i := range pods {
-		name := pods[i].Name + ".yaml"
-		want[name] = true
-		data, err := yaml.Marshal(&pods[i])
+	for i, pod := range pods {
+		meta, err := pod.Meta()
 		if err != nil {
-			errs = append(errs, fmt.Errorf("static pod %s: %w", pods[i].Name, err))
+			errs = append(errs, fmt.Errorf("machine.staticPods[%d]: %w", i, err))
+			continue
+		}
+		name := meta.Name + ".yaml"
+		want[name] = true
+		data, err := yaml.JSONToYAML(pod)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("static pod %s: %w", meta.Name, err))
 			continue
 		}
 		if err := replaceFile(filepath.Join(dir, name), data, 0o600); err != nil {
-			errs = append(errs, fmt.Errorf("static pod %s: %w", pods[i].Name, err))
+			errs = append(errs, fmt.Errorf("static pod %s: %w", meta.Name, err))
 		}
 	}
 	ents, err := os.ReadDir(dir)

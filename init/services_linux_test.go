@@ -13,9 +13,9 @@ import (
 	"github.com/opencontainers/cgroups"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/cairn-os/cairn/machineconfig"
+	"github.com/cairn-os/cairn/machineconfig/staticpod"
 	"github.com/cairn-os/cairn/supervisor"
 	"github.com/cairn-os/cairn/test/need"
 )
@@ -104,24 +104,27 @@ func TestNodeServices(t *testing.T) {
 }
 
 // TestWriteStaticPods writes the config's static pods whole: one manifest
-// per pod that reads back as the pod, root's alone, and nothing left of
-// what an earlier boot wrote for a pod no longer in the config.
+// per pod that the agent's decoder reads back as the pod, root's alone,
+// and nothing left of what an earlier boot wrote for a pod no longer in
+// the config.
 func TestWriteStaticPods(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "static-pods")
+	raw := func(name, image string) machineconfig.StaticPod {
+		return machineconfig.StaticPod(fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q},"spec":{"containers":[{"name":"c","image":%q}]}}`, name, image))
+	}
 	pod := func(name, image string) corev1.Pod {
-		p := corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
+		p := corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: metav1.ObjectMeta{Name: name}}
 		p.Spec.Containers = []corev1.Container{{Name: "c", Image: image}}
 		return p
 	}
-	if err := writeStaticPods(dir, []corev1.Pod{pod("a", "x:1"), pod("b", "y:1")}); err != nil {
+	if err := writeStaticPods(dir, []machineconfig.StaticPod{raw("a", "x:1"), raw("b", "y:1")}); err != nil {
 		t.Fatalf("writeStaticPods(a, b) = %v", err)
 	}
 	if err := os.Chmod(dir, 0o755); err != nil { // as if someone opened it up
 		t.Fatal(err)
 	}
 	want := []corev1.Pod{pod("b", "y:2"), pod("c", "z:1")}
-	if err := writeStaticPods(dir, want); err != nil {
+	if err := writeStaticPods(dir, []machineconfig.StaticPod{raw("b", "y:2"), raw("c", "z:1")}); err != nil {
 		t.Fatalf("writeStaticPods(b, c) = %v", err)
 	}
 	st, err := os.Stat(dir)
@@ -155,11 +158,11 @@ func TestWriteStaticPods(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got corev1.Pod
-		if err := yaml.UnmarshalStrict(data, &got); err != nil {
+		got, err := staticpod.Decode(data)
+		if err != nil {
 			t.Fatalf("read back %s: %v", file, err)
 		}
-		if diff := cmp.Diff(p, got); diff != "" {
+		if diff := cmp.Diff(&p, got); diff != "" {
 			t.Errorf("%s reads back as (-want +got):\n%s", file, diff)
 		}
 	}

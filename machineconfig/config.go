@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"os"
 
-	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -51,8 +50,8 @@ type Machine struct {
 	Resources MachineResources `json:"resources,omitzero"`
 	// StaticPods are Pods the node runs by itself, from its boot and
 	// whether or not an API server answers (see staticpods.go): each a
-	// full v1 Pod manifest.
-	StaticPods []corev1.Pod `json:"staticPods,omitempty"`
+	// full v1 Pod manifest, kept as written.
+	StaticPods []StaticPod `json:"staticPods,omitempty"`
 }
 
 // API configures the node API server. Clients authenticate with
@@ -164,9 +163,6 @@ func (c *Config) SetDefaults() {
 	}
 	for i := range c.Services {
 		c.Services[i].setDefaults()
-	}
-	for i := range c.Machine.StaticPods {
-		SetStaticPodDefaults(&c.Machine.StaticPods[i])
 	}
 	c.Cluster.setDefaults()
 }

@@ -1,182 +1,140 @@
 package machineconfig
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
-	"strings"
-
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
+	"regexp"
 )
 
 // Static pods are run by the node alone, with no API server: from the
-// node's boot and whether or not one answers. So they can refer to nothing
-// that only the API holds — no ConfigMap, Secret, ServiceAccount token or
-// PersistentVolumeClaim — which is also what the API server's NodeRestriction
-// refuses in the mirror Pods the node publishes of them. The node runs each
-// as NAME-HOSTNAME, as the kubelet names its static pods, so that the
-// mirror Pods of several nodes do not collide.
+// node's boot and whether or not one answers. The node runs each as
+// NAME-HOSTNAME, as the kubelet names its static pods, so that the mirror
+// Pods of several nodes do not collide.
+//
+// This package keeps each manifest as written and checks only what it can
+// without the Pod API (k8s.io/api/core/v1), which would more than double
+// what init, which loads this config, links. Package
+// machineconfig/staticpod decodes and checks them in full; whatever
+// validates a config for a user goes through it.
 
-// StaticPodName is the name the node runs pod under, and its mirror Pod
-// has: the manifest's name, a dash and the node's name.
-func StaticPodName(pod *corev1.Pod, nodeName string) string {
-	return pod.Name + "-" + nodeName
-}
+// StaticPod is one static pod's manifest as written: a JSON object (the
+// config's YAML is turned into JSON when parsed), marshalled back
+// verbatim.
+type StaticPod []byte
 
-// SetStaticPodDefaults fills in the namespace, "default" if none.
-func SetStaticPodDefaults(pod *corev1.Pod) {
-	if pod.Namespace == "" {
-		pod.Namespace = corev1.NamespaceDefault
+// MarshalJSON returns the manifest as it is.
+func (p StaticPod) MarshalJSON() ([]byte, error) {
+	if p == nil {
+		return []byte("null"), nil
 	}
+	return p, nil
 }
 
-// ValidateStaticPod reports, as a *ValidationError, what keeps pod from
-// running as a static pod of the node nodeName; it expects
-// SetStaticPodDefaults to be applied. The agent checks the manifests it
-// reads with it.
-func ValidateStaticPod(pod *corev1.Pod, nodeName string) error {
+// UnmarshalJSON keeps a copy of data.
+func (p *StaticPod) UnmarshalJSON(data []byte) error {
+	*p = append((*p)[:0], data...)
+	return nil
+}
+
+// StaticPodMeta is what this package reads of a static pod's manifest.
+type StaticPodMeta struct {
+	APIVersion string
+	Kind       string
+	Name       string
+	// Namespace is "" for the default one.
+	Namespace string
+}
+
+// Meta reads the manifest's type, name and namespace.
+func (p StaticPod) Meta() (StaticPodMeta, error) {
+	var m struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name      string `json:"name"`
+			Namespace string `json:"namespace"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(p, &m); err != nil {
+		return StaticPodMeta{}, fmt.Errorf("decode static pod manifest: %w", err)
+	}
+	return StaticPodMeta{APIVersion: m.APIVersion, Kind: m.Kind, Name: m.Metadata.Name, Namespace: m.Metadata.Namespace}, nil
+}
+
+// StaticPodName is the name the node runs a static pod of manifest name
+// under, and its mirror Pod has: the name, a dash and the node's name.
+func StaticPodName(name, nodeName string) string {
+	return name + "-" + nodeName
+}
+
+// dnsLabelRE matches an RFC 1123 label in lowercase, a namespace's form.
+var dnsLabelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// Validate reports, with paths relative to the manifest (metadata.name),
+// what keeps m from being the type, name and namespace of a static pod of
+// the node nodeName.
+func (m StaticPodMeta) Validate(nodeName string) []FieldError {
 	var v validator
-	v.staticPod("", pod, nodeName)
-	return v.err("static pod")
+	v.staticPodMeta("", m, nodeName)
+	return v.errs
 }
 
-// staticPods checks machine.staticPods: each a valid static pod, their
-// names unique (each names its manifest file).
-func (v *validator) staticPods(pods []corev1.Pod, nodeName string) {
+// staticPods checks machine.staticPods as far as it can without the Pod
+// API: each a Pod manifest, their names unique (each names its manifest
+// file).
+func (v *validator) staticPods(pods []StaticPod, nodeName string) {
 	names := map[string]string{}
-	for i := range pods {
+	for i, pod := range pods {
 		p := fmt.Sprintf("machine.staticPods[%d]", i)
-		pod := &pods[i]
-		v.staticPod(p+".", pod, nodeName)
-		if pod.Name == "" {
+		m, err := pod.Meta()
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &te) && te.Field != "":
+			v.add(p+"."+te.Field, "a JSON %s; want %s", te.Value, te.Type)
+			continue
+		case err != nil:
+			v.add(p, "not a Pod manifest: want an object with apiVersion, kind, metadata and spec")
 			continue
 		}
-		if other, dup := names[pod.Name]; dup {
-			v.add(p+".metadata.name", "%q is %s's already", pod.Name, other)
+		v.staticPodMeta(p+".", m, nodeName)
+		if m.Name == "" {
 			continue
 		}
-		names[pod.Name] = p
+		if other, dup := names[m.Name]; dup {
+			v.add(p+".metadata.name", "%q is %s's already", m.Name, other)
+			continue
+		}
+		names[m.Name] = p
 	}
 }
 
-// staticPod checks one static pod; p prefixes its field paths.
-func (v *validator) staticPod(p string, pod *corev1.Pod, nodeName string) {
-	switch pod.APIVersion {
+// staticPodMeta checks one static pod's type, name and namespace; p
+// prefixes the field paths.
+func (v *validator) staticPodMeta(p string, m StaticPodMeta, nodeName string) {
+	switch m.APIVersion {
 	case "v1":
 	case "":
 		v.add(p+"apiVersion", "required; use v1")
 	default:
-		v.add(p+"apiVersion", "%q is not supported; use v1", pod.APIVersion)
+		v.add(p+"apiVersion", "%q is not supported; use v1", m.APIVersion)
 	}
-	switch pod.Kind {
+	switch m.Kind {
 	case "Pod":
 	case "":
 		v.add(p+"kind", "required; use Pod")
 	default:
-		v.add(p+"kind", "%q is not supported; use Pod", pod.Kind)
+		v.add(p+"kind", "%q is not supported; use Pod", m.Kind)
 	}
-	switch {
-	case pod.Name == "":
+	// A Pod's name is a DNS subdomain: the hostname's form, up to 253
+	// characters.
+	switch name := StaticPodName(m.Name, nodeName); {
+	case m.Name == "":
 		v.add(p+"metadata.name", "required")
-	default:
-		if errs := validation.IsDNS1123Subdomain(StaticPodName(pod, nodeName)); len(errs) > 0 {
-			v.add(p+"metadata.name", "%q, run as %q, is not a valid Pod name: %s", pod.Name, StaticPodName(pod, nodeName), strings.Join(errs, "; "))
-		}
+	case len(name) > 253 || !hostnameRE.MatchString(name):
+		v.add(p+"metadata.name", "%q, run as %q, is not a valid Pod name: use at most 253 lowercase letters, digits, '-' and '.', starting and ending with a letter or digit", m.Name, name)
 	}
-	if errs := validation.IsDNS1123Label(pod.Namespace); len(errs) > 0 {
-		v.add(p+"metadata.namespace", "%q is not a valid namespace: %s", pod.Namespace, strings.Join(errs, "; "))
+	if m.Namespace != "" && (len(m.Namespace) > 63 || !dnsLabelRE.MatchString(m.Namespace)) {
+		v.add(p+"metadata.namespace", "%q is not a valid namespace: use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit", m.Namespace)
 	}
-	spec := &pod.Spec
-	sp := p + "spec."
-	if spec.NodeName != "" && spec.NodeName != nodeName {
-		v.add(sp+"nodeName", "%q is not this node: leave it empty or set %q", spec.NodeName, nodeName)
-	}
-	if spec.ServiceAccountName != "" {
-		v.add(sp+"serviceAccountName", "a static pod has no ServiceAccount: it runs without the API server; leave it empty")
-	}
-	for i := range spec.ImagePullSecrets {
-		v.add(fmt.Sprintf("%simagePullSecrets[%d]", sp, i), "a static pod cannot read Secrets: it runs without the API server; configure the registry in containerd.registries instead")
-	}
-	if len(spec.Containers) == 0 {
-		v.add(sp+"containers", "required: at least one container")
-	}
-	containers := map[string]bool{}
-	for _, list := range []struct {
-		field string
-		cs    []corev1.Container
-	}{{"initContainers", spec.InitContainers}, {"containers", spec.Containers}} {
-		for i := range list.cs {
-			v.staticContainer(fmt.Sprintf("%s%s[%d]", sp, list.field, i), &list.cs[i], containers)
-		}
-	}
-	volumes := map[string]bool{}
-	for i := range spec.Volumes {
-		vol := &spec.Volumes[i]
-		vp := fmt.Sprintf("%svolumes[%d]", sp, i)
-		switch {
-		case vol.Name == "":
-			v.add(vp+".name", "required")
-		case len(validation.IsDNS1123Label(vol.Name)) > 0:
-			v.add(vp+".name", "%q is not a valid volume name: %s", vol.Name, strings.Join(validation.IsDNS1123Label(vol.Name), "; "))
-		case volumes[vol.Name]:
-			v.add(vp+".name", "%q is another volume's already", vol.Name)
-		}
-		volumes[vol.Name] = true
-		if what := apiVolume(vol); what != "" {
-			v.add(vp, "a static pod cannot mount %s: it runs without the API server", what)
-		}
-	}
-}
-
-// staticContainer checks one container of a static pod; names holds the
-// names of the pod's containers seen so far.
-func (v *validator) staticContainer(p string, c *corev1.Container, names map[string]bool) {
-	switch {
-	case c.Name == "":
-		v.add(p+".name", "required")
-	case len(validation.IsDNS1123Label(c.Name)) > 0:
-		v.add(p+".name", "%q is not a valid container name: %s", c.Name, strings.Join(validation.IsDNS1123Label(c.Name), "; "))
-	case names[c.Name]:
-		v.add(p+".name", "%q is another container's already", c.Name)
-	}
-	names[c.Name] = true
-	if strings.TrimSpace(c.Image) == "" {
-		v.add(p+".image", "required")
-	}
-	for i := range c.Env {
-		ref := c.Env[i].ValueFrom
-		if ref != nil && (ref.ConfigMapKeyRef != nil || ref.SecretKeyRef != nil) {
-			v.add(fmt.Sprintf("%s.env[%d].valueFrom", p, i), "a static pod cannot read ConfigMaps or Secrets: it runs without the API server")
-		}
-	}
-	for i := range c.EnvFrom {
-		v.add(fmt.Sprintf("%s.envFrom[%d]", p, i), "a static pod cannot read ConfigMaps or Secrets: it runs without the API server")
-	}
-}
-
-// apiVolume names what vol needs from the API server, or "" if nothing.
-func apiVolume(vol *corev1.Volume) string {
-	switch {
-	case vol.ConfigMap != nil:
-		return "a configMap volume"
-	case vol.Secret != nil:
-		return "a secret volume"
-	case vol.PersistentVolumeClaim != nil:
-		return "a persistentVolumeClaim volume"
-	case vol.Ephemeral != nil:
-		return "an ephemeral volume (its claim is made in the API)"
-	case vol.Projected != nil:
-		for _, s := range vol.Projected.Sources {
-			switch {
-			case s.ConfigMap != nil:
-				return "a projected configMap"
-			case s.Secret != nil:
-				return "a projected secret"
-			case s.ServiceAccountToken != nil:
-				return "a projected service account token"
-			case s.ClusterTrustBundle != nil:
-				return "a projected clusterTrustBundle"
-			}
-		}
-	}
-	return ""
 }

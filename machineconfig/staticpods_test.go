@@ -2,10 +2,10 @@ package machineconfig
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	corev1 "k8s.io/api/core/v1"
 )
 
 func TestParseStaticPods(t *testing.T) {
@@ -16,7 +16,6 @@ func TestParseStaticPods(t *testing.T) {
       spec:
         hostNetwork: true
         containers: [{name: web, image: registry.example/web:1.0}]
-        volumes: [{name: scratch, emptyDir: {}}]
 `)))
 	if err != nil {
 		t.Fatalf("Parse() = %v, want a valid config", err)
@@ -24,15 +23,30 @@ func TestParseStaticPods(t *testing.T) {
 	if len(c.Machine.StaticPods) != 1 {
 		t.Fatalf("Parse() has %d static pods, want 1", len(c.Machine.StaticPods))
 	}
-	pod := c.Machine.StaticPods[0]
-	if pod.Namespace != corev1.NamespaceDefault || pod.Spec.Containers[0].Image != "registry.example/web:1.0" || !pod.Spec.HostNetwork {
-		t.Errorf("Parse() static pod = %+v, want web in namespace default on the host network", pod)
+	want := `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web"},"spec":{"containers":[{"image":"registry.example/web:1.0","name":"web"}],"hostNetwork":true}}`
+	if got := string(c.Machine.StaticPods[0]); got != want {
+		t.Errorf("Parse() static pod = %s, want %s", got, want)
 	}
-	if got := StaticPodName(&pod, c.Machine.Hostname); got != "web-node-1" {
-		t.Errorf("StaticPodName() = %q, want web-node-1", got)
+	m, err := c.Machine.StaticPods[0].Meta()
+	if err != nil || m != (StaticPodMeta{APIVersion: "v1", Kind: "Pod", Name: "web"}) {
+		t.Errorf("Meta() = %+v, %v, want v1 Pod web", m, err)
+	}
+	// The manifest is marshalled back as it is, so init writes it whole.
+	out, err := c.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := Parse(out)
+	if err != nil {
+		t.Fatalf("Parse(Marshal()) = %v", err)
+	}
+	if diff := cmp.Diff(c, again); diff != "" {
+		t.Errorf("Parse(Marshal()) mismatch (-want +got):\n%s", diff)
 	}
 }
 
+// TestParseStaticPodsInvalid covers what machineconfig checks of a static
+// pod without the Pod API; machineconfig/staticpod checks the rest.
 func TestParseStaticPodsInvalid(t *testing.T) {
 	tests := []struct {
 		name string
@@ -40,7 +54,7 @@ func TestParseStaticPodsInvalid(t *testing.T) {
 		want []FieldError
 	}{
 		{
-			name: "type meta, name and containers missing",
+			name: "type meta and name missing, namespace invalid",
 			pods: `    - metadata: {namespace: Kube_System}
       spec: {}
 `,
@@ -48,12 +62,11 @@ func TestParseStaticPodsInvalid(t *testing.T) {
 				{"machine.staticPods[0].apiVersion", "required; use v1"},
 				{"machine.staticPods[0].kind", "required; use Pod"},
 				{"machine.staticPods[0].metadata.name", "required"},
-				{"machine.staticPods[0].metadata.namespace", `"Kube_System" is not a valid namespace: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')`},
-				{"machine.staticPods[0].spec.containers", "required: at least one container"},
+				{"machine.staticPods[0].metadata.namespace", `"Kube_System" is not a valid namespace: use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit`},
 			},
 		},
 		{
-			name: "wrong kind, another node, container without image, duplicates",
+			name: "wrong kind, duplicate name, a name too long",
 			pods: `    - apiVersion: v1
       kind: Pod
       metadata: {name: a}
@@ -61,51 +74,25 @@ func TestParseStaticPodsInvalid(t *testing.T) {
     - apiVersion: apps/v1
       kind: Deployment
       metadata: {name: a}
-      spec:
-        nodeName: node-2
-        initContainers: [{name: c, image: x}]
-        containers: [{name: c}, {image: x}]
+    - apiVersion: v1
+      kind: Pod
+      metadata: {name: ` + strings.Repeat("x", 250) + `}
 `,
 			want: []FieldError{
 				{"machine.staticPods[1].apiVersion", `"apps/v1" is not supported; use v1`},
 				{"machine.staticPods[1].kind", `"Deployment" is not supported; use Pod`},
-				{"machine.staticPods[1].spec.nodeName", `"node-2" is not this node: leave it empty or set "node-1"`},
-				{"machine.staticPods[1].spec.containers[0].name", `"c" is another container's already`},
-				{"machine.staticPods[1].spec.containers[0].image", "required"},
-				{"machine.staticPods[1].spec.containers[1].name", "required"},
 				{"machine.staticPods[1].metadata.name", `"a" is machine.staticPods[0]'s already`},
+				{"machine.staticPods[2].metadata.name", `"` + strings.Repeat("x", 250) + `", run as "` + strings.Repeat("x", 250) + `-node-1", is not a valid Pod name: use at most 253 lowercase letters, digits, '-' and '.', starting and ending with a letter or digit`},
 			},
 		},
 		{
-			name: "what needs the API server",
-			pods: `    - apiVersion: v1
-      kind: Pod
-      metadata: {name: app}
-      spec:
-        serviceAccountName: app
-        imagePullSecrets: [{name: regcred}]
-        containers:
-          - name: app
-            image: x
-            env: [{name: A, valueFrom: {configMapKeyRef: {name: cm, key: a}}}, {name: B, value: b}]
-            envFrom: [{secretRef: {name: s}}]
-        volumes:
-          - {name: cm, configMap: {name: cm}}
-          - {name: s, secret: {secretName: s}}
-          - {name: token, projected: {sources: [{serviceAccountToken: {path: token}}]}}
-          - {name: data, persistentVolumeClaim: {claimName: data}}
-          - {name: cm, emptyDir: {}}
+			name: "not a manifest",
+			pods: `    - [apiVersion, v1]
+    - {apiVersion: v1, kind: Pod, metadata: {name: [a]}}
 `,
 			want: []FieldError{
-				{"machine.staticPods[0].spec.serviceAccountName", "a static pod has no ServiceAccount: it runs without the API server; leave it empty"},
-				{"machine.staticPods[0].spec.imagePullSecrets[0]", "a static pod cannot read Secrets: it runs without the API server; configure the registry in containerd.registries instead"},
-				{"machine.staticPods[0].spec.containers[0].env[0].valueFrom", "a static pod cannot read ConfigMaps or Secrets: it runs without the API server"},
-				{"machine.staticPods[0].spec.containers[0].envFrom[0]", "a static pod cannot read ConfigMaps or Secrets: it runs without the API server"},
-				{"machine.staticPods[0].spec.volumes[0]", "a static pod cannot mount a configMap volume: it runs without the API server"},
-				{"machine.staticPods[0].spec.volumes[1]", "a static pod cannot mount a secret volume: it runs without the API server"},
-				{"machine.staticPods[0].spec.volumes[2]", "a static pod cannot mount a projected service account token: it runs without the API server"},
-				{"machine.staticPods[0].spec.volumes[3]", "a static pod cannot mount a persistentVolumeClaim volume: it runs without the API server"},
-				{"machine.staticPods[0].spec.volumes[4].name", `"cm" is another volume's already`},
+				{"machine.staticPods[0]", "not a Pod manifest: want an object with apiVersion, kind, metadata and spec"},
+				{"machine.staticPods[1].metadata.name", "a JSON array; want string"},
 			},
 		},
 	}
@@ -123,18 +110,16 @@ func TestParseStaticPodsInvalid(t *testing.T) {
 	}
 }
 
-func TestValidateStaticPodName(t *testing.T) {
-	pod := &corev1.Pod{}
-	pod.APIVersion, pod.Kind, pod.Name = "v1", "Pod", "Web"
-	pod.Spec.Containers = []corev1.Container{{Name: "web", Image: "x"}}
-	SetStaticPodDefaults(pod)
-	err := ValidateStaticPod(pod, "node-1")
-	var verr *ValidationError
-	if !errors.As(err, &verr) || len(verr.Errors) != 1 || verr.Errors[0].Path != "metadata.name" {
-		t.Fatalf("ValidateStaticPod(name Web) = %v, want one error on metadata.name", err)
+func TestStaticPodMetaValidate(t *testing.T) {
+	m := StaticPodMeta{APIVersion: "v1", Kind: "Pod", Name: "Web"}
+	if errs := m.Validate("node-1"); len(errs) != 1 || errs[0].Path != "metadata.name" {
+		t.Fatalf("Validate(name Web) = %v, want one error on metadata.name", errs)
 	}
-	pod.Name = "web"
-	if err := ValidateStaticPod(pod, "node-1"); err != nil {
-		t.Errorf("ValidateStaticPod(name web) = %v, want nil", err)
+	m.Name = "web"
+	if errs := m.Validate("node-1"); errs != nil {
+		t.Errorf("Validate(name web) = %v, want none", errs)
+	}
+	if got := StaticPodName("web", "node-1"); got != "web-node-1" {
+		t.Errorf("StaticPodName(web, node-1) = %q, want web-node-1", got)
 	}
 }

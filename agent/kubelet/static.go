@@ -17,9 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/yaml"
 
-	"github.com/cairn-os/cairn/machineconfig"
+	"github.com/cairn-os/cairn/machineconfig/staticpod"
 )
 
 // Static pods: a second source of pods beside the API's, from the
@@ -125,15 +124,15 @@ func (src *staticSource) readFile(file string) (*corev1.Pod, error) {
 	if err != nil {
 		return nil, err
 	}
-	var manifest corev1.Pod
-	if err := yaml.UnmarshalStrict(data, &manifest); err != nil {
+	manifest, err := staticpod.Decode(data)
+	if err != nil {
 		return nil, err
 	}
-	machineconfig.SetStaticPodDefaults(&manifest)
-	if err := machineconfig.ValidateStaticPod(&manifest, src.nodeName); err != nil {
+	staticpod.SetDefaults(manifest)
+	if err := staticpod.Validate(manifest, src.nodeName); err != nil {
 		return nil, err
 	}
-	return newStaticPod(&manifest, src.nodeName)
+	return newStaticPod(manifest, src.nodeName)
 }
 
 // newStaticPod is the pod the node runs for manifest: its metadata but
@@ -148,7 +147,7 @@ func newStaticPod(manifest *corev1.Pod, nodeName string) (*corev1.Pod, error) {
 	hash := hex.EncodeToString(sum[:16])
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:        machineconfig.StaticPodName(manifest, nodeName),
+			Name:        staticpod.Name(manifest, nodeName),
 			Namespace:   manifest.Namespace,
 			UID:         types.UID(hash),
 			Labels:      manifest.Labels,

@@ -96,7 +96,7 @@ func (k *Kubelet) join(m *node.Member) (stop func()) {
 
 // errNotJoined is what the worker's questions about the API get before
 // the node joined, when only static pods run: validation keeps them from
-// asking most (machineconfig.ValidateStaticPod).
+// asking most (staticpod.Validate).
 var errNotJoined = errors.New("the node has not joined its cluster yet: no API server to ask")
 
 // joinedRefs answers pods.Refs through the member's nodeRefs once the
@@ -137,7 +137,7 @@ func (r *joinedRefs) Node(ctx context.Context) (*corev1.Node, error) {
 }
 
 // podVolumes keeps the static pods' volumes with a manager that has no
-// client (they mount nothing from the API: machineconfig.ValidateStaticPod)
+// client (they mount nothing from the API: staticpod.Validate)
 // and the API pods' with the member's, both under the same directory.
 type podVolumes struct {
 	static *volumes.Manager

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/cairn-os/cairn/machineconfig"
+	"github.com/cairn-os/cairn/machineconfig/staticpod"
 	"github.com/spf13/cobra"
 )
 
@@ -69,7 +70,7 @@ func configValidateCmd() *cobra.Command {
 		Short: "Check a machine config and list every problem",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := machineconfig.Load(args[0]); err != nil {
+			if _, err := staticpod.Load(args[0]); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: valid\n", args[0])

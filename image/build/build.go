@@ -19,7 +19,7 @@ import (
 	"github.com/cairn-os/cairn/image/oci"
 	"github.com/cairn-os/cairn/internal/layout"
 	"github.com/cairn-os/cairn/internal/version"
-	"github.com/cairn-os/cairn/machineconfig"
+	"github.com/cairn-os/cairn/machineconfig/staticpod"
 	"github.com/cairn-os/cairn/rootfs"
 )
 
@@ -158,7 +158,7 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("machine config: %w (`cairn config gen` writes one)", err)
 	}
-	if _, err := machineconfig.Parse(cfgBytes); err != nil {
+	if _, err := staticpod.Parse(cfgBytes); err != nil {
 		return nil, fmt.Errorf("%s: %w", o.Config, err)
 	}
 	format, err := image.FormatByName(o.Format)
