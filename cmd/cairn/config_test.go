@@ -94,3 +94,34 @@ func TestConfigGenValidate(t *testing.T) {
 		t.Errorf("config gen --force = %v, output:\n%s", err, out)
 	}
 }
+
+// TestConfigValidateStaticPods wants validate to check a static pod in
+// full, Pod API and all, not only what init reads of it.
+func TestConfigValidateStaticPods(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "out")
+	if out, err := runConfig(t, "gen", "--out", dir, "--hostname", "node-1"); err != nil {
+		t.Fatalf("config gen = %v, output:\n%s", err, out)
+	}
+	machineYAML := filepath.Join(dir, "machine.yaml")
+	gen, err := os.ReadFile(machineYAML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withPods := func(container string) {
+		t.Helper()
+		pods := "machine:\n  staticPods:\n    - {apiVersion: v1, kind: Pod, metadata: {name: web}, spec: {containers: [" + container + "]}}\n"
+		data := strings.Replace(string(gen), "machine:\n", pods, 1)
+		if err := os.WriteFile(machineYAML, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	withPods("{name: web, image: registry.example/web:1.0}")
+	if out, err := runConfig(t, "validate", machineYAML); err != nil || out != machineYAML+": valid\n" {
+		t.Fatalf("config validate (valid static pod) = %q, %v; want it valid", out, err)
+	}
+	withPods("{name: web}")
+	_, err = runConfig(t, "validate", machineYAML)
+	if want := "\n  machine.staticPods[0].spec.containers[0].image: required"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("config validate (container without image) = %v, want it to contain %q", err, want)
+	}
+}

@@ -222,6 +222,7 @@ func TestBuildErrors(t *testing.T) {
 		name     string
 		noConfig bool   // the config file does not exist
 		bad      string // contents of an invalid config
+		pods     string // static pods added to a valid config
 		format   string
 		skip     string // asset left out
 		want     []string
@@ -239,6 +240,11 @@ network:
       addresses: ["10.0.0.1/24", "10.0.0.300/24"]
 `,
 			want: []string{"bad.yaml: ", "machine.hostname", `network.interfaces[0].addresses[1]: "10.0.0.300/24"`, "machine.api"},
+		},
+		{
+			name: "invalid static pod",
+			pods: "    - {apiVersion: v1, kind: Pod, metadata: {name: web}, spec: {containers: [{name: web}]}}\n",
+			want: []string{"machine.yaml: ", "machine.staticPods[0].spec.containers[0].image: required"},
 		},
 		{name: "unknown format", format: "vmdk", want: []string{`unknown image format "vmdk": valid formats are `}},
 		{name: "missing node binary", skip: "init", want: []string{"input init missing: ", "`make build` builds it into the assets directory"}},
@@ -258,6 +264,16 @@ network:
 				}
 			default:
 				config = machineConfig(t)
+			}
+			if tt.pods != "" {
+				gen, err := os.ReadFile(config)
+				if err != nil {
+					t.Fatal(err)
+				}
+				data := strings.Replace(string(gen), "machine:\n", "machine:\n  staticPods:\n"+tt.pods, 1)
+				if err := os.WriteFile(config, []byte(data), 0o600); err != nil {
+					t.Fatal(err)
+				}
 			}
 			before := dirNames(t, dir)
 			_, err := Build(context.Background(), Options{

@@ -117,3 +117,24 @@ func difference(a, b []string) []string {
 	}
 	return d
 }
+
+// TestInitWithoutPodAPI keeps the Pod API out of PID 1, which a -update of
+// the lists would let in unnoticed: it more than doubles what init links
+// (machineconfig keeps static pods as raw manifests for that;
+// machineconfig/staticpod checks them with the Pod API, off the node's
+// boot path).
+func TestInitWithoutPodAPI(t *testing.T) {
+	root, err := repo.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := linked(root, "./init")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"k8s.io/api/core/v1", "github.com/cairn-os/cairn/machineconfig/staticpod"} {
+		if slices.Contains(got, p) {
+			t.Errorf("init links %s; keep the Pod API out of machineconfig and init (`go list -deps ./init` shows what pulls it in)", p)
+		}
+	}
+}
