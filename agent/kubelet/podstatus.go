@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,26 +50,36 @@ func (s *podSyncer) podStatus(pod *corev1.Pod, st *pods.Status, now metav1.Time)
 	for _, c := range append(append([]corev1.ContainerStatus(nil), pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
 		prev[c.Name] = c
 	}
+	// A sidecar is ready as an app container is, and counts for the
+	// pod's readiness; it has initialized once it started, or once an
+	// app container began (it may restart since).
+	appBegun := slices.ContainsFunc(st.Containers, func(c pods.ContainerStatus) bool { return c.ID != "" })
 	out.InitContainerStatuses = nil
 	initialized, initPending := true, []string{}
+	allReady, unready := true, []string{}
 	for i, c := range st.InitContainers {
-		cs := s.containerStatus(c, prev[c.Name], pod.Spec.InitContainers[i].Image)
-		cs.Ready = c.State == pods.Terminated && c.ExitCode == 0
-		if !cs.Ready {
+		spec := &pod.Spec.InitContainers[i]
+		cs := s.containerStatus(c, prev[c.Name], spec.Image)
+		done := c.State == pods.Terminated && c.ExitCode == 0
+		cs.Ready = done
+		if sidecar := spec.RestartPolicy != nil && *spec.RestartPolicy == corev1.ContainerRestartPolicyAlways; sidecar {
+			s.probed(pod, c, &cs)
+			done = appBegun || cs.Started != nil && *cs.Started
+			if !cs.Ready {
+				allReady = false
+				unready = append(unready, c.Name)
+			}
+		}
+		if !done {
 			initialized = false
 			initPending = append(initPending, c.Name)
 		}
 		out.InitContainerStatuses = append(out.InitContainerStatuses, cs)
 	}
 	out.ContainerStatuses = nil
-	allReady, unready := true, []string{}
 	for i, c := range st.Containers {
 		cs := s.containerStatus(c, prev[c.Name], pod.Spec.Containers[i].Image)
-		cs.Ready = c.State == pods.Running && s.results.Ready(pod, c.Name, c.ID)
-		if c.State == pods.Running {
-			started := s.results.Started(pod, c.Name, c.ID)
-			cs.Started = &started
-		}
+		s.probed(pod, c, &cs)
 		if !cs.Ready {
 			allReady = false
 			unready = append(unready, c.Name)
@@ -97,6 +108,16 @@ func (s *podSyncer) podStatus(pod *corev1.Pod, st *pods.Status, now metav1.Time)
 		setCondition(&out.Conditions, c, now)
 	}
 	return out
+}
+
+// probed sets whether the container c, an app container or a sidecar,
+// is ready and started as its probes say.
+func (s *podSyncer) probed(pod *corev1.Pod, c pods.ContainerStatus, cs *corev1.ContainerStatus) {
+	cs.Ready = c.State == pods.Running && s.results.Ready(pod, c.Name, c.ID)
+	if c.State == pods.Running {
+		started := s.results.Started(pod, c.Name, c.ID)
+		cs.Started = &started
+	}
 }
 
 func boolStatus(b bool) corev1.ConditionStatus {

@@ -137,12 +137,12 @@ func (w *podWorker) advance(e podEvent) {
 }
 
 func (k *kubelet) syncPods(ctx context.Context, node *corev1.Node) error {
-	worker, stop, err := k.newPodWorker()
+	results := probe.NewResults()
+	worker, stop, err := k.newPodWorker(results)
 	if err != nil {
 		return err // pods.New's, which names the pod worker
 	}
 	defer stop()
-	results := probe.NewResults()
 	probes, err := probe.New(probe.Config{Runtime: k.cfg.Pods.Runtime, Results: results, Stopper: worker, Events: worker,
 		Probed: k.metrics.probed, Log: k.log})
 	if err != nil {
@@ -457,7 +457,7 @@ func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod,
 	status := s.podStatus(pod, st, metav1.Now())
 	var running []probe.Running
 	if !terminal(status.Phase) {
-		for _, c := range st.Containers {
+		for _, c := range slices.Concat(st.InitContainers, st.Containers) { // sidecars have probes too
 			if c.State == pods.Running {
 				running = append(running, probe.Running{Name: c.Name, ContainerID: c.ID})
 			}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/cairn-os/cairn/agent/kubelet/pods"
+	"github.com/cairn-os/cairn/agent/kubelet/probe"
 	"github.com/cairn-os/cairn/agent/kubelet/volumes"
 )
 
@@ -23,9 +24,11 @@ import (
 // it reads and records through the API with the node's own credentials:
 // Refs (the ConfigMaps and Secrets the node's pods refer to, and the
 // Node), Volumes (under Dir/pods) and Events (sent as the kubelet sends
-// them, from component "kubelet" on this host). The returned function,
-// called once the pods' goroutines are done, stops sending events.
-func (k *kubelet) newPodWorker() (w *pods.Worker, stop func(), err error) {
+// them, from component "kubelet" on this host); results are the probes'
+// verdicts, whose startup probes hold sidecars back. The returned
+// function, called once the pods' goroutines are done, stops sending
+// events.
+func (k *kubelet) newPodWorker(results *probe.Results) (w *pods.Worker, stop func(), err error) {
 	pc := k.cfg.Pods
 	// The Services are watched, all of them, as the kubelet does: every
 	// container start needs its namespace's.
@@ -36,7 +39,7 @@ func (k *kubelet) newPodWorker() (w *pods.Worker, stop func(), err error) {
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: k.client.CoreV1().Events("")})
 	w, err = pods.New(pods.Config{
 		Runtime: pc.Runtime, Images: pc.Images, LogRoot: pc.LogRoot, ClusterDNS: pc.ClusterDNS,
-		Refs:    refs,
+		Refs: refs, Started: results.Started,
 		Volumes: &volumes.Manager{Root: filepath.Join(k.cfg.Dir, "pods"), Client: k.client, Now: pc.volumeClock},
 		Events:  b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: k.member.Name}),
 		Log:     k.log,

@@ -30,9 +30,14 @@
 //	w, err := pods.New(pods.Config{Runtime: rt, Images: img, LogRoot: "/var/log/pods"})
 //	st, err := w.Sync(ctx, pod)
 //
-// Not yet here: sidecar (restartable) init containers, garbage collection
-// of exited containers (they are kept until Terminate, as the backoff's
-// history).
+// Sidecars (init containers with restartPolicy Always, see sidecar.go)
+// start in order with the other init containers, but the next one waits
+// only for them to have started, not exited; they restart whatever the
+// pod's restartPolicy, do not count for its phase, and stop after the app
+// containers.
+//
+// Not yet here: garbage collection of exited containers (they are kept
+// until Terminate, as the backoff's history).
 package pods
 
 import (
@@ -78,6 +83,11 @@ type Config struct {
 	// containers' env and pods' imagePullSecrets refer to; without it,
 	// such references cannot be resolved.
 	Refs Refs
+	// Started, if set, says whether the running container containerID,
+	// named name, of pod passed its startup probe (probe.Results): a
+	// sidecar holds back the containers after it until then. Without
+	// it, a running sidecar has started.
+	Started func(pod *corev1.Pod, name, containerID string) bool
 	// Events, if set, records what happens to the pods' containers as
 	// the kubelet's Events (Pulling, Pulled, Created, Started, Failed,
 	// BackOff, Killing).
@@ -206,12 +216,32 @@ func (w *Worker) sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
 		return cs
 	}
 
+	appsEnded := appsEnded(pod, history, w.stoppedUnhealthy)
+	begun := begunAfter(pod, history)
 	initsDone := true
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		if !initsDone {
 			cs := containerStatus(c.Name, nil)
 			cs.Reason = ReasonPodInitializing
+			st.InitContainers = append(st.InitContainers, cs)
+			continue
+		}
+		if isSidecar(c) {
+			var cs ContainerStatus
+			if h := history[c.Name]; appsEnded {
+				// The pod is done: its sidecars are stopped, not
+				// started or restarted.
+				cs = containerStatus(c.Name, nil)
+				if len(h) > 0 {
+					cs = containerStatus(c.Name, h[len(h)-1])
+				}
+			} else {
+				cs = step(c, corev1.RestartPolicyAlways)
+			}
+			// Once a container after it began, the sidecar started
+			// before: a restart of it holds nothing back.
+			initsDone = begun[i] || w.sidecarStarted(pod, cs)
 			st.InitContainers = append(st.InitContainers, cs)
 			continue
 		}
@@ -228,6 +258,11 @@ func (w *Worker) sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
 			continue
 		}
 		st.Containers = append(st.Containers, step(c, pod.Spec.RestartPolicy))
+	}
+	if appsEnded {
+		if err := w.stopSidecars(ctx, pod, st.InitContainers, sb.ip, GracePeriod(pod)); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	st.Phase = phase(pod, st.InitContainers, st.Containers)
 	return st, errors.Join(errs...)
@@ -509,7 +544,7 @@ func (w *Worker) kill(ctx context.Context, pod *corev1.Pod, grace time.Duration)
 		if sb.State == criv1.PodSandboxState_SANDBOX_READY {
 			ip, _ = w.podIP(ctx, pod, sb.Id)
 		}
-		if err := w.stopAll(ctx, pod, resp.Containers, ip, grace); err != nil {
+		if err := w.stopInOrder(ctx, pod, resp.Containers, ip, grace); err != nil {
 			errs = append(errs, err)
 		}
 		if _, err := w.cfg.Runtime.StopPodSandbox(ctx, &criv1.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {

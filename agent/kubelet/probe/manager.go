@@ -239,10 +239,14 @@ func (m *Manager) run(ctx context.Context, k key, w *worker, pod *corev1.Pod, c 
 	}
 }
 
+// container is pod's container named name, sidecars (init containers)
+// included, which have probes too; nil if there is none.
 func container(pod *corev1.Pod, name string) *corev1.Container {
-	for i := range pod.Spec.Containers {
-		if pod.Spec.Containers[i].Name == name {
-			return &pod.Spec.Containers[i]
+	for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+		for i := range cs {
+			if cs[i].Name == name {
+				return &cs[i]
+			}
 		}
 	}
 	return nil
