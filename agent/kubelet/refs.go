@@ -40,7 +40,7 @@ func (k *kubelet) newPodWorker(results *probe.Results) (w *pods.Worker, stop fun
 	w, err = pods.New(pods.Config{
 		Runtime: pc.Runtime, Images: pc.Images, LogRoot: pc.LogRoot, ClusterDNS: pc.ClusterDNS,
 		Refs: refs, Started: results.Started,
-		Volumes: &volumes.Manager{Root: filepath.Join(k.cfg.Dir, "pods"), Client: k.client, Now: pc.volumeClock},
+		Volumes: &volumes.Manager{Root: filepath.Join(k.cfg.Dir, "pods"), Client: k.client, Now: pc.volumeClock, Node: refs.Node},
 		Events:  b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: k.member.Name}),
 		Log:     k.log,
 	})
