@@ -448,6 +448,9 @@ func (w *Worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 		w.Event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Error: %s", waiting.Reason)
 		return waiting, fmt.Errorf("%s: %w", containerName(pod, c), err)
 	}
+	if err := w.verifyNonRoot(ctx, pod, c, image); err != nil {
+		return w.failed(pod, c, waiting, &waitError{ErrCreateContainerConfig, err.Error()})
+	}
 	env, err := w.containerEnv(ctx, pod, c, sb)
 	if err != nil {
 		return w.failed(pod, c, waiting, &waitError{ErrCreateContainerConfig, err.Error()})

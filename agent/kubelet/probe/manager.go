@@ -22,7 +22,8 @@ type Stopper interface {
 }
 
 // Events records an event about a pod's container: a failed probe is
-// told as an Unhealthy warning.
+// told as an Unhealthy warning, an httpGet redirected to another host as
+// a ProbeWarning.
 type Events interface {
 	Event(pod *corev1.Pod, container, eventtype, reason, format string, args ...any)
 }
@@ -170,6 +171,11 @@ func (m *Manager) run(ctx context.Context, k key, w *worker, pod *corev1.Pod, c 
 	wait := time.Duration(p.InitialDelaySeconds) * time.Second
 	var oks, fails int
 	target := handler.Target{Container: c, ContainerID: w.containerID, Host: host}
+	if m.cfg.Events != nil {
+		target.Warn = func(msg string) {
+			m.cfg.Events.Event(pod, c.Name, corev1.EventTypeWarning, "ProbeWarning", "%s probe warning: %s", kindTitle[k.kind], msg)
+		}
+	}
 	for {
 		t := time.NewTimer(wait)
 		select {

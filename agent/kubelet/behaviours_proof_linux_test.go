@@ -1,0 +1,253 @@
+package kubelet
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/cairn-os/cairn/agent/kubelet/pods"
+	"github.com/cairn-os/cairn/test/poll"
+)
+
+// TestPodBehaviours proves, on a node of a real control plane running its
+// pods on a real containerd, behaviours of the kubelet that the upstream
+// conformance suite checks: runAsNonRoot refusals with their Event,
+// downwardAPI volume items with resourceFieldRef, and an httpGet probe
+// redirected to another host, which succeeds with a ProbeWarning.
+func TestPodBehaviours(t *testing.T) {
+	e, cfg := newPodEnv(t, "behave-1")
+	start(t, cfg)
+	e.testNodeReady(t)
+
+	t.Run("runAsNonRoot refused for root, with a Failed event", e.testRunAsNonRoot)
+	t.Run("downwardAPI volume with resourceFieldRef", func(t *testing.T) { e.testResourceFieldVolume(t, filepath.Join(cfg.Dir, "pods")) })
+	t.Run("httpGet probe redirected to another host succeeds with a ProbeWarning", e.testProbeRedirect)
+}
+
+// testRunAsNonRoot runs, with runAsNonRoot, containers whose image runs
+// as root, whose runAsUser is 0 and whose image names a user, and wants
+// each waiting with CreateContainerConfigError and the kubelet's message,
+// told by a Failed event, and never made; beside them, one with
+// runAsUser 1000 runs.
+func (e *podEnv) testRunAsNonRoot(t *testing.T) {
+	named := e.imageWithUser(t, "nobody", "cairn-test/probee-nobody:v1")
+	yes, root, user := true, int64(0), int64(1000)
+	grace := int64(1)
+	c := func(name, image string, uid *int64) corev1.Container {
+		return corev1.Container{Name: name, Image: image, ImagePullPolicy: corev1.PullIfNotPresent,
+			SecurityContext: &corev1.SecurityContext{RunAsUser: uid}}
+	}
+	pod := e.createPod(t, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "nonroot", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: &grace,
+			SecurityContext:               &corev1.PodSecurityContext{RunAsNonRoot: &yes},
+			Containers: []corev1.Container{
+				c("root-image", e.probee, nil), c("root-uid", e.probee, &root), c("named-user", named, nil), c("non-root", e.probee, &user),
+			},
+		},
+	})
+	who := func(name string) string {
+		return fmt.Sprintf("(pod: %q, container: %s)", fmt.Sprintf("nonroot_default(%s)", pod.UID), name)
+	}
+	want := map[string]string{
+		"root-image": "container has runAsNonRoot and image will run as root " + who("root-image"),
+		"root-uid":   "container's runAsUser breaks non-root policy " + who("root-uid"),
+		"named-user": "container has runAsNonRoot and image has non-numeric user (nobody), cannot verify user is non-root " + who("named-user"),
+	}
+	p := waitPod(t, e.c.Client, "default", pod.Name, 60*time.Second, "with non-root running and the others refused", func(p *corev1.Pod) bool {
+		refused := 0
+		for name := range want {
+			if cs := containerStatusOf(p, name); cs != nil && cs.State.Waiting != nil && cs.State.Waiting.Reason == pods.ErrCreateContainerConfig.Error() {
+				refused++
+			}
+		}
+		cs := containerStatusOf(p, "non-root")
+		return refused == len(want) && cs != nil && cs.State.Running != nil
+	})
+	for name, msg := range want {
+		cs := containerStatusOf(p, name)
+		if cs.State.Waiting.Message != msg || cs.ContainerID != "" {
+			t.Errorf("%s: waiting %q, container %q; want %q and no container", name, cs.State.Waiting.Message, cs.ContainerID, msg)
+		}
+		e.containerEvents(t, pod, name, "Failed", func(m string) bool { return m == "Error: "+msg })
+	}
+	e.deletePod(t, pod)
+}
+
+// imageWithUser pushes to the test's registry, as repo (such as
+// cairn-test/x:v1), the probee image with its config's user set to user,
+// and returns its reference.
+func (e *podEnv) imageWithUser(t *testing.T, user, repo string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	src, err := name.ParseReference(e.probee, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := remote.Image(src, remote.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.Config.User = user
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		t.Fatal(err)
+	}
+	image := e.reg.Addr + "/" + repo
+	dst, err := name.ParseReference(image, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(dst, img, remote.WithContext(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	return image
+}
+
+// testResourceFieldVolume runs a container whose downwardAPI volume shows
+// its memory limit in MiB, its CPU request in millicores and, for a
+// container without limits, the node's allocatable memory; a readiness
+// probe sees the files inside the container, and the node wrote what the
+// API asks for.
+func (e *podEnv) testResourceFieldVolume(t *testing.T, root string) {
+	grace := int64(1)
+	item := func(path, container, res, divisor string) corev1.DownwardAPIVolumeFile {
+		return corev1.DownwardAPIVolumeFile{Path: path, ResourceFieldRef: &corev1.ResourceFieldSelector{
+			ContainerName: container, Resource: res, Divisor: resource.MustParse(divisor)}}
+	}
+	pod := e.createPod(t, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "podinfo", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: &grace,
+			Volumes: []corev1.Volume{{Name: "podinfo", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+				Items: []corev1.DownwardAPIVolumeFile{
+					item("memory_limit", "app", "limits.memory", "1Mi"),
+					item("cpu_request", "app", "requests.cpu", "1m"),
+					item("other_memory_limit", "other", "limits.memory", "1"),
+				}}}}},
+			Containers: []corev1.Container{{
+				Name: "app", Image: e.probee, ImagePullPolicy: corev1.PullIfNotPresent,
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+				},
+				VolumeMounts: []corev1.VolumeMount{{Name: "podinfo", MountPath: "/etc/podinfo"}},
+				ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
+					Command: []string{"/usr/bin/probee", "check", "/etc/podinfo/other_memory_limit"}}}},
+			}, {Name: "other", Image: e.probee, ImagePullPolicy: corev1.PullIfNotPresent}},
+		},
+	})
+	waitPod(t, e.c.Client, "default", pod.Name, 60*time.Second, "Ready", func(p *corev1.Pod) bool {
+		return podCondition(p, corev1.PodReady) == corev1.ConditionTrue
+	})
+	node, err := e.c.Client.CoreV1().Nodes().Get(context.Background(), e.node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocatable := node.Status.Allocatable[corev1.ResourceMemory]
+	dir := filepath.Join(root, string(pod.UID), "volumes", "kubernetes.io~downward-api", "podinfo")
+	for file, want := range map[string]string{
+		"memory_limit":       "64",
+		"cpu_request":        "250",
+		"other_memory_limit": strconv.FormatInt(allocatable.Value(), 10),
+	} {
+		data, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			t.Errorf("read %s: %v", file, err)
+			continue
+		}
+		if string(data) != want {
+			t.Errorf("podinfo/%s = %q, want %q", file, data, want)
+		}
+	}
+	if allocatable.IsZero() {
+		t.Errorf("the Node has no allocatable memory: %+v", node.Status.Allocatable)
+	}
+	e.deletePod(t, pod)
+}
+
+// testProbeRedirect gives a container an httpGet liveness probe, with a
+// failure threshold of 1, on a server of the test's (on the host, as the
+// probe's host says) that redirects to another host, localhost. It wants
+// the redirect not followed, the probe a success — the container is not
+// restarted however often it is probed — and a ProbeWarning event that
+// quotes the response's body, as the kubelet's.
+func (e *podEnv) testProbeRedirect(t *testing.T) {
+	var otherHits, probes atomic.Int32
+	other := serveHTTP(t, func(w http.ResponseWriter, r *http.Request) {
+		otherHits.Add(1)
+		w.WriteHeader(http.StatusInternalServerError)
+	})
+	otherURL := "http://localhost:" + strconv.Itoa(other) + "/"
+	port := serveHTTP(t, func(w http.ResponseWriter, r *http.Request) {
+		probes.Add(1)
+		http.Redirect(w, r, otherURL, http.StatusFound)
+	})
+	grace := int64(1)
+	pod := e.createPod(t, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "redirect", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{
+				Name: "app", Image: e.probee, ImagePullPolicy: corev1.PullIfNotPresent,
+				LivenessProbe: &corev1.Probe{PeriodSeconds: 1, FailureThreshold: 1, ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+					Host: "127.0.0.1", Port: intstr.FromInt(port), Path: "/redirect"}}},
+			}},
+		},
+	})
+	poll.Until(t, 60*time.Second, "five probes", func() error {
+		if n := probes.Load(); n < 5 {
+			return fmt.Errorf("%d so far", n)
+		}
+		return nil
+	})
+	p, err := e.c.Client.CoreV1().Pods("default").Get(context.Background(), pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs := containerStatusOf(p, "app"); cs == nil || cs.RestartCount != 0 || cs.State.Running == nil {
+		t.Errorf("app after %d probes: %+v, want running, never restarted", probes.Load(), cs)
+	}
+	if n := otherHits.Load(); n != 0 {
+		t.Errorf("the other host got %d requests, want none", n)
+	}
+	want := `Liveness probe warning: Probe terminated redirects, Response body: <a href="` + otherURL + `">Found</a>.`
+	e.containerEvents(t, pod, "app", "ProbeWarning", func(m string) bool { return strings.HasPrefix(m, want) })
+	e.deletePod(t, pod)
+}
+
+// serveHTTP serves h on 127.0.0.1 until the test ends and returns its
+// port.
+func serveHTTP(t *testing.T, h http.HandlerFunc) int {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(lis)
+	t.Cleanup(func() { srv.Close() })
+	return lis.Addr().(*net.TCPAddr).Port
+}
