@@ -38,6 +38,68 @@ func TestPodBehaviours(t *testing.T) {
 	t.Run("runAsNonRoot refused for root, with a Failed event", e.testRunAsNonRoot)
 	t.Run("downwardAPI volume with resourceFieldRef", func(t *testing.T) { e.testResourceFieldVolume(t, filepath.Join(cfg.Dir, "pods")) })
 	t.Run("httpGet probe redirected to another host succeeds with a ProbeWarning", e.testProbeRedirect)
+	t.Run("ephemeral containers run once, one in its target's process namespace", e.testEphemeral)
+}
+
+// testEphemeral adds, through the ephemeralcontainers subresource as
+// kubectl debug does, two ephemeral containers to a running pod whose app
+// creates /marker: each checks whether /proc/1/root/marker
+// exists, which it does only where PID 1 is the app's process. It wants
+// the one whose targetContainerName is the app to complete (exit 0), the
+// other to fail (exit 1), neither restarted, their status in
+// ephemeralContainerStatuses, and the app running on untouched.
+func (e *podEnv) testEphemeral(t *testing.T) {
+	grace := int64(1)
+	pod := e.createPod(t, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "debugged", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{Name: "app", Image: e.probee, ImagePullPolicy: corev1.PullIfNotPresent,
+				Env: []corev1.EnvVar{{Name: "TOUCH_FILE", Value: "/marker"}, {Name: "TOUCH_AFTER", Value: "0"}}}},
+		},
+	})
+	p := waitPod(t, e.c.Client, "default", pod.Name, 60*time.Second, "Running", func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodRunning
+	})
+	app := containerStatusOf(p, "app").ContainerID
+	check := func(name, target string) corev1.EphemeralContainer {
+		return corev1.EphemeralContainer{TargetContainerName: target, EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+			Name: name, Image: e.probee, ImagePullPolicy: corev1.PullIfNotPresent,
+			Command: []string{"/usr/bin/probee", "check", "/proc/1/root/marker"}}}
+	}
+	p.Spec.EphemeralContainers = []corev1.EphemeralContainer{check("debug-target", "app"), check("debug-alone", "")}
+	if _, err := e.c.Client.CoreV1().Pods("default").UpdateEphemeralContainers(context.Background(), pod.Name, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("add ephemeral containers: %v", err)
+	}
+	p = waitPod(t, e.c.Client, "default", pod.Name, 60*time.Second, "with its ephemeral containers ended", func(p *corev1.Pod) bool {
+		ended := 0
+		for _, cs := range p.Status.EphemeralContainerStatuses {
+			if cs.State.Terminated != nil {
+				ended++
+			}
+		}
+		return ended == 2
+	})
+	for name, code := range map[string]int32{"debug-target": 0, "debug-alone": 1} {
+		var cs *corev1.ContainerStatus
+		for i := range p.Status.EphemeralContainerStatuses {
+			if p.Status.EphemeralContainerStatuses[i].Name == name {
+				cs = &p.Status.EphemeralContainerStatuses[i]
+			}
+		}
+		if cs == nil || cs.ContainerID == "" {
+			t.Errorf("%s: %+v, want it made", name, cs)
+			continue
+		}
+		if cs.State.Terminated.ExitCode != code || cs.RestartCount != 0 {
+			t.Errorf("%s: %+v, want terminated with exit code %d, not restarted; it printed %q", name, cs, code,
+				lineTexts(logEntries(t, e.logPath(t, cs.ContainerID))))
+		}
+	}
+	if cs := containerStatusOf(p, "app"); cs.ContainerID != app || cs.State.Running == nil || p.Status.Phase != corev1.PodRunning {
+		t.Errorf("app %+v in a pod %s, want %s running on", cs, p.Status.Phase, app)
+	}
+	e.deletePod(t, pod)
 }
 
 // testRunAsNonRoot runs, with runAsNonRoot, containers whose image runs

@@ -47,7 +47,7 @@ func (s *podSyncer) podStatus(pod *corev1.Pod, st *pods.Status, now metav1.Time)
 	}
 
 	prev := map[string]corev1.ContainerStatus{}
-	for _, c := range append(append([]corev1.ContainerStatus(nil), pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+	for _, c := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses) {
 		prev[c.Name] = c
 	}
 	// A sidecar is ready as an app container is, and counts for the
@@ -85,6 +85,11 @@ func (s *podSyncer) podStatus(pod *corev1.Pod, st *pods.Status, now metav1.Time)
 			unready = append(unready, c.Name)
 		}
 		out.ContainerStatuses = append(out.ContainerStatuses, cs)
+	}
+	out.EphemeralContainerStatuses = nil
+	for i, c := range st.EphemeralContainers {
+		out.EphemeralContainerStatuses = append(out.EphemeralContainerStatuses,
+			s.containerStatus(c, prev[c.Name], pod.Spec.EphemeralContainers[i].Image))
 	}
 
 	conds := []corev1.PodCondition{

@@ -48,7 +48,7 @@ func TestSecurityContextConfig(t *testing.T) {
 		RunAsUser: &user, Privileged: &yes, ReadOnlyRootFilesystem: &yes,
 		Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN"}, Drop: []corev1.Capability{"ALL"}},
 	}}
-	got := securityContext(pod, c)
+	got := securityContext(pod, c, "")
 	want := &criv1.LinuxContainerSecurityContext{
 		NamespaceOptions: &criv1.NamespaceOption{Network: criv1.NamespaceMode_POD, Pid: criv1.NamespaceMode_CONTAINER, Ipc: criv1.NamespaceMode_POD},
 		RunAsUser:        &criv1.Int64Value{Value: 1000}, // the container's wins

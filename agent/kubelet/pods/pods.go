@@ -189,12 +189,15 @@ func (w *Worker) sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
 	if st.PodIP, err = w.podIP(ctx, pod, sandboxID); err != nil {
 		return nil, err
 	}
-	sb := sandbox{id: sandboxID, cfg: sandboxCfg, ip: st.PodIP}
 	history := map[string][]*criv1.ContainerStatus{} // a sandbox just made has none
 	if !made {
 		if history, err = w.history(ctx, sandboxID); err != nil {
 			return nil, fmt.Errorf("containers of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
+	}
+	sb := sandbox{id: sandboxID, cfg: sandboxCfg, ip: st.PodIP, latest: map[string]string{}}
+	for name, h := range history {
+		sb.latest[name] = h[len(h)-1].Id
 	}
 	// In a sandbox that replaced one that died, containers go on from
 	// the attempts of the earlier ones: the runtime keeps their names
@@ -259,6 +262,12 @@ func (w *Worker) sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
 		}
 		st.Containers = append(st.Containers, step(c, pod.Spec.RestartPolicy))
 	}
+	// Ephemeral containers run once, as soon as the sandbox does, even
+	// before the pod is initialized.
+	for i := range pod.Spec.EphemeralContainers {
+		c := (*corev1.Container)(&pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
+		st.EphemeralContainers = append(st.EphemeralContainers, step(c, corev1.RestartPolicyNever))
+	}
 	if appsEnded {
 		if err := w.stopSidecars(ctx, pod, st.InitContainers, sb.ip, GracePeriod(pod)); err != nil {
 			errs = append(errs, err)
@@ -307,6 +316,10 @@ func (w *Worker) ended(ctx context.Context, pod *corev1.Pod, sandboxes []*criv1.
 	}
 	for i := range pod.Spec.Containers {
 		st.Containers = append(st.Containers, seen(&pod.Spec.Containers[i], pod.Spec.RestartPolicy))
+	}
+	for i := range pod.Spec.EphemeralContainers {
+		c := (*corev1.Container)(&pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
+		st.EphemeralContainers = append(st.EphemeralContainers, seen(c, corev1.RestartPolicyNever))
 	}
 	if st.Phase = phase(pod, st.InitContainers, st.Containers); st.Phase != corev1.PodSucceeded && st.Phase != corev1.PodFailed {
 		return nil, nil
@@ -390,6 +403,10 @@ type sandbox struct {
 	id  string
 	cfg *criv1.PodSandboxConfig
 	ip  string // empty on the host network
+	// latest holds, by name, the runtime's ID of the latest container
+	// of each of the pod's containers that the sandbox had when the sync
+	// began: the targets of ephemeral containers.
+	latest map[string]string
 }
 
 // syncContainer takes the next step for one container, whose CRI
@@ -459,9 +476,15 @@ func (w *Worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 	if err != nil {
 		return w.failed(pod, c, waiting, &waitError{ErrCreateContainerConfig, err.Error()})
 	}
+	params := containerParams{attempt: attempt, image: image, env: env, mounts: mounts}
+	if target := ephemeralTarget(pod, c.Name); target != "" {
+		if params.pidTarget = sb.latest[target]; params.pidTarget == "" {
+			return w.failed(pod, c, waiting, &waitError{ErrCreateContainerConfig, fmt.Sprintf("target container %q has not been made", target)})
+		}
+	}
 	created, err := w.cfg.Runtime.CreateContainer(ctx, &criv1.CreateContainerRequest{
 		PodSandboxId:  sb.id,
-		Config:        containerConfig(pod, c, containerParams{attempt: attempt, image: image, env: env, mounts: mounts}),
+		Config:        containerConfig(pod, c, params),
 		SandboxConfig: sb.cfg,
 	})
 	if err != nil {

@@ -16,6 +16,9 @@ type Status struct {
 	PodIP          string
 	InitContainers []ContainerStatus
 	Containers     []ContainerStatus
+	// EphemeralContainers, added to the running pod (kubectl debug),
+	// run once and count for nothing but their own status.
+	EphemeralContainers []ContainerStatus
 }
 
 // RetryAt is when the first container waiting out a backoff may start:
