@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -39,6 +40,64 @@ func TestPodBehaviours(t *testing.T) {
 	t.Run("downwardAPI volume with resourceFieldRef", func(t *testing.T) { e.testResourceFieldVolume(t, filepath.Join(cfg.Dir, "pods")) })
 	t.Run("httpGet probe redirected to another host succeeds with a ProbeWarning", e.testProbeRedirect)
 	t.Run("ephemeral containers run once, one in its target's process namespace", e.testEphemeral)
+	t.Run("readiness probes run on while the pod terminates", e.testReadyWhileTerminating)
+}
+
+// testReadyWhileTerminating runs two containers: "server" serves HTTP and
+// ends on SIGTERM, "client" ignores SIGTERM and has a readiness probe on
+// server's port. Once the pod is Ready it is deleted with a grace period
+// of 10 s, and, before it is gone, the API must show it terminating with
+// client running but not ready — its readiness probe ran on and failed —
+// server stopped and not ready, and the pod not Ready.
+func (e *podEnv) testReadyWhileTerminating(t *testing.T) {
+	grace := int64(10)
+	pod := e.createPod(t, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "terminating", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{
+				Name: "server", Image: e.probee, ImagePullPolicy: corev1.PullIfNotPresent,
+				Env: []corev1.EnvVar{{Name: "LISTEN", Value: ":8080"}},
+			}, {
+				Name: "client", Image: e.probee, ImagePullPolicy: corev1.PullIfNotPresent,
+				Env: []corev1.EnvVar{{Name: "IGNORE_TERM", Value: "1"}},
+				ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, FailureThreshold: 1, ProbeHandler: corev1.ProbeHandler{
+					HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt(8080), Path: "/"}}},
+			}},
+		},
+	})
+	waitPod(t, e.c.Client, "default", pod.Name, 60*time.Second, "Ready", func(p *corev1.Pod) bool {
+		return podCondition(p, corev1.PodReady) == corev1.ConditionTrue
+	})
+	h := e.record(t, pod)
+	deleted := time.Now()
+	if err := e.c.Client.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	vs := h.until(t, time.Duration(grace)*time.Second, "terminating, client running unready, server stopped", func(vs []observed) error {
+		p := vs[len(vs)-1].pod
+		client, server := containerStatusOf(p, "client"), containerStatusOf(p, "server")
+		switch {
+		case p.DeletionTimestamp == nil:
+			return fmt.Errorf("no deletionTimestamp yet")
+		case client.State.Running == nil || client.Ready:
+			return fmt.Errorf("client %+v, want running, not ready", client.State)
+		case server.State.Terminated == nil || server.Ready:
+			return fmt.Errorf("server %+v, ready %v, want terminated, not ready", server.State, server.Ready)
+		case podCondition(p, corev1.PodReady) != corev1.ConditionFalse:
+			return fmt.Errorf("Ready %s, want False", podCondition(p, corev1.PodReady))
+		}
+		return nil
+	})
+	t.Logf("not ready %v after Delete, in version %s", vs[len(vs)-1].at.Sub(deleted).Round(time.Millisecond), vs[len(vs)-1].pod.ResourceVersion)
+	poll.Until(t, 30*time.Second, "Pod object gone", func() error {
+		_, err := e.c.Client.CoreV1().Pods("default").Get(context.Background(), pod.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there (err %v)", err)
+	})
+	e.wantNoSandboxes(t, string(pod.UID))
 }
 
 // testEphemeral adds, through the ephemeralcontainers subresource as

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -123,6 +124,44 @@ func (s *podSyncer) probed(pod *corev1.Pod, c pods.ContainerStatus, cs *corev1.C
 		started := s.results.Started(pod, c.Name, c.ID)
 		cs.Started = &started
 	}
+}
+
+// terminateShowingReadiness terminates pod, as terminate, and meanwhile,
+// while its object is there, writes its status whenever a readiness probe
+// or the runtime's containers change: its containers' readiness, and its
+// Ready condition, follow the probes and the containers stopping, as with
+// the kubelet. The phase stays what the API holds until the pod is gone.
+func (s *podSyncer) terminateShowingReadiness(ctx context.Context, w *podWorker, pod *corev1.Pod, objectGone bool, log *slog.Logger) error {
+	if objectGone {
+		return s.terminate(ctx, pod, objectGone, log)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.terminate(ctx, pod, objectGone, log) }()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-w.wake:
+		}
+		latest, _, _, _ := w.latest()
+		if err := s.writeTerminating(ctx, w, latest); err != nil && ctx.Err() == nil {
+			log.Warn("write the status of a terminating pod", "err", err)
+		}
+	}
+}
+
+// writeTerminating writes the status of a pod being killed, as the
+// runtime holds it, with its phase kept.
+func (s *podSyncer) writeTerminating(ctx context.Context, w *podWorker, pod *corev1.Pod) error {
+	octx, cancel := context.WithTimeout(ctx, requestTimeout)
+	st, err := s.worker.Observe(octx, pod)
+	cancel()
+	if st == nil || err != nil {
+		return err
+	}
+	st.Phase = pod.Status.Phase
+	_, err = s.writeStatus(ctx, w, pod, s.podStatus(pod, st, metav1.Now()))
+	return err
 }
 
 func boolStatus(b bool) corev1.ConditionStatus {

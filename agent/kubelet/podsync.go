@@ -380,8 +380,8 @@ func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) {
 		case podSyncing:
 			retryAt, err = s.syncOnce(ctx, w, pod, log)
 		case podTerminating:
-			s.probes.Remove(pod.UID)
-			if err = s.terminate(ctx, pod, objectGone, log); err == nil {
+			s.probes.Terminating(pod.UID)
+			if err = s.terminateShowingReadiness(ctx, w, pod, objectGone, log); err == nil {
 				s.killed(w)
 				return
 			}

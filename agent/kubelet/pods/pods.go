@@ -24,7 +24,8 @@
 // see reasons.go), and what happens is recorded as Events.
 //
 // Terminate stops the containers with a grace period and removes the
-// sandbox and the volumes; Cleanup removes, now and then, what pods the
+// sandbox and the volumes, while Observe tells, doing nothing, what the
+// runtime holds meanwhile; Cleanup removes, now and then, what pods the
 // node no longer has left behind: sandboxes, volumes, logs.
 //
 //	w, err := pods.New(pods.Config{Runtime: rt, Images: img, LogRoot: "/var/log/pods"})
@@ -34,7 +35,10 @@
 // start in order with the other init containers, but the next one waits
 // only for them to have started, not exited; they restart whatever the
 // pod's restartPolicy, do not count for its phase, and stop after the app
-// containers.
+// containers. Ephemeral containers (kubectl debug) run once as soon as the
+// sandbox does, in their target container's process namespace if they
+// name one. A container that must not run as root but would is refused
+// (CreateContainerConfigError), as by the kubelet.
 //
 // Not yet here: garbage collection of exited containers (they are kept
 // until Terminate, as the backoff's history).
@@ -283,12 +287,36 @@ func (w *Worker) sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
 // kubelet. It returns nil if the pod has a ready sandbox, none at all, or
 // would run again in a new one (its restartPolicy restarts a container).
 func (w *Worker) ended(ctx context.Context, pod *corev1.Pod, sandboxes []*criv1.PodSandbox) (*Status, error) {
-	var last *criv1.PodSandbox
 	for _, sb := range sandboxes {
 		if sb.State == criv1.PodSandboxState_SANDBOX_READY {
 			return nil, nil
 		}
-		if last == nil || sb.GetMetadata().GetAttempt() > last.GetMetadata().GetAttempt() {
+	}
+	st, err := w.observe(ctx, pod, sandboxes)
+	if st == nil || err != nil || st.Phase != corev1.PodSucceeded && st.Phase != corev1.PodFailed {
+		return nil, err
+	}
+	return st, nil
+}
+
+// Observe returns the status of pod as the runtime holds it, doing
+// nothing towards its spec: what a pod being killed shows meanwhile. Nil
+// if the pod has no sandbox.
+func (w *Worker) Observe(ctx context.Context, pod *corev1.Pod) (*Status, error) {
+	sandboxes, err := w.sandboxes(ctx, pod)
+	if err != nil {
+		return nil, err
+	}
+	return w.observe(ctx, pod, sandboxes)
+}
+
+// observe returns the status of pod in its ready sandbox among
+// sandboxes, else in its last one; nil if it has none.
+func (w *Worker) observe(ctx context.Context, pod *corev1.Pod, sandboxes []*criv1.PodSandbox) (*Status, error) {
+	var last *criv1.PodSandbox
+	for _, sb := range sandboxes {
+		if last == nil || last.State != criv1.PodSandboxState_SANDBOX_READY &&
+			(sb.State == criv1.PodSandboxState_SANDBOX_READY || sb.GetMetadata().GetAttempt() > last.GetMetadata().GetAttempt()) {
 			last = sb
 		}
 	}
@@ -300,6 +328,12 @@ func (w *Worker) ended(ctx context.Context, pod *corev1.Pod, sandboxes []*criv1.
 		return nil, fmt.Errorf("containers of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	st := &Status{}
+	if last.State == criv1.PodSandboxState_SANDBOX_READY {
+		st.SandboxID = last.Id
+		if st.PodIP, err = w.podIP(ctx, pod, last.Id); err != nil {
+			return nil, err
+		}
+	}
 	seen := func(c *corev1.Container, policy corev1.RestartPolicy) ContainerStatus {
 		h := history[c.Name]
 		if len(h) == 0 {
@@ -321,9 +355,7 @@ func (w *Worker) ended(ctx context.Context, pod *corev1.Pod, sandboxes []*criv1.
 		c := (*corev1.Container)(&pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
 		st.EphemeralContainers = append(st.EphemeralContainers, seen(c, corev1.RestartPolicyNever))
 	}
-	if st.Phase = phase(pod, st.InitContainers, st.Containers); st.Phase != corev1.PodSucceeded && st.Phase != corev1.PodFailed {
-		return nil, nil
-	}
+	st.Phase = phase(pod, st.InitContainers, st.Containers)
 	return st, nil
 }
 

@@ -135,6 +135,20 @@ func (m *Manager) Remove(uid types.UID) {
 	}
 }
 
+// Terminating stops the liveness and startup probes of a pod being
+// killed; its readiness probes go on, as the kubelet's do since 1.27, so
+// that its readiness shows while its containers stop. The verdicts stay
+// until Remove: readiness builds on the startup probe's.
+func (m *Manager) Terminating(uid types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, w := range m.workers {
+		if k.uid == uid && k.kind != Readiness {
+			w.cancel()
+		}
+	}
+}
+
 // stop ends the worker w of k and forgets its verdicts; m.mu is held.
 func (m *Manager) stop(k key, w *worker) {
 	w.cancel()
