@@ -137,11 +137,18 @@ func (s *podSyncer) terminateShowingReadiness(ctx context.Context, w *podWorker,
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.terminate(ctx, pod, objectGone, log) }()
+	woke := false
 	for {
 		select {
 		case err := <-done:
+			if err != nil && woke {
+				// What changed meanwhile (containers stopped) is worth
+				// another try at once, as if the kill had not waited.
+				w.poke()
+			}
 			return err
 		case <-w.wake:
+			woke = true
 		}
 		latest, _, _, _ := w.latest()
 		if err := s.writeTerminating(ctx, w, latest); err != nil && ctx.Err() == nil {

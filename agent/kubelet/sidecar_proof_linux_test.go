@@ -154,7 +154,7 @@ func (e *podEnv) testSidecarLife(t *testing.T, spy *criSpy) {
 // sidecars under restartPolicy Never, the first of which ignores SIGTERM
 // (and so ends SIGKILLed, exit code 137). It wants the pod Succeeded, as
 // its app, with the sidecars stopped after the app, the second first,
-// each after its preStop hook.
+// their preStop hooks run at once before.
 func (e *podEnv) testSidecarsComplete(t *testing.T, spy *criSpy) {
 	grace := int64(3)
 	pod := e.createPod(t, &corev1.Pod{
@@ -186,16 +186,27 @@ func (e *podEnv) testSidecarsComplete(t *testing.T, spy *criSpy) {
 		t.Errorf("sc-1 exit code %d, want 137 (SIGKILLed, it ignores SIGTERM)", code)
 	}
 	appEnd := time.Unix(0, e.criContainer(t, ids["app"]).FinishedAt)
+	hookAt := map[string]time.Time{}
 	for _, name := range []string{"sc-1", "sc-2"} {
 		rt := e.criContainer(t, ids[name])
 		if end := time.Unix(0, rt.FinishedAt); end.Before(appEnd) {
 			t.Errorf("%s finished at %v, before the app at %v", name, end, appEnd)
 		}
-		if lines := lineTexts(logEntries(t, rt.LogPath)); !slices.Contains(lines, "http GET /prestop") {
-			t.Errorf("%s's log %q, want its preStop request", name, lines)
+		for _, en := range logEntries(t, rt.LogPath) {
+			if string(en.Line) == "http GET /prestop" {
+				hookAt[name] = en.Time
+			}
+		}
+		if hookAt[name].IsZero() {
+			t.Errorf("%s's log %q, want its preStop request", name, lineTexts(logEntries(t, rt.LogPath)))
 		}
 	}
 	e.wantStoppedInOrder(t, spy, ids, "sc-2", "sc-1")
+	// The preStop hooks run at once, as the kubelet's: sc-1's does not
+	// wait for sc-2 to be gone.
+	if stops := spy.stopsOf(ids["sc-2"]); len(stops) == 1 && !hookAt["sc-1"].Before(stops[0].returned) {
+		t.Errorf("sc-1's preStop hook ran at %v, after sc-2 was gone at %v", hookAt["sc-1"], stops[0].returned)
+	}
 	e.deletePod(t, pod)
 }
 

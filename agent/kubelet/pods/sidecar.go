@@ -3,6 +3,7 @@ package pods
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,10 +17,12 @@ import (
 // whenever it exits, with the CrashLoopBackOff, whatever the pod's
 // restartPolicy; its exits count neither for the pod's phase nor against
 // its initialization. Once the app containers of a pod that does not
-// restart them have all ended, the sidecars are stopped, the last one
-// first, and the pod ends as its app containers did. When the pod is
-// killed, the sidecars are stopped after its app containers, the last
-// one first, each with its preStop hook, within the one grace period.
+// restart them have all ended, the sidecars are stopped, and the pod ends
+// as its app containers did. When sidecars are stopped, with the pod or
+// after its app containers ended, it is in the kubelet's order, within
+// the one grace period: every preStop hook runs at once, then SIGTERM
+// goes to the app containers and to each sidecar, the last one first,
+// once the app containers and the sidecars after it are gone.
 
 // isSidecar says whether the init container c is a sidecar.
 func isSidecar(c *corev1.Container) bool {
@@ -72,46 +75,30 @@ func appsEnded(pod *corev1.Pod, history map[string][]*criv1.ContainerStatus, unh
 }
 
 // stopSidecars stops the running sidecars among the init containers of
-// pod whose statuses are inits, the last one first, each with its preStop
-// hook, all within grace, and updates their statuses.
+// pod whose statuses are inits, as stopInOrder, and updates their
+// statuses.
 func (w *Worker) stopSidecars(ctx context.Context, pod *corev1.Pod, inits []ContainerStatus, podIP string, grace time.Duration) error {
-	deadline := time.Now().Add(grace)
-	var errs []error
-	for i := len(inits) - 1; i >= 0; i-- {
-		cs := &inits[i]
-		if !isSidecar(&pod.Spec.InitContainers[i]) || cs.State != Running {
-			continue
+	var running []*criv1.Container
+	for i, cs := range inits {
+		if isSidecar(&pod.Spec.InitContainers[i]) && cs.State == Running {
+			running = append(running, &criv1.Container{Id: cs.ID, Metadata: &criv1.ContainerMetadata{Name: cs.Name}, State: criv1.ContainerState_CONTAINER_RUNNING})
 		}
-		if err := w.stop(ctx, pod, cs.ID, cs.Name, podIP, left(deadline, grace)); err != nil {
-			errs = append(errs, err)
-			continue
+	}
+	errs := []error{w.stopInOrder(ctx, pod, running, podIP, grace)}
+	for i := range inits {
+		if cs := &inits[i]; isSidecar(&pod.Spec.InitContainers[i]) && cs.State == Running {
+			st, err := w.status(ctx, cs.Name, cs.ID)
+			*cs, errs = st, append(errs, err)
 		}
-		st, err := w.status(ctx, cs.Name, cs.ID)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		*cs = st
 	}
 	return errors.Join(errs...)
 }
 
-// left is what is left until deadline of a grace period: none if the
-// grace period was none (a forced deletion), else at least a nanosecond,
-// so that stop still gives minStopGrace, as to a container whose preStop
-// hook used the grace period up.
-func left(deadline time.Time, grace time.Duration) time.Duration {
-	if grace == 0 {
-		return 0
-	}
-	return max(time.Until(deadline), time.Nanosecond)
-}
-
-// stopInOrder stops the running containers of a sandbox of pod: the app
-// containers at once, as the kubelet does, then the sidecars one after
-// another, the last one first, all within the pod's grace period.
+// stopInOrder stops the running containers of a sandbox of pod within
+// the pod's grace period, as the kubelet does: every preStop hook runs at
+// once; then the app containers get SIGTERM, and each sidecar, the last
+// one first, once the app containers and the sidecars after it are gone.
 func (w *Worker) stopInOrder(ctx context.Context, pod *corev1.Pod, containers []*criv1.Container, podIP string, grace time.Duration) error {
-	deadline := time.Now().Add(grace)
 	rank := map[string]int{} // a sidecar's place among the init containers
 	for i := range pod.Spec.InitContainers {
 		if isSidecar(&pod.Spec.InitContainers[i]) {
@@ -131,11 +118,28 @@ func (w *Worker) stopInOrder(ctx context.Context, pod *corev1.Pod, containers []
 		}
 		apps = append(apps, c)
 	}
-	errs := []error{w.stopAll(ctx, pod, apps, podIP, grace)}
+	appsGone := make(chan struct{})
+	var appErr error
+	go func() {
+		defer close(appsGone)
+		appErr = w.stopAll(ctx, pod, apps, podIP, grace)
+	}()
+	var wg sync.WaitGroup
+	errs := make([]error, len(sidecars))
+	turn := appsGone
 	for i := len(sidecars) - 1; i > 0; i-- {
-		if c := sidecars[i]; c != nil {
-			errs = append(errs, w.stop(ctx, pod, c.Id, c.GetMetadata().GetName(), podIP, left(deadline, grace)))
+		c := sidecars[i]
+		if c == nil {
+			continue
 		}
+		gone, after := make(chan struct{}), turn
+		wg.Go(func() {
+			defer close(gone)
+			errs[i] = w.stopAfter(ctx, pod, c.Id, c.GetMetadata().GetName(), podIP, grace, after)
+		})
+		turn = gone
 	}
-	return errors.Join(errs...)
+	wg.Wait()
+	<-appsGone
+	return errors.Join(append(errs, appErr)...)
 }
