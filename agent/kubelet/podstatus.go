@@ -158,12 +158,14 @@ func (s *podSyncer) terminateShowingReadiness(ctx context.Context, w *podWorker,
 }
 
 // writeTerminating writes the status of a pod being killed, as the
-// runtime holds it, with its phase kept.
+// runtime holds it while its sandbox is ready, with its phase kept.
 func (s *podSyncer) writeTerminating(ctx context.Context, w *podWorker, pod *corev1.Pod) error {
 	octx, cancel := context.WithTimeout(ctx, requestTimeout)
 	st, err := s.worker.Observe(octx, pod)
 	cancel()
-	if st == nil || err != nil {
+	if st == nil || st.SandboxID == "" || err != nil {
+		// Without a ready sandbox its containers are being removed: what
+		// the runtime holds is no longer the whole pod.
 		return err
 	}
 	st.Phase = pod.Status.Phase
