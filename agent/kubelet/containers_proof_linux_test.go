@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -124,33 +121,7 @@ func (e *podEnv) testInitContainers(t *testing.T) {
 // CreateContainerError and the runtime's message, and a Failed event
 // saying so.
 func (e *podEnv) testCreateContainerError(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	src, err := name.ParseReference(e.probee, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := remote.Image(src, remote.WithContext(ctx))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.Config.User = "no-such-user"
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
-	image := e.reg.Addr + "/cairn-test/probee-no-user:v1"
-	dst, err := name.ParseReference(image, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(dst, img, remote.WithContext(ctx)); err != nil {
-		t.Fatal(err)
-	}
+	image := e.imageWithUser(t, "no-such-user", "cairn-test/probee-no-user:v1")
 
 	pod := e.createPod(t, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "create-error", Namespace: "default"},

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,34 +48,49 @@ func (s *podSyncer) podStatus(pod *corev1.Pod, st *pods.Status, now metav1.Time)
 	}
 
 	prev := map[string]corev1.ContainerStatus{}
-	for _, c := range append(append([]corev1.ContainerStatus(nil), pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+	for _, c := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses) {
 		prev[c.Name] = c
 	}
+	// A sidecar is ready as an app container is, and counts for the
+	// pod's readiness; it has initialized once it started, or once an
+	// app container began (it may restart since).
+	appBegun := slices.ContainsFunc(st.Containers, func(c pods.ContainerStatus) bool { return c.ID != "" })
 	out.InitContainerStatuses = nil
 	initialized, initPending := true, []string{}
+	allReady, unready := true, []string{}
 	for i, c := range st.InitContainers {
-		cs := s.containerStatus(c, prev[c.Name], pod.Spec.InitContainers[i].Image)
-		cs.Ready = c.State == pods.Terminated && c.ExitCode == 0
-		if !cs.Ready {
+		spec := &pod.Spec.InitContainers[i]
+		cs := s.containerStatus(c, prev[c.Name], spec.Image)
+		done := c.State == pods.Terminated && c.ExitCode == 0
+		cs.Ready = done
+		if sidecar := spec.RestartPolicy != nil && *spec.RestartPolicy == corev1.ContainerRestartPolicyAlways; sidecar {
+			s.probed(pod, c, &cs)
+			done = appBegun || cs.Started != nil && *cs.Started
+			if !cs.Ready {
+				allReady = false
+				unready = append(unready, c.Name)
+			}
+		}
+		if !done {
 			initialized = false
 			initPending = append(initPending, c.Name)
 		}
 		out.InitContainerStatuses = append(out.InitContainerStatuses, cs)
 	}
 	out.ContainerStatuses = nil
-	allReady, unready := true, []string{}
 	for i, c := range st.Containers {
 		cs := s.containerStatus(c, prev[c.Name], pod.Spec.Containers[i].Image)
-		cs.Ready = c.State == pods.Running && s.results.Ready(pod, c.Name, c.ID)
-		if c.State == pods.Running {
-			started := s.results.Started(pod, c.Name, c.ID)
-			cs.Started = &started
-		}
+		s.probed(pod, c, &cs)
 		if !cs.Ready {
 			allReady = false
 			unready = append(unready, c.Name)
 		}
 		out.ContainerStatuses = append(out.ContainerStatuses, cs)
+	}
+	out.EphemeralContainerStatuses = nil
+	for i, c := range st.EphemeralContainers {
+		out.EphemeralContainerStatuses = append(out.EphemeralContainerStatuses,
+			s.containerStatus(c, prev[c.Name], pod.Spec.EphemeralContainers[i].Image))
 	}
 
 	conds := []corev1.PodCondition{
@@ -97,6 +114,63 @@ func (s *podSyncer) podStatus(pod *corev1.Pod, st *pods.Status, now metav1.Time)
 		setCondition(&out.Conditions, c, now)
 	}
 	return out
+}
+
+// probed sets whether the container c, an app container or a sidecar,
+// is ready and started as its probes say.
+func (s *podSyncer) probed(pod *corev1.Pod, c pods.ContainerStatus, cs *corev1.ContainerStatus) {
+	cs.Ready = c.State == pods.Running && s.results.Ready(pod, c.Name, c.ID)
+	if c.State == pods.Running {
+		started := s.results.Started(pod, c.Name, c.ID)
+		cs.Started = &started
+	}
+}
+
+// terminateShowingReadiness terminates pod, as terminate, and meanwhile,
+// while its object is there, writes its status whenever a readiness probe
+// or the runtime's containers change: its containers' readiness, and its
+// Ready condition, follow the probes and the containers stopping, as with
+// the kubelet. The phase stays what the API holds until the pod is gone.
+func (s *podSyncer) terminateShowingReadiness(ctx context.Context, w *podWorker, pod *corev1.Pod, objectGone bool, log *slog.Logger) error {
+	if objectGone {
+		return s.terminate(ctx, pod, objectGone, log)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.terminate(ctx, pod, objectGone, log) }()
+	woke := false
+	for {
+		select {
+		case err := <-done:
+			if err != nil && woke {
+				// What changed meanwhile (containers stopped) is worth
+				// another try at once, as if the kill had not waited.
+				w.poke()
+			}
+			return err
+		case <-w.wake:
+			woke = true
+		}
+		latest, _, _, _ := w.latest()
+		if err := s.writeTerminating(ctx, w, latest); err != nil && ctx.Err() == nil {
+			log.Warn("write the status of a terminating pod", "err", err)
+		}
+	}
+}
+
+// writeTerminating writes the status of a pod being killed, as the
+// runtime holds it while its sandbox is ready, with its phase kept.
+func (s *podSyncer) writeTerminating(ctx context.Context, w *podWorker, pod *corev1.Pod) error {
+	octx, cancel := context.WithTimeout(ctx, requestTimeout)
+	st, err := s.worker.Observe(octx, pod)
+	cancel()
+	if st == nil || st.SandboxID == "" || err != nil {
+		// Without a ready sandbox its containers are being removed: what
+		// the runtime holds is no longer the whole pod.
+		return err
+	}
+	st.Phase = pod.Status.Phase
+	_, err = s.writeStatus(ctx, w, pod, s.podStatus(pod, st, metav1.Now()))
+	return err
 }
 
 func boolStatus(b bool) corev1.ConditionStatus {

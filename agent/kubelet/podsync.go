@@ -150,11 +150,11 @@ func (w *podWorker) advance(e podEvent) {
 
 // newSyncer makes the pod worker, the probes and the syncer of k.
 func (k *Kubelet) newSyncer() error {
-	worker, stop, err := k.newPodWorker()
+	results := probe.NewResults()
+	worker, stop, err := k.newPodWorker(results)
 	if err != nil {
 		return err // pods.New's, which names the pod worker
 	}
-	results := probe.NewResults()
 	probes, err := probe.New(probe.Config{Runtime: k.cfg.Pods.Runtime, Results: results, Stopper: worker, Events: worker,
 		Probed: k.metrics.probed, Log: k.log})
 	if err != nil {
@@ -463,8 +463,8 @@ func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) {
 		case podSyncing:
 			retryAt, err = s.syncOnce(ctx, w, pod, log)
 		case podTerminating:
-			s.probes.Remove(pod.UID)
-			if err = s.terminate(ctx, pod, objectGone, log); err == nil {
+			s.probes.Terminating(pod.UID)
+			if err = s.terminateShowingReadiness(ctx, w, pod, objectGone, log); err == nil {
 				s.killed(w)
 				return
 			}
@@ -540,7 +540,7 @@ func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod,
 	status := s.podStatus(pod, st, metav1.Now())
 	var running []probe.Running
 	if !terminal(status.Phase) {
-		for _, c := range st.Containers {
+		for _, c := range slices.Concat(st.InitContainers, st.Containers) { // sidecars have probes too
 			if c.State == pods.Running {
 				running = append(running, probe.Running{Name: c.Name, ContainerID: c.ID})
 			}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cairn-os/cairn/agent/kubelet/cri"
 	"github.com/cairn-os/cairn/agent/kubelet/pods"
+	"github.com/cairn-os/cairn/agent/kubelet/probe"
 	"github.com/cairn-os/cairn/agent/kubelet/volumes"
 	"github.com/cairn-os/cairn/agent/node"
 	"github.com/cairn-os/cairn/machineconfig"
@@ -55,18 +56,19 @@ func NewPodConfig(cluster *machineconfig.Cluster, rt *cri.Client, logRoot string
 // API's alike, from the Pods config: its Refs (the ConfigMaps and Secrets
 // the pods refer to, the Services, the Node), Volumes (under Dir/pods)
 // and Events (sent as the kubelet sends them, from component "kubelet" on
-// this host) use the API once the node joined (see join). The returned
+// this host) use the API once the node joined (see join); results are
+// the probes' verdicts, whose startup probes hold sidecars back. The returned
 // function, called once the pods' goroutines are done, stops sending
 // events.
-func (k *Kubelet) newPodWorker() (w *pods.Worker, stop func(), err error) {
+func (k *Kubelet) newPodWorker(results *probe.Results) (w *pods.Worker, stop func(), err error) {
 	pc := k.cfg.Pods
 	k.refs = &joinedRefs{}
-	k.volumes = &podVolumes{static: &volumes.Manager{Root: k.podsDir(), Now: pc.volumeClock}}
+	k.volumes = &podVolumes{static: &volumes.Manager{Root: k.podsDir(), Now: pc.volumeClock, Node: k.refs.Node}}
 	b := record.NewBroadcasterWithCorrelatorOptions(record.CorrelatorOptions{SpamKeyFunc: spamKey})
 	k.events = b
 	w, err = pods.New(pods.Config{
 		Runtime: pc.Runtime, Images: pc.Images, LogRoot: pc.LogRoot, ClusterDNS: pc.ClusterDNS,
-		Refs:    k.refs,
+		Refs: k.refs, Started: results.Started,
 		Volumes: k.volumes,
 		Events:  b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: k.cfg.NodeName}),
 		Log:     k.log,
@@ -88,7 +90,7 @@ func (k *Kubelet) join(m *node.Member) (stop func()) {
 	services := m.Informers.Core().V1().Services()
 	k.refs.cur.Store(&nodeRefs{client: m.Client, node: m.Node,
 		services: services.Lister(), servicesSynced: services.Informer().HasSynced})
-	k.volumes.api.Store(&volumes.Manager{Root: k.podsDir(), Client: m.Client, Now: k.cfg.Pods.volumeClock})
+	k.volumes.api.Store(&volumes.Manager{Root: k.podsDir(), Client: m.Client, Now: k.cfg.Pods.volumeClock, Node: k.refs.Node})
 	k.member.Store(m)
 	sink := k.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: m.Client.CoreV1().Events("")})
 	return sink.Stop

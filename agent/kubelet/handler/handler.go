@@ -5,7 +5,12 @@
 //	err := handler.Run(ctx, rt, handler.FromProbe(p.ProbeHandler), time.Second,
 //		handler.Target{Container: c, ContainerID: id, Host: podIP})
 //
-// nil is success. The probes (agent/kubelet/probe) and the hooks
+// nil is success. An httpGet follows redirects as the kubelet does: to
+// the same host, at most maxRedirects of them; a redirect to another host
+// is not followed and is success, which Target.Warn is told of. Its
+// status is success from 200 to 399.
+//
+// The probes (agent/kubelet/probe) and the hooks
 // (agent/kubelet/pods) both run their actions here, so that neither
 // depends on the other.
 package handler
@@ -15,6 +20,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -55,7 +61,17 @@ type Target struct {
 	ContainerID string // CRI ID, for exec
 	// Host is the pod's IP, or the node's for a pod on the host network.
 	Host string
+	// Warn, if set, is told why an action that succeeded is worth a
+	// warning: an httpGet redirected to another host.
+	Warn func(msg string)
 }
+
+// The kubelet's limits of an httpGet: the redirects it follows, and the
+// response body it reads (for the warning of a redirect not followed).
+const (
+	maxRedirects = 10
+	maxBody      = 10 << 10
+)
 
 // Run runs a once against t, within timeout if it is positive; nil is
 // success. rt runs exec actions.
@@ -134,15 +150,40 @@ func doHTTP(ctx context.Context, g *corev1.HTTPGetAction, t Target) error {
 	}
 	client := &http.Client{
 		// Probes check the target, not its certificate.
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, DisableKeepAlives: true},
+		Transport:     &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, DisableKeepAlives: true},
+		CheckRedirect: checkRedirect,
 	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("http %s: %w", u, err)
 	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
-		return fmt.Errorf("http %s: %s", u, resp.Status)
+	if err != nil {
+		return fmt.Errorf("http %s: read the response: %w", u, err)
+	}
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return nil
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		// A redirect not followed: to another host.
+		if t.Warn != nil {
+			t.Warn(fmt.Sprintf("Probe terminated redirects, Response body: %s", body))
+		}
+		return nil
+	}
+	return fmt.Errorf("http %s: %s: %s", u, resp.Status, trim(body))
+}
+
+// checkRedirect follows a redirect to the host of the first request, at
+// most maxRedirects of them, and stops at one to another host, whose
+// response is then the answer.
+func checkRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= maxRedirects {
+		return fmt.Errorf("stopped after %d redirects", maxRedirects)
+	}
+	if req.URL.Hostname() != via[0].URL.Hostname() {
+		return http.ErrUseLastResponse
 	}
 	return nil
 }

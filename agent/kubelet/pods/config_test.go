@@ -48,7 +48,7 @@ func TestSecurityContextConfig(t *testing.T) {
 		RunAsUser: &user, Privileged: &yes, ReadOnlyRootFilesystem: &yes,
 		Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN"}, Drop: []corev1.Capability{"ALL"}},
 	}}
-	got := securityContext(pod, c)
+	got := securityContext(pod, c, "")
 	want := &criv1.LinuxContainerSecurityContext{
 		NamespaceOptions: &criv1.NamespaceOption{Network: criv1.NamespaceMode_POD, Pid: criv1.NamespaceMode_CONTAINER, Ipc: criv1.NamespaceMode_POD},
 		RunAsUser:        &criv1.Int64Value{Value: 1000}, // the container's wins
@@ -129,19 +129,29 @@ func TestPhase(t *testing.T) {
 		policy      corev1.RestartPolicy
 		inits, apps []ContainerStatus
 		want        corev1.PodPhase
+		sidecars    []int // which of inits are sidecars
 	}{
-		{"init running", corev1.RestartPolicyAlways, []ContainerStatus{running}, []ContainerStatus{unmade}, corev1.PodPending},
-		{"init failed, Never", corev1.RestartPolicyNever, []ContainerStatus{failed}, []ContainerStatus{unmade}, corev1.PodFailed},
-		{"init failed, will retry", corev1.RestartPolicyAlways, []ContainerStatus{failed}, []ContainerStatus{unmade}, corev1.PodPending},
-		{"app running", corev1.RestartPolicyAlways, []ContainerStatus{done}, []ContainerStatus{running}, corev1.PodRunning},
-		{"app not made yet", corev1.RestartPolicyAlways, nil, []ContainerStatus{running, unmade}, corev1.PodPending},
-		{"all done, Never", corev1.RestartPolicyNever, nil, []ContainerStatus{done, done}, corev1.PodSucceeded},
-		{"one failed, Never", corev1.RestartPolicyNever, nil, []ContainerStatus{done, failed}, corev1.PodFailed},
-		{"failed, OnFailure restarts", corev1.RestartPolicyOnFailure, nil, []ContainerStatus{failed}, corev1.PodRunning},
-		{"done, OnFailure", corev1.RestartPolicyOnFailure, nil, []ContainerStatus{done}, corev1.PodSucceeded},
-		{"done, Always restarts", corev1.RestartPolicyAlways, nil, []ContainerStatus{done}, corev1.PodRunning},
+		{"init running", corev1.RestartPolicyAlways, []ContainerStatus{running}, []ContainerStatus{unmade}, corev1.PodPending, nil},
+		{"init failed, Never", corev1.RestartPolicyNever, []ContainerStatus{failed}, []ContainerStatus{unmade}, corev1.PodFailed, nil},
+		{"init failed, will retry", corev1.RestartPolicyAlways, []ContainerStatus{failed}, []ContainerStatus{unmade}, corev1.PodPending, nil},
+		{"app running", corev1.RestartPolicyAlways, []ContainerStatus{done}, []ContainerStatus{running}, corev1.PodRunning, nil},
+		{"app not made yet", corev1.RestartPolicyAlways, nil, []ContainerStatus{running, unmade}, corev1.PodPending, nil},
+		{"all done, Never", corev1.RestartPolicyNever, nil, []ContainerStatus{done, done}, corev1.PodSucceeded, nil},
+		{"one failed, Never", corev1.RestartPolicyNever, nil, []ContainerStatus{done, failed}, corev1.PodFailed, nil},
+		{"failed, OnFailure restarts", corev1.RestartPolicyOnFailure, nil, []ContainerStatus{failed}, corev1.PodRunning, nil},
+		{"done, OnFailure", corev1.RestartPolicyOnFailure, nil, []ContainerStatus{done}, corev1.PodSucceeded, nil},
+		{"done, Always restarts", corev1.RestartPolicyAlways, nil, []ContainerStatus{done}, corev1.PodRunning, nil},
+		{"sidecar running, app running", corev1.RestartPolicyNever, []ContainerStatus{running}, []ContainerStatus{running}, corev1.PodRunning, []int{0}},
+		{"sidecar failed, app running", corev1.RestartPolicyNever, []ContainerStatus{failed}, []ContainerStatus{running}, corev1.PodRunning, []int{0}},
+		{"sidecar running, app done, Never", corev1.RestartPolicyNever, []ContainerStatus{running}, []ContainerStatus{done}, corev1.PodSucceeded, []int{0}},
+		{"sidecar failed, app done, Never", corev1.RestartPolicyNever, []ContainerStatus{failed}, []ContainerStatus{done}, corev1.PodSucceeded, []int{0}},
+		{"sidecar done, app failed, OnFailure", corev1.RestartPolicyOnFailure, []ContainerStatus{done}, []ContainerStatus{failed}, corev1.PodRunning, []int{0}},
+		{"sidecar, then init running", corev1.RestartPolicyNever, []ContainerStatus{running, running}, []ContainerStatus{unmade}, corev1.PodPending, []int{0}},
 	} {
-		pod := &corev1.Pod{Spec: corev1.PodSpec{RestartPolicy: tc.policy}}
+		pod := &corev1.Pod{Spec: corev1.PodSpec{RestartPolicy: tc.policy, InitContainers: make([]corev1.Container, len(tc.inits))}}
+		for _, i := range tc.sidecars {
+			pod.Spec.InitContainers[i].RestartPolicy = new(corev1.ContainerRestartPolicyAlways)
+		}
 		if got := phase(pod, tc.inits, tc.apps); got != tc.want {
 			t.Errorf("%s: phase = %s, want %s", tc.name, got, tc.want)
 		}

@@ -25,6 +25,9 @@ type containerParams struct {
 	image   string            // the reference the runtime resolved
 	env     []*criv1.KeyValue // the environment, references resolved (containerEnv)
 	mounts  []*criv1.Mount    // the pod's volumes c mounts (mounts)
+	// pidTarget, if set, is the runtime's ID of the container whose
+	// process namespace an ephemeral container shares.
+	pidTarget string
 }
 
 // containerConfig is the CRI container for c; its command and args have
@@ -49,7 +52,7 @@ func containerConfig(pod *corev1.Pod, c *corev1.Container, p containerParams) *c
 		Tty:     c.TTY,
 		Linux: &criv1.LinuxContainerConfig{
 			Resources:       resources(c.Resources),
-			SecurityContext: securityContext(pod, c),
+			SecurityContext: securityContext(pod, c, p.pidTarget),
 		},
 	}
 }
@@ -81,8 +84,9 @@ func resources(r corev1.ResourceRequirements) *criv1.LinuxContainerResources {
 }
 
 // securityContext is the container's, falling back to the pod's for the
-// user and group.
-func securityContext(pod *corev1.Pod, c *corev1.Container) *criv1.LinuxContainerSecurityContext {
+// user and group; pidTarget, if set, is the container whose process
+// namespace it shares.
+func securityContext(pod *corev1.Pod, c *corev1.Container, pidTarget string) *criv1.LinuxContainerSecurityContext {
 	out := &criv1.LinuxContainerSecurityContext{
 		NamespaceOptions: &criv1.NamespaceOption{Network: criv1.NamespaceMode_POD, Pid: criv1.NamespaceMode_CONTAINER, Ipc: criv1.NamespaceMode_POD},
 	}
@@ -93,6 +97,9 @@ func securityContext(pod *corev1.Pod, c *corev1.Container) *criv1.LinuxContainer
 		out.NamespaceOptions.Pid = criv1.NamespaceMode_NODE
 	} else if pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace {
 		out.NamespaceOptions.Pid = criv1.NamespaceMode_POD
+	}
+	if pidTarget != "" && out.NamespaceOptions.Pid == criv1.NamespaceMode_CONTAINER {
+		out.NamespaceOptions.Pid, out.NamespaceOptions.TargetId = criv1.NamespaceMode_TARGET, pidTarget
 	}
 	if pod.Spec.HostIPC {
 		out.NamespaceOptions.Ipc = criv1.NamespaceMode_NODE
@@ -135,6 +142,18 @@ func securityContext(pod *corev1.Pod, c *corev1.Container) *criv1.LinuxContainer
 		out.NoNewPrivs = !*sc.AllowPrivilegeEscalation
 	}
 	return out
+}
+
+// ephemeralTarget is the targetContainerName of the ephemeral container
+// of pod named name; empty if it names none, or name is no ephemeral
+// container.
+func ephemeralTarget(pod *corev1.Pod, name string) string {
+	for _, ec := range pod.Spec.EphemeralContainers {
+		if ec.Name == name {
+			return ec.TargetContainerName
+		}
+	}
+	return ""
 }
 
 // containerName is how errors name a container of a pod.

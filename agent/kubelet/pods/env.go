@@ -376,18 +376,25 @@ func subscript(path, field string) (string, bool) {
 	return strings.CutSuffix(rest, "']")
 }
 
-// resourceField is the value of a resourceFieldRef: a request or limit of
-// a container of the pod (c if it names none) in units of the divisor,
-// rounded up. A missing limit of cpu, memory or ephemeral-storage is the
-// node's allocatable, as the container may use that much; a missing
-// request is 0.
+// resourceField is the value of a resourceFieldRef in c's environment,
+// as ResourceField.
 func (b *envBuilder) resourceField(ctx context.Context, c *corev1.Container, ref *corev1.ResourceFieldSelector) (string, error) {
+	return ResourceField(b.pod, c, ref, func() (*corev1.Node, error) { return b.getNode(ctx) })
+}
+
+// ResourceField is the value of a resourceFieldRef, in an env var or a
+// downwardAPI volume: a request or limit of a container of the pod (c if
+// the reference names none) in units of the divisor, rounded up. A
+// missing limit of cpu, memory or ephemeral-storage is the node's
+// allocatable (node is called only then), as the container may use that
+// much; a missing request is 0.
+func ResourceField(pod *corev1.Pod, c *corev1.Container, ref *corev1.ResourceFieldSelector, node func() (*corev1.Node, error)) (string, error) {
 	target := c
-	if ref.ContainerName != "" && ref.ContainerName != c.Name {
-		target = specContainer(b.pod, ref.ContainerName)
-		if target == nil {
-			return "", fmt.Errorf("resourceFieldRef: no container %q in the pod", ref.ContainerName)
-		}
+	if ref.ContainerName != "" && (c == nil || ref.ContainerName != c.Name) {
+		target = specContainer(pod, ref.ContainerName)
+	}
+	if target == nil {
+		return "", fmt.Errorf("resourceFieldRef: no container %q in the pod", ref.ContainerName)
 	}
 	kind, name, ok := strings.Cut(ref.Resource, ".")
 	if !ok || (kind != "limits" && kind != "requests") {
@@ -399,11 +406,11 @@ func (b *envBuilder) resourceField(ctx context.Context, c *corev1.Container, ref
 	if kind == "limits" {
 		q, found = target.Resources.Limits[res]
 		if !found && (res == corev1.ResourceCPU || res == corev1.ResourceMemory || res == corev1.ResourceEphemeralStorage) {
-			node, err := b.getNode(ctx)
+			n, err := node()
 			if err != nil {
 				return "", err
 			}
-			q = node.Status.Allocatable[res]
+			q = n.Status.Allocatable[res]
 		}
 	} else {
 		q = target.Resources.Requests[res]

@@ -85,6 +85,13 @@ func (w *Worker) stoppedUnhealthy(id string) bool {
 // it has one and still runs, and then stops it within what is left of
 // grace.
 func (w *Worker) stop(ctx context.Context, pod *corev1.Pod, id, name, podIP string, grace time.Duration) error {
+	return w.stopAfter(ctx, pod, id, name, podIP, grace, nil)
+}
+
+// stopAfter is stop, whose SIGTERM, after the preStop hook, waits for
+// turn, if not nil, to be closed, within the grace period: a sidecar's
+// turn comes once the containers that stop before it are gone.
+func (w *Worker) stopAfter(ctx context.Context, pod *corev1.Pod, id, name, podIP string, grace time.Duration, turn <-chan struct{}) error {
 	deadline := time.Now().Add(grace)
 	w.Event(pod, name, corev1.EventTypeNormal, "Killing", "Stopping container %s", name)
 	var hookErr error
@@ -95,6 +102,15 @@ func (w *Worker) stop(ctx context.Context, pod *corev1.Pod, id, name, podIP stri
 			hookErr = fmt.Errorf("%s: preStop hook: %w", containerName(pod, c), err)
 		}
 		cancel()
+	}
+	if turn != nil && grace > 0 {
+		t := time.NewTimer(time.Until(deadline))
+		select {
+		case <-turn:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
 	}
 	left := max(time.Until(deadline), minStopGrace)
 	if grace == 0 {

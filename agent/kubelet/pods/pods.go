@@ -24,15 +24,24 @@
 // see reasons.go), and what happens is recorded as Events.
 //
 // Terminate stops the containers with a grace period and removes the
-// sandbox and the volumes; Cleanup removes, now and then, what pods the
+// sandbox and the volumes, while Observe tells, doing nothing, what the
+// runtime holds meanwhile; Cleanup removes, now and then, what pods the
 // node no longer has left behind: sandboxes, volumes, logs.
 //
 //	w, err := pods.New(pods.Config{Runtime: rt, Images: img, LogRoot: "/var/log/pods"})
 //	st, err := w.Sync(ctx, pod)
 //
-// Not yet here: sidecar (restartable) init containers, garbage collection
-// of exited containers (they are kept until Terminate, as the backoff's
-// history).
+// Sidecars (init containers with restartPolicy Always, see sidecar.go)
+// start in order with the other init containers, but the next one waits
+// only for them to have started, not exited; they restart whatever the
+// pod's restartPolicy, do not count for its phase, and stop after the app
+// containers. Ephemeral containers (kubectl debug) run once as soon as the
+// sandbox does, in their target container's process namespace if they
+// name one. A container that must not run as root but would is refused
+// (CreateContainerConfigError), as by the kubelet.
+//
+// Not yet here: garbage collection of exited containers (they are kept
+// until Terminate, as the backoff's history).
 package pods
 
 import (
@@ -78,6 +87,11 @@ type Config struct {
 	// containers' env and pods' imagePullSecrets refer to; without it,
 	// such references cannot be resolved.
 	Refs Refs
+	// Started, if set, says whether the running container containerID,
+	// named name, of pod passed its startup probe (probe.Results): a
+	// sidecar holds back the containers after it until then. Without
+	// it, a running sidecar has started.
+	Started func(pod *corev1.Pod, name, containerID string) bool
 	// Events, if set, records what happens to the pods' containers as
 	// the kubelet's Events (Pulling, Pulled, Created, Started, Failed,
 	// BackOff, Killing).
@@ -179,12 +193,15 @@ func (w *Worker) sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
 	if st.PodIP, err = w.podIP(ctx, pod, sandboxID); err != nil {
 		return nil, err
 	}
-	sb := sandbox{id: sandboxID, cfg: sandboxCfg, ip: st.PodIP}
 	history := map[string][]*criv1.ContainerStatus{} // a sandbox just made has none
 	if !made {
 		if history, err = w.history(ctx, sandboxID); err != nil {
 			return nil, fmt.Errorf("containers of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
+	}
+	sb := sandbox{id: sandboxID, cfg: sandboxCfg, ip: st.PodIP, latest: map[string]string{}}
+	for name, h := range history {
+		sb.latest[name] = h[len(h)-1].Id
 	}
 	// In a sandbox that replaced one that died, containers go on from
 	// the attempts of the earlier ones: the runtime keeps their names
@@ -206,12 +223,32 @@ func (w *Worker) sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
 		return cs
 	}
 
+	appsEnded := appsEnded(pod, history, w.stoppedUnhealthy)
+	begun := begunAfter(pod, history)
 	initsDone := true
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		if !initsDone {
 			cs := containerStatus(c.Name, nil)
 			cs.Reason = ReasonPodInitializing
+			st.InitContainers = append(st.InitContainers, cs)
+			continue
+		}
+		if isSidecar(c) {
+			var cs ContainerStatus
+			if h := history[c.Name]; appsEnded {
+				// The pod is done: its sidecars are stopped, not
+				// started or restarted.
+				cs = containerStatus(c.Name, nil)
+				if len(h) > 0 {
+					cs = containerStatus(c.Name, h[len(h)-1])
+				}
+			} else {
+				cs = step(c, corev1.RestartPolicyAlways)
+			}
+			// Once a container after it began, the sidecar started
+			// before: a restart of it holds nothing back.
+			initsDone = begun[i] || w.sidecarStarted(pod, cs)
 			st.InitContainers = append(st.InitContainers, cs)
 			continue
 		}
@@ -229,6 +266,17 @@ func (w *Worker) sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
 		}
 		st.Containers = append(st.Containers, step(c, pod.Spec.RestartPolicy))
 	}
+	// Ephemeral containers run once, as soon as the sandbox does, even
+	// before the pod is initialized.
+	for i := range pod.Spec.EphemeralContainers {
+		c := (*corev1.Container)(&pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
+		st.EphemeralContainers = append(st.EphemeralContainers, step(c, corev1.RestartPolicyNever))
+	}
+	if appsEnded {
+		if err := w.stopSidecars(ctx, pod, st.InitContainers, sb.ip, GracePeriod(pod)); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	st.Phase = phase(pod, st.InitContainers, st.Containers)
 	return st, errors.Join(errs...)
 }
@@ -239,12 +287,36 @@ func (w *Worker) sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
 // kubelet. It returns nil if the pod has a ready sandbox, none at all, or
 // would run again in a new one (its restartPolicy restarts a container).
 func (w *Worker) ended(ctx context.Context, pod *corev1.Pod, sandboxes []*criv1.PodSandbox) (*Status, error) {
-	var last *criv1.PodSandbox
 	for _, sb := range sandboxes {
 		if sb.State == criv1.PodSandboxState_SANDBOX_READY {
 			return nil, nil
 		}
-		if last == nil || sb.GetMetadata().GetAttempt() > last.GetMetadata().GetAttempt() {
+	}
+	st, err := w.observe(ctx, pod, sandboxes)
+	if st == nil || err != nil || st.Phase != corev1.PodSucceeded && st.Phase != corev1.PodFailed {
+		return nil, err
+	}
+	return st, nil
+}
+
+// Observe returns the status of pod as the runtime holds it, doing
+// nothing towards its spec: what a pod being killed shows meanwhile. Nil
+// if the pod has no sandbox.
+func (w *Worker) Observe(ctx context.Context, pod *corev1.Pod) (*Status, error) {
+	sandboxes, err := w.sandboxes(ctx, pod)
+	if err != nil {
+		return nil, err
+	}
+	return w.observe(ctx, pod, sandboxes)
+}
+
+// observe returns the status of pod in its ready sandbox among
+// sandboxes, else in its last one; nil if it has none.
+func (w *Worker) observe(ctx context.Context, pod *corev1.Pod, sandboxes []*criv1.PodSandbox) (*Status, error) {
+	var last *criv1.PodSandbox
+	for _, sb := range sandboxes {
+		if last == nil || last.State != criv1.PodSandboxState_SANDBOX_READY &&
+			(sb.State == criv1.PodSandboxState_SANDBOX_READY || sb.GetMetadata().GetAttempt() > last.GetMetadata().GetAttempt()) {
 			last = sb
 		}
 	}
@@ -256,6 +328,12 @@ func (w *Worker) ended(ctx context.Context, pod *corev1.Pod, sandboxes []*criv1.
 		return nil, fmt.Errorf("containers of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	st := &Status{}
+	if last.State == criv1.PodSandboxState_SANDBOX_READY {
+		st.SandboxID = last.Id
+		if st.PodIP, err = w.podIP(ctx, pod, last.Id); err != nil {
+			return nil, err
+		}
+	}
 	seen := func(c *corev1.Container, policy corev1.RestartPolicy) ContainerStatus {
 		h := history[c.Name]
 		if len(h) == 0 {
@@ -273,9 +351,11 @@ func (w *Worker) ended(ctx context.Context, pod *corev1.Pod, sandboxes []*criv1.
 	for i := range pod.Spec.Containers {
 		st.Containers = append(st.Containers, seen(&pod.Spec.Containers[i], pod.Spec.RestartPolicy))
 	}
-	if st.Phase = phase(pod, st.InitContainers, st.Containers); st.Phase != corev1.PodSucceeded && st.Phase != corev1.PodFailed {
-		return nil, nil
+	for i := range pod.Spec.EphemeralContainers {
+		c := (*corev1.Container)(&pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
+		st.EphemeralContainers = append(st.EphemeralContainers, seen(c, corev1.RestartPolicyNever))
 	}
+	st.Phase = phase(pod, st.InitContainers, st.Containers)
 	return st, nil
 }
 
@@ -355,6 +435,10 @@ type sandbox struct {
 	id  string
 	cfg *criv1.PodSandboxConfig
 	ip  string // empty on the host network
+	// latest holds, by name, the runtime's ID of the latest container
+	// of each of the pod's containers that the sandbox had when the sync
+	// began: the targets of ephemeral containers.
+	latest map[string]string
 }
 
 // syncContainer takes the next step for one container, whose CRI
@@ -413,6 +497,9 @@ func (w *Worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 		w.Event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Error: %s", waiting.Reason)
 		return waiting, fmt.Errorf("%s: %w", containerName(pod, c), err)
 	}
+	if err := w.verifyNonRoot(ctx, pod, c, image); err != nil {
+		return w.failed(pod, c, waiting, &waitError{ErrCreateContainerConfig, err.Error()})
+	}
 	env, err := w.containerEnv(ctx, pod, c, sb)
 	if err != nil {
 		return w.failed(pod, c, waiting, &waitError{ErrCreateContainerConfig, err.Error()})
@@ -421,9 +508,15 @@ func (w *Worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 	if err != nil {
 		return w.failed(pod, c, waiting, &waitError{ErrCreateContainerConfig, err.Error()})
 	}
+	params := containerParams{attempt: attempt, image: image, env: env, mounts: mounts}
+	if target := ephemeralTarget(pod, c.Name); target != "" {
+		if params.pidTarget = sb.latest[target]; params.pidTarget == "" {
+			return w.failed(pod, c, waiting, &waitError{ErrCreateContainerConfig, fmt.Sprintf("target container %q has not been made", target)})
+		}
+	}
 	created, err := w.cfg.Runtime.CreateContainer(ctx, &criv1.CreateContainerRequest{
 		PodSandboxId:  sb.id,
-		Config:        containerConfig(pod, c, containerParams{attempt: attempt, image: image, env: env, mounts: mounts}),
+		Config:        containerConfig(pod, c, params),
 		SandboxConfig: sb.cfg,
 	})
 	if err != nil {
@@ -509,7 +602,7 @@ func (w *Worker) kill(ctx context.Context, pod *corev1.Pod, grace time.Duration)
 		if sb.State == criv1.PodSandboxState_SANDBOX_READY {
 			ip, _ = w.podIP(ctx, pod, sb.Id)
 		}
-		if err := w.stopAll(ctx, pod, resp.Containers, ip, grace); err != nil {
+		if err := w.stopInOrder(ctx, pod, resp.Containers, ip, grace); err != nil {
 			errs = append(errs, err)
 		}
 		if _, err := w.cfg.Runtime.StopPodSandbox(ctx, &criv1.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {

@@ -16,6 +16,9 @@ type Status struct {
 	PodIP          string
 	InitContainers []ContainerStatus
 	Containers     []ContainerStatus
+	// EphemeralContainers, added to the running pod (kubectl debug),
+	// run once and count for nothing but their own status.
+	EphemeralContainers []ContainerStatus
 }
 
 // RetryAt is when the first container waiting out a backoff may start:
@@ -108,9 +111,14 @@ func containerStatus(name string, cs *criv1.ContainerStatus) ContainerStatus {
 // have not all completed keep the pod Pending, or make it Failed when one
 // failed for good; then the pod runs while any app container runs or will
 // restart, and ends Succeeded or Failed when all have ended for good.
+// Sidecars do not count: one that has not started holds the containers
+// after it back, which keeps the pod Pending.
 func phase(pod *corev1.Pod, inits, apps []ContainerStatus) corev1.PodPhase {
 	initPolicy := initRestartPolicy(pod.Spec.RestartPolicy)
-	for _, c := range inits {
+	for i, c := range inits {
+		if isSidecar(&pod.Spec.InitContainers[i]) {
+			continue
+		}
 		if c.State == Terminated && c.ExitCode != 0 && !Restarts(initPolicy, c.ExitCode) {
 			return corev1.PodFailed
 		}

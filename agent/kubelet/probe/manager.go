@@ -22,7 +22,8 @@ type Stopper interface {
 }
 
 // Events records an event about a pod's container: a failed probe is
-// told as an Unhealthy warning.
+// told as an Unhealthy warning, an httpGet redirected to another host as
+// a ProbeWarning.
 type Events interface {
 	Event(pod *corev1.Pod, container, eventtype, reason, format string, args ...any)
 }
@@ -134,6 +135,20 @@ func (m *Manager) Remove(uid types.UID) {
 	}
 }
 
+// Terminating stops the liveness and startup probes of a pod being
+// killed; its readiness probes go on, as the kubelet's do since 1.27, so
+// that its readiness shows while its containers stop. The verdicts stay
+// until Remove: readiness builds on the startup probe's.
+func (m *Manager) Terminating(uid types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, w := range m.workers {
+		if k.uid == uid && k.kind != Readiness {
+			w.cancel()
+		}
+	}
+}
+
 // stop ends the worker w of k and forgets its verdicts; m.mu is held.
 func (m *Manager) stop(k key, w *worker) {
 	w.cancel()
@@ -170,6 +185,11 @@ func (m *Manager) run(ctx context.Context, k key, w *worker, pod *corev1.Pod, c 
 	wait := time.Duration(p.InitialDelaySeconds) * time.Second
 	var oks, fails int
 	target := handler.Target{Container: c, ContainerID: w.containerID, Host: host}
+	if m.cfg.Events != nil {
+		target.Warn = func(msg string) {
+			m.cfg.Events.Event(pod, c.Name, corev1.EventTypeWarning, "ProbeWarning", "%s probe warning: %s", kindTitle[k.kind], msg)
+		}
+	}
 	for {
 		t := time.NewTimer(wait)
 		select {
@@ -239,10 +259,14 @@ func (m *Manager) run(ctx context.Context, k key, w *worker, pod *corev1.Pod, c 
 	}
 }
 
+// container is pod's container named name, sidecars (init containers)
+// included, which have probes too; nil if there is none.
 func container(pod *corev1.Pod, name string) *corev1.Container {
-	for i := range pod.Spec.Containers {
-		if pod.Spec.Containers[i].Name == name {
-			return &pod.Spec.Containers[i]
+	for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+		for i := range cs {
+			if cs[i].Name == name {
+				return &cs[i]
+			}
 		}
 	}
 	return nil

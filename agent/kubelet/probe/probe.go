@@ -14,6 +14,12 @@
 //     with its grace period, so that the pod worker restarts it as its
 //     restartPolicy says, counting the restart.
 //
+// Sidecars (init containers with restartPolicy Always) are probed as app
+// containers are. While a pod is killed only its readiness probes run
+// (Terminating), so that its readiness shows as its containers stop. An
+// httpGet probe redirected to another host succeeds, with a ProbeWarning
+// event.
+//
 // The verdicts go to a Results cache, which the pod worker reads (Ready,
 // Started) and whose Updates channel tells it, by pod, when one changed.
 // Verdicts belong to one CRI container: a restarted container starts

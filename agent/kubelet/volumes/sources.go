@@ -2,6 +2,7 @@ package volumes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"maps"
@@ -34,7 +35,7 @@ func (m *Manager) files(ctx context.Context, pod *corev1.Pod, v *corev1.Volume, 
 		s := v.Secret
 		return files, time.Time{}, m.secret(ctx, pod.Namespace, s.SecretName, s.Items, s.Optional, modeOr(s.DefaultMode, defaultFileMode), files)
 	case v.DownwardAPI != nil:
-		return files, time.Time{}, downward(pod, v.DownwardAPI.Items, modeOr(v.DownwardAPI.DefaultMode, defaultFileMode), files)
+		return files, time.Time{}, m.downward(ctx, pod, v.DownwardAPI.Items, modeOr(v.DownwardAPI.DefaultMode, defaultFileMode), files)
 	}
 	mode := modeOr(v.Projected.DefaultMode, defaultFileMode)
 	var due time.Time
@@ -57,7 +58,7 @@ func (m *Manager) files(ctx context.Context, pod *corev1.Pod, v *corev1.Volume, 
 			s := src.Secret
 			err = m.secret(ctx, pod.Namespace, s.Name, s.Items, s.Optional, mode, files)
 		case src.DownwardAPI != nil:
-			err = downward(pod, src.DownwardAPI.Items, mode, files)
+			err = m.downward(ctx, pod, src.DownwardAPI.Items, mode, files)
 		default:
 			err = fmt.Errorf("source %d: type %s not supported yet", i, sourceType(src))
 		}
@@ -135,19 +136,39 @@ func project(what string, data map[string][]byte, items []corev1.KeyToPath, opti
 	return nil
 }
 
-// downward adds the pod's metadata that items ask for to files.
-func downward(pod *corev1.Pod, items []corev1.DownwardAPIVolumeFile, mode fs.FileMode, files map[string]file) error {
+// downward adds the pod's metadata and its containers' resources that
+// items ask for to files.
+func (m *Manager) downward(ctx context.Context, pod *corev1.Pod, items []corev1.DownwardAPIVolumeFile, mode fs.FileMode, files map[string]file) error {
 	for _, it := range items {
-		if it.FieldRef == nil {
-			return fmt.Errorf("downwardAPI path %q: only fieldRef is supported yet", it.Path)
+		var v string
+		var err error
+		switch {
+		case it.FieldRef != nil:
+			v, err = fieldValue(pod, it.FieldRef.FieldPath)
+		case it.ResourceFieldRef != nil:
+			v, err = pods.ResourceField(pod, nil, it.ResourceFieldRef, func() (*corev1.Node, error) { return m.node(ctx) })
+		default:
+			err = errors.New("neither fieldRef nor resourceFieldRef")
 		}
-		v, err := fieldValue(pod, it.FieldRef.FieldPath)
 		if err != nil {
 			return fmt.Errorf("downwardAPI path %q: %w", it.Path, err)
 		}
 		files[it.Path] = file{data: []byte(v), mode: modeOr(it.Mode, mode)}
 	}
 	return nil
+}
+
+// node is the Node, whose allocatable is the limit of a container that
+// sets none.
+func (m *Manager) node(ctx context.Context) (*corev1.Node, error) {
+	if m.Node == nil {
+		return nil, errors.New("the node cannot read its Node")
+	}
+	n, err := m.Node(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("get the node: %w", err)
+	}
+	return n, nil
 }
 
 // fieldValue is the pod's field at path, as a downwardAPI volume shows

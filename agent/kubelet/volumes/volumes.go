@@ -21,7 +21,7 @@
 // the ConfigMaps and Secrets those pods refer to.
 //
 // Not yet here: other volume types (hostPath, PVCs, CSI…), fsGroup
-// ownership, resourceFieldRef and clusterTrustBundle sources; files live
+// ownership and clusterTrustBundle sources; files live
 // on the node's disk, not in a tmpfs as the kubelet keeps secrets, and an
 // emptyDir of medium Memory is a plain directory too.
 package volumes
@@ -64,6 +64,10 @@ type Manager struct {
 	Resync time.Duration
 	// Now is the clock of token renewals; time.Now if nil.
 	Now func() time.Time
+	// Node, if set, returns the Node, whose allocatable a
+	// resourceFieldRef shows for a limit that a container does not set;
+	// without it, such a limit cannot be shown.
+	Node func(ctx context.Context) (*corev1.Node, error)
 
 	mu   sync.Mutex
 	pods map[types.UID]*podVolumes

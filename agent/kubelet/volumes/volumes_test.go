@@ -61,7 +61,9 @@ func (e *nodeEnv) createPod(t *testing.T, pod *corev1.Pod) *corev1.Pod {
 	t.Helper()
 	pod.Namespace = e.ns
 	pod.Spec.NodeName = e.node
-	pod.Spec.Containers = []corev1.Container{{Name: "c", Image: "example.invalid/never-run"}}
+	if len(pod.Spec.Containers) == 0 {
+		pod.Spec.Containers = []corev1.Container{{Name: "c", Image: "example.invalid/never-run"}}
+	}
 	var got *corev1.Pod
 	poll.Until(t, 30*time.Second, "create Pod "+pod.Name, func() (err error) {
 		got, err = e.c.Client.CoreV1().Pods(e.ns).Create(context.Background(), pod, metav1.CreateOptions{})
