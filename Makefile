@@ -11,7 +11,7 @@ LDFLAGS := -s -w -buildid= -X github.com/cairn-os/cairn/internal/version.Version
 
 export CGO_ENABLED := 0
 
-.PHONY: all deps components build image run test test-unit test-e2e bench bench-pods proto clean
+.PHONY: all deps components build image run test test-unit test-e2e bench bench-pods bench-streams proto clean
 
 all: build
 
@@ -82,7 +82,7 @@ test: deps cluster components $(GOTESTSUM)
 test-unit:
 	$(GO) test ./...
 
-bench: deps bench-pods
+bench: deps bench-pods bench-streams
 	$(GO) test -tags e2e -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/e2e/
 
 # Pod startup latency, CPU time and memory of cairn-agent (built from
@@ -92,6 +92,12 @@ bench: deps bench-pods
 # also writes a CPU profile of podagent.
 bench-pods: cluster components
 	$(TEST_ENV) $(GO) test -tags bench -run '^$$' -bench PodStartup -benchtime 1x -timeout 40m ./test/bench/
+
+# kubectl exec round trip (p50, p99) and port-forward throughput through
+# the API server to cairn-agent and to the upstream kubelet on one
+# containerd, with the ratios (test/bench, as root; about 5 min).
+bench-streams: cluster components
+	$(TEST_ENV) $(GO) test -tags bench -run '^$$' -bench Streams -benchtime 1x -timeout 30m ./test/bench/
 
 proto:
 	protoc -I api/machine -I /usr/include \

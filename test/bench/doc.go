@@ -15,6 +15,11 @@
 // the processes' CPU time and memory, each with its PID and command line,
 // and cairn-agent's and podagent's ratios to the floor and the kubelet.
 //
+// BenchmarkStreams (`make bench-streams`) prints the round trip of
+// `kubectl exec` and the throughput of `kubectl port-forward` through the
+// API server to cairn-agent's kubelet server and to the upstream
+// kubelet, on one control plane and containerd, with the ratios.
+//
 // cairn-agent's proxier programs the table inet cairn in the host's
 // network namespace: the benchmark refuses to start if the host has one,
 // and deletes it after.
