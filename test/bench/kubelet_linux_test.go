@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/cairn-os/cairn/test/agentnode"
 	"github.com/cairn-os/cairn/test/kube"
 	"github.com/cairn-os/cairn/test/runtime"
 )
@@ -55,7 +55,7 @@ func startKubelet(b *testing.B, c *kube.Cluster, rt *runtime.Runtime, bin, dir, 
 	suffix := make([]byte, 3)
 	rand.Read(suffix)
 	cgroupRoot := "/cairn-bench-" + hex.EncodeToString(suffix)
-	port := freePort(b)
+	port := agentnode.FreePort(b)
 	cfg := map[string]any{
 		"apiVersion":               "kubelet.config.k8s.io/v1beta1",
 		"kind":                     "KubeletConfiguration",
@@ -245,15 +245,4 @@ func removeCgroups(dir string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// freePort returns a TCP port of 127.0.0.1 that nothing listens on now.
-func freePort(b *testing.B) int {
-	b.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
