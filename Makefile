@@ -40,6 +40,18 @@ cluster: $(CLUSTER)
 $(CLUSTER) &: test/cluster/go.mod test/cluster/go.sum hack/build-cluster.sh
 	GO=$(GO) ./hack/build-cluster.sh $(CLUSTER_BIN)
 
+# The upstream conformance suite at the control plane's version (e2e.test,
+# the ginkgo CLI, agnhost) and kubectl, from test/cluster's pins (see
+# hack/build-conformance.sh); rebuilt only when they change.
+CONFORMANCE_BIN := $(OUT)/conformance/bin
+CONFORMANCE_SUITE := $(addprefix $(CONFORMANCE_BIN)/,e2e.test ginkgo agnhost) $(CLUSTER_BIN)/kubectl
+
+.PHONY: conformance-suite conformance
+conformance-suite: $(CONFORMANCE_SUITE)
+
+$(CONFORMANCE_SUITE) &: test/cluster/go.mod test/cluster/go.sum hack/build-conformance.sh
+	GO=$(GO) KUBECTL=$(CLUSTER_BIN)/kubectl ./hack/build-conformance.sh $(CONFORMANCE_BIN)
+
 build: components
 	$(GO) build $(GOFLAGS_NODE) -ldflags '$(LDFLAGS)' -o $(BIN)/cairn ./cmd/cairn
 	$(GO) build $(GOFLAGS_NODE) -ldflags '$(LDFLAGS)' -o $(BIN)/init ./init
@@ -69,12 +81,14 @@ $(GOTESTSUM):
 	GOBIN=$(abspath $(OUT)/tools) $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION)
 	mv $(OUT)/tools/gotestsum $@
 
-TEST_ENV := CAIRN_NO_SKIP=1 CAIRN_CLUSTER_BIN=$(abspath $(CLUSTER_BIN)) CAIRN_BIN=$(abspath $(BIN))
+TEST_ENV := CAIRN_NO_SKIP=1 CAIRN_CLUSTER_BIN=$(abspath $(CLUSTER_BIN)) CAIRN_BIN=$(abspath $(BIN)) \
+  CAIRN_CONFORMANCE_BIN=$(abspath $(CONFORMANCE_BIN))
 
-test: deps cluster components $(GOTESTSUM)
+test: deps cluster components conformance-suite $(GOTESTSUM)
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e/
 	$(GO) vet -tags bench ./test/bench/
+	$(GO) vet -tags conformance ./test/conformance/
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt: files above need formatting'; exit 1; }
 	$(TEST_ENV) $(GOTESTSUM) --format pkgname-and-test-fails --raw-command -- \
 	  sh -c '$(GO) test -json -timeout 20m ./... && $(GO) test -json -tags e2e -timeout 30m -count=1 ./test/e2e/'
@@ -92,6 +106,14 @@ bench: deps bench-pods
 # also writes a CPU profile of podagent.
 bench-pods: cluster components
 	$(TEST_ENV) $(GO) test -tags bench -run '^$$' -bench PodStartup -benchtime 1x -timeout 40m ./test/bench/
+
+# The upstream suite's [sig-node] specs of [NodeConformance] and
+# [Conformance] against a Cairn node on the host (test/conformance, as
+# root): a JUnit report in $(OUT)/conformance/report and the line
+# "conformance: N passed, N failed, N skipped in Xm". Not in make test,
+# which runs a few of them (TestSelection).
+conformance: deps cluster components conformance-suite
+	$(TEST_ENV) $(GO) test -v -tags conformance -run '^TestConformance$$' -timeout 100m -count=1 ./test/conformance/
 
 proto:
 	protoc -I api/machine -I /usr/include \

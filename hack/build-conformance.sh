@@ -2,7 +2,8 @@
 # Builds the upstream conformance suite at the control plane's version from
 # the module in test/cluster into OUTDIR: e2e.test (go test -c
 # k8s.io/kubernetes/test/e2e), the ginkgo CLI that runs it in parallel
-# processes, and kubectl, which some specs run. Versions come from
+# processes, kubectl, which some specs run, and agnhost, the specs' test
+# server (static: test/conformance makes it an image). Versions come from
 # test/cluster/go.mod; test/conformance runs them.
 #
 # GOFLAGS=-p=2 by default, as in build-cluster.sh; set CLUSTER_GOFLAGS to
@@ -39,9 +40,10 @@ ldflags="-s -w -buildid= $x"
 
 $GO build -trimpath -ldflags "$ldflags" -o "$out/ginkgo" github.com/onsi/ginkgo/v2/ginkgo
 $GO build -trimpath -ldflags "$ldflags" -o "$kubectl" k8s.io/kubernetes/cmd/kubectl
+$GO build -trimpath -ldflags "$ldflags" -o "$out/agnhost" k8s.io/kubernetes/test/images/agnhost
 $GO test -c -trimpath -ldflags "$ldflags" -o "$out/e2e.test" k8s.io/kubernetes/test/e2e
-touch "$out/ginkgo" "$kubectl" # the make rule's targets are all newer than its inputs
+touch "$out/ginkgo" "$kubectl" "$out/agnhost" # the make rule's targets are all newer than its inputs
 
 echo "build-conformance: $(($(date +%s) - start)) s"
-stat -c '%s %n' "$out/e2e.test" "$out/ginkgo" "$kubectl" |
+stat -c '%s %n' "$out/e2e.test" "$out/ginkgo" "$out/agnhost" "$kubectl" |
 	awk '{ printf "%-48s %5.1f MB\n", $2, $1/1e6 }'

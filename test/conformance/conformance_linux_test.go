@@ -1,0 +1,44 @@
+//go:build conformance
+
+package conformance
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cairn-os/cairn/test/repo"
+)
+
+// Focus and Skip are what make conformance runs: the [sig-node] specs of
+// [NodeConformance] and of [Conformance], but those that need a cluster
+// to themselves, take long, break the cluster, are known to flake or test
+// a feature that is off by default.
+const (
+	Focus = `\[sig-node\].*\[NodeConformance\]|\[sig-node\].*\[Conformance\]`
+	Skip  = `\[Serial\]|\[Slow\]|\[Disruptive\]|\[Flaky\]|\[Feature:`
+)
+
+// TestConformance runs the suite of Focus and Skip against a Cairn node,
+// with its report in _out/conformance/report, and prints the counts;
+// each failed spec fails it.
+func TestConformance(t *testing.T) {
+	root, err := repo.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := Run(t, Suite{
+		Focus: Focus, Skip: Skip,
+		Procs:     12,
+		Timeout:   80 * time.Minute,
+		ReportDir: filepath.Join(root, "_out", "conformance", "report"),
+	})
+	for _, name := range res.Skipped {
+		t.Logf("skipped: %s", name)
+	}
+	for _, name := range res.Failed {
+		t.Errorf("failed: %s", name)
+	}
+	fmt.Println(res.Summary())
+}

@@ -1,0 +1,213 @@
+package conformance
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"strings"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/cairn-os/cairn/test/registry"
+)
+
+// Busybox is the static busybox of Debian's busybox-static package
+// (hack/deps.sh installs it): the busybox image, and the shell and tools
+// in agnhost's.
+const Busybox = "/bin/busybox"
+
+// epoch stamps every file and image config, so the same inputs make the
+// same digest.
+var epoch = time.Unix(0, 0).UTC()
+
+// entry is a file, directory or symlink of an image layer.
+type entry struct {
+	name string // relative to /, such as bin/sh
+	mode int64
+	data []byte // a regular file's
+	link string // a symlink's target
+	dir  bool
+}
+
+// builders make the images that this package can build, by the name the
+// suite gives them (the reference's last path element without the tag);
+// the suite's other images are not built and their specs fail to pull.
+var builders = map[string]func(ctx context.Context, b bins) (v1.Image, error){
+	"agnhost": agnhostImage,
+	"busybox": busyboxImage,
+}
+
+// bins are the binaries that go into the images.
+type bins struct{ agnhost string }
+
+// pushImages builds each image of refs (as the suite lists them, under
+// reg's address) that this package can build and pushes it to reg, and
+// returns those it could not build. The pause image is the node's own
+// (rootfs/pause), which the sandbox runs too.
+func pushImages(ctx context.Context, reg *registry.Registry, b bins, refs []string) (missing []string, err error) {
+	for _, ref := range refs {
+		repoTag, ok := strings.CutPrefix(ref, reg.Addr+"/")
+		if !ok {
+			missing = append(missing, ref)
+			continue
+		}
+		repo, _, _ := strings.Cut(repoTag, ":")
+		if path.Base(repo) == "pause" {
+			if _, err := registry.BuildAndPush(ctx, reg, "./rootfs/pause", repoTag); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		build := builders[path.Base(repo)]
+		if build == nil {
+			missing = append(missing, ref)
+			continue
+		}
+		img, err := build(ctx, b)
+		if err != nil {
+			return nil, fmt.Errorf("image %s: %w", ref, err)
+		}
+		if _, err := registry.Push(ctx, reg, img, repoTag); err != nil {
+			return nil, err
+		}
+	}
+	return missing, nil
+}
+
+// busyboxImage is busybox with a link for each applet where busybox
+// --list-full puts it, as the upstream image has them, and a shell as its
+// command.
+func busyboxImage(ctx context.Context, _ bins) (v1.Image, error) {
+	es, err := busyboxEntries(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return imageOf(es, nil, []string{"sh"})
+}
+
+// agnhostImage is agnhost at /agnhost (its entrypoint, pause its default
+// command) on top of busybox, for the specs that run a shell, nc or wget in
+// it, with the user and group that upstream's image defines.
+func agnhostImage(ctx context.Context, b bins) (v1.Image, error) {
+	es, err := busyboxEntries(ctx)
+	if err != nil {
+		return nil, err
+	}
+	bin, err := os.ReadFile(b.agnhost)
+	if err != nil {
+		return nil, fmt.Errorf("agnhost: %w", err)
+	}
+	es = append(es,
+		entry{name: "agnhost", mode: 0o755, data: bin},
+		entry{name: "agnhost-2", link: "agnhost"},
+		entry{name: "uploads", mode: 0o755, dir: true},
+	)
+	for i := range es {
+		switch es[i].name {
+		case "etc/passwd":
+			es[i].data = append(es[i].data, "user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n"...)
+		case "etc/group":
+			es[i].data = append(es[i].data, "user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n"...)
+		}
+	}
+	return imageOf(es, []string{"/agnhost"}, []string{"pause"})
+}
+
+// busyboxEntries are the files of a busybox root: the binary, a link per
+// applet, /etc/passwd and /etc/group with root and nobody, and /tmp.
+func busyboxEntries(ctx context.Context) ([]entry, error) {
+	bin, err := os.ReadFile(Busybox)
+	if err != nil {
+		return nil, fmt.Errorf("%w: install the Debian package busybox-static (hack/deps.sh)", err)
+	}
+	out, err := exec.CommandContext(ctx, Busybox, "--list-full").Output()
+	if err != nil {
+		return nil, fmt.Errorf("busybox --list-full: %w", err)
+	}
+	es := []entry{
+		{name: "bin", mode: 0o755, dir: true},
+		{name: "sbin", mode: 0o755, dir: true},
+		{name: "usr", mode: 0o755, dir: true},
+		{name: "usr/bin", mode: 0o755, dir: true},
+		{name: "usr/sbin", mode: 0o755, dir: true},
+		{name: "etc", mode: 0o755, dir: true},
+		{name: "root", mode: 0o700, dir: true},
+		{name: "home", mode: 0o755, dir: true},
+		{name: "var", mode: 0o755, dir: true},
+		{name: "tmp", mode: 0o1777, dir: true},
+		{name: "bin/busybox", mode: 0o755, data: bin},
+		{name: "etc/passwd", mode: 0o644, data: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n")},
+		{name: "etc/group", mode: 0o644, data: []byte("root:x:0:\nnobody:x:65534:\n")},
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		name := strings.TrimSpace(sc.Text())
+		if name == "" || name == "bin/busybox" {
+			continue
+		}
+		es = append(es, entry{name: name, link: "/bin/busybox"})
+	}
+	return es, sc.Err()
+}
+
+// imageOf is a linux/amd64 image of one layer holding es, root-owned.
+func imageOf(es []entry, entrypoint, cmd []string) (v1.Image, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range es {
+		h := &tar.Header{Name: e.name, Mode: e.mode, ModTime: epoch, Format: tar.FormatPAX}
+		switch {
+		case e.dir:
+			h.Typeflag, h.Name = tar.TypeDir, e.name+"/"
+		case e.link != "":
+			h.Typeflag, h.Linkname, h.Mode = tar.TypeSymlink, e.link, 0o777
+		default:
+			h.Typeflag, h.Size = tar.TypeReg, int64(len(e.data))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, fmt.Errorf("layer: %s: %w", e.name, err)
+		}
+		if _, err := tw.Write(e.data); err != nil {
+			return nil, fmt.Errorf("layer: %s: %w", e.name, err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(buf.Bytes())), nil
+	}, tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return nil, err
+	}
+	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err := mutate.AppendLayers(base, layer)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.DeepCopy()
+	cfg.OS, cfg.Architecture = "linux", "amd64"
+	cfg.Created = v1.Time{Time: epoch}
+	for i := range cfg.History {
+		cfg.History[i].Created = v1.Time{Time: epoch}
+		cfg.History[i].CreatedBy = "cairn: test/conformance"
+	}
+	cfg.Config.Entrypoint, cfg.Config.Cmd = entrypoint, cmd
+	cfg.Config.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	return mutate.ConfigFile(img, cfg)
+}

@@ -1,0 +1,48 @@
+package conformance
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// selection is the few specs that make test runs, one per capability the
+// node needs most: logs, exec and port-forward through the API server,
+// env vars, the downward API, a probe.
+var selection = []string{
+	"[sig-node] Kubelet when scheduling a busybox command in a pod should print the output to logs [NodeConformance] [Conformance]",
+	"[sig-node] Pods should support remote command execution over websockets [NodeConformance] [Conformance]",
+	"[sig-cli] Kubectl Port forwarding With a server listening on localhost should support forwarding over websockets",
+	"[sig-node] Variable Expansion should allow composing env vars into new env vars [NodeConformance] [Conformance]",
+	"[sig-node] Downward API should provide pod name, namespace and IP address as env vars [NodeConformance] [Conformance]",
+	"[sig-node] Probing container should be restarted with a exec \"cat /tmp/health\" liveness probe [NodeConformance] [Conformance]",
+}
+
+// TestSelection runs the specs of selection against a Cairn node, each in a
+// process of its own: every one must pass.
+func TestSelection(t *testing.T) {
+	names := make([]string, len(selection))
+	for i, s := range selection {
+		names[i] = regexp.QuoteMeta(s)
+	}
+	res := Run(t, Suite{
+		Focus:   "^(" + strings.Join(names, "|") + ")$",
+		Procs:   len(selection),
+		Timeout: 10 * time.Minute,
+	})
+	t.Log(res.Summary())
+	for _, name := range res.Failed {
+		t.Errorf("failed: %s", name)
+	}
+	for _, name := range res.Skipped {
+		t.Errorf("skipped: %s", name)
+	}
+	ran := slices.Concat(res.Passed, res.Failed, res.Skipped)
+	for _, s := range selection {
+		if !slices.ContainsFunc(ran, func(name string) bool { return strings.HasSuffix(name, s) }) {
+			t.Errorf("did not run: %s (renamed upstream?)", s)
+		}
+	}
+}
