@@ -107,23 +107,28 @@ func Run(tb testing.TB, s Suite) Result {
 	if res.Missing, err = pushImages(ctx, reg, bins{agnhost: agnhost}, refs); err != nil {
 		tb.Fatal(err)
 	}
-	tb.Logf("conformance: pushed %d images to %s; not built: %s", len(refs)-len(res.Missing), reg.Addr, strings.Join(res.Missing, " "))
+	notBuilt := filepath.Join(s.ReportDir, "images-not-built.txt")
+	if err := os.WriteFile(notBuilt, []byte(strings.Join(res.Missing, "\n")+"\n"), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Logf("conformance: pushed %d of the suite's images to %s; the %d not built are in %s", len(refs)-len(res.Missing), reg.Addr, len(res.Missing), notBuilt)
 
 	agent := agentnode.Start(tb, c, rt, agentnode.Options{Name: NodeName, Bin: agentnode.Build(tb)})
 	poll.Until(tb, 2*time.Minute, "Node "+NodeName+" Ready", func() error { return nodeReady(c, NodeName) })
 
 	start := time.Now()
-	args := []string{
-		"--procs", fmt.Sprint(s.Procs), "--timeout", s.Timeout.String(),
-		"--focus", s.Focus, "--skip", s.Skip, "--no-color", "--succinct",
-		e2eTest, "--",
+	args := []string{"--procs", fmt.Sprint(s.Procs), "--timeout", s.Timeout.String(), "--no-color", "--succinct", "--focus", s.Focus}
+	if s.Skip != "" { // an empty --skip would skip every spec
+		args = append(args, "--skip", s.Skip)
+	}
+	args = append(args, e2eTest, "--",
 		"--kubeconfig", c.AdminKubeconfig,
 		"--kubectl-path", kubectl,
 		"--provider", "skeleton",
 		"--report-dir", s.ReportDir,
 		"--dump-logs-on-failure=false",
 		"--disable-log-dump",
-	}
+	)
 	report := filepath.Join(s.ReportDir, "junit_01.xml")
 	if err := os.Remove(report); err != nil && !os.IsNotExist(err) {
 		tb.Fatal(err)
@@ -236,10 +241,10 @@ type junitSuites struct {
 	} `xml:"testsuite"`
 }
 
-// readReport adds the specs of the JUnit report at path to r. ginkgo
-// reports every spec that its focus and skip left out as skipped with the
-// message "skipped"; a spec that skipped itself says why after it, and only
-// those count.
+// readReport adds the specs of the JUnit report at path to r, by their
+// full names. ginkgo reports every spec that its focus and skip left out as
+// skipped with the message "skipped"; a spec that skipped itself says why
+// after it, and only those count.
 func readReport(path string, r *Result) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -251,15 +256,20 @@ func readReport(path string, r *Result) error {
 	}
 	for _, suite := range s.Suites {
 		for _, tc := range suite.Cases {
+			// The suite's own setup and reports ([SynchronizedBeforeSuite]…)
+			// are cases too: they count only when they fail.
+			name, spec := strings.CutPrefix(tc.Name, "[It] ")
 			switch tc.Status {
 			case "passed":
-				r.Passed = append(r.Passed, tc.Name)
+				if spec {
+					r.Passed = append(r.Passed, name)
+				}
 			case "skipped", "pending":
-				if tc.Skipped != nil && tc.Skipped.Message != "skipped" {
-					r.Skipped = append(r.Skipped, tc.Name)
+				if spec && tc.Skipped != nil && tc.Skipped.Message != "skipped" {
+					r.Skipped = append(r.Skipped, name)
 				}
 			default: // failed, panicked, timedout, interrupted, aborted
-				r.Failed = append(r.Failed, tc.Name)
+				r.Failed = append(r.Failed, name)
 			}
 		}
 	}

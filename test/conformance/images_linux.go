@@ -46,6 +46,7 @@ type entry struct {
 var builders = map[string]func(ctx context.Context, b bins) (v1.Image, error){
 	"agnhost": agnhostImage,
 	"busybox": busyboxImage,
+	"nonroot": nonrootImage,
 }
 
 // bins are the binaries that go into the images.
@@ -94,6 +95,22 @@ func busyboxImage(ctx context.Context, _ bins) (v1.Image, error) {
 		return nil, err
 	}
 	return imageOf(es, nil, []string{"sh"})
+}
+
+// nonrootImage is busybox run as user 1234 by default, as upstream's
+// nonroot image is.
+func nonrootImage(ctx context.Context, b bins) (v1.Image, error) {
+	img, err := busyboxImage(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.DeepCopy()
+	cfg.Config.User = "1234"
+	return mutate.ConfigFile(img, cfg)
 }
 
 // agnhostImage is agnhost at /agnhost (its entrypoint, pause its default
