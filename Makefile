@@ -41,10 +41,10 @@ $(CLUSTER) &: test/cluster/go.mod test/cluster/go.sum hack/build-cluster.sh
 	GO=$(GO) ./hack/build-cluster.sh $(CLUSTER_BIN)
 
 # The upstream conformance suite at the control plane's version (e2e.test,
-# the ginkgo CLI, agnhost) and kubectl, from test/cluster's pins (see
+# the ginkgo CLI, the binaries of its images) and kubectl, from test/cluster's pins (see
 # hack/build-conformance.sh); rebuilt only when they change.
 CONFORMANCE_BIN := $(OUT)/conformance/bin
-CONFORMANCE_SUITE := $(addprefix $(CONFORMANCE_BIN)/,e2e.test ginkgo agnhost) $(CLUSTER_BIN)/kubectl
+CONFORMANCE_SUITE := $(addprefix $(CONFORMANCE_BIN)/,e2e.test ginkgo agnhost nnp localhost.crt localhost.key) $(CLUSTER_BIN)/kubectl
 
 .PHONY: conformance-suite conformance
 conformance-suite: $(CONFORMANCE_SUITE)

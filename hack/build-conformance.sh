@@ -2,8 +2,9 @@
 # Builds the upstream conformance suite at the control plane's version from
 # the module in test/cluster into OUTDIR: e2e.test (go test -c
 # k8s.io/kubernetes/test/e2e), the ginkgo CLI that runs it in parallel
-# processes, kubectl, which some specs run, and agnhost, the specs' test
-# server (static: test/conformance makes it an image). Versions come from
+# processes, kubectl, which some specs run, and what test/conformance makes
+# images of: agnhost, the specs' test server, with its test certificate
+# (localhost.crt, .key), and nnp (the nonewprivs image's). Versions come from
 # test/cluster/go.mod; test/conformance runs them.
 #
 # GOFLAGS=-p=2 by default, as in build-cluster.sh; set CLUSTER_GOFLAGS to
@@ -41,9 +42,13 @@ ldflags="-s -w -buildid= $x"
 $GO build -trimpath -ldflags "$ldflags" -o "$out/ginkgo" github.com/onsi/ginkgo/v2/ginkgo
 $GO build -trimpath -ldflags "$ldflags" -o "$kubectl" k8s.io/kubernetes/cmd/kubectl
 $GO build -trimpath -ldflags "$ldflags" -o "$out/agnhost" k8s.io/kubernetes/test/images/agnhost
+$GO build -trimpath -ldflags "$ldflags" -o "$out/nnp" k8s.io/kubernetes/test/images/nonewprivs
+# agnhost's image has porter's test certificate at /, for the specs' https.
+src=$($GO list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images/agnhost/porter
+install -m 0644 "$src/localhost.crt" "$src/localhost.key" "$out/"
 $GO test -c -trimpath -ldflags "$ldflags" -o "$out/e2e.test" k8s.io/kubernetes/test/e2e
-touch "$out/ginkgo" "$kubectl" "$out/agnhost" # the make rule's targets are all newer than its inputs
+touch "$out/e2e.test" "$out/ginkgo" "$kubectl" "$out/agnhost" "$out/nnp" # the make rule's targets are all newer than its inputs
 
 echo "build-conformance: $(($(date +%s) - start)) s"
-stat -c '%s %n' "$out/e2e.test" "$out/ginkgo" "$out/agnhost" "$kubectl" |
+stat -c '%s %n' "$out/e2e.test" "$out/ginkgo" "$out/agnhost" "$out/nnp" "$kubectl" |
 	awk '{ printf "%-48s %5.1f MB\n", $2, $1/1e6 }'

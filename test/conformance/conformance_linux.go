@@ -24,7 +24,8 @@ import (
 	"github.com/cairn-os/cairn/test/runtime"
 )
 
-// EnvBin names the directory of e2e.test, ginkgo and agnhost; default
+// EnvBin names the directory of e2e.test, ginkgo and the binaries of the
+// images (hack/build-conformance.sh); default
 // _out/conformance/bin of the repository. kubectl is the control plane's,
 // in kube.EnvBin.
 const EnvBin = "CAIRN_CONFORMANCE_BIN"
@@ -70,9 +71,9 @@ func Run(tb testing.TB, s Suite) Result {
 	tb.Helper()
 	need.Root(tb, "containerd and cairn-agent run as root")
 	dir := binDir(tb)
-	e2eTest, ginkgo, agnhost := filepath.Join(dir, "e2e.test"), filepath.Join(dir, "ginkgo"), filepath.Join(dir, "agnhost")
-	for _, p := range []string{e2eTest, ginkgo, agnhost} {
-		need.Built(tb, p, "conformance-suite", EnvBin)
+	e2eTest, ginkgo := filepath.Join(dir, "e2e.test"), filepath.Join(dir, "ginkgo")
+	for _, name := range []string{"e2e.test", "ginkgo", "agnhost", "nnp", "localhost.crt", "localhost.key"} {
+		need.Built(tb, filepath.Join(dir, name), "conformance-suite", EnvBin)
 	}
 	need.File(tb, Busybox, "busybox-static")
 	if s.ReportDir == "" {
@@ -104,7 +105,7 @@ func Run(tb testing.TB, s Suite) Result {
 		tb.Fatal(err)
 	}
 	var res Result
-	if res.Missing, err = pushImages(ctx, reg, bins{agnhost: agnhost}, refs); err != nil {
+	if res.Missing, err = pushImages(ctx, reg, bins(dir), refs); err != nil {
 		tb.Fatal(err)
 	}
 	notBuilt := filepath.Join(s.ReportDir, "images-not-built.txt")

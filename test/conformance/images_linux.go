@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -44,13 +45,24 @@ type entry struct {
 // suite gives them (the reference's last path element without the tag);
 // the suite's other images are not built and their specs fail to pull.
 var builders = map[string]func(ctx context.Context, b bins) (v1.Image, error){
-	"agnhost": agnhostImage,
-	"busybox": busyboxImage,
-	"nonroot": nonrootImage,
+	"agnhost":    agnhostImage,
+	"busybox":    busyboxImage,
+	"nonroot":    nonrootImage,
+	"nonewprivs": nonewprivsImage,
 }
 
-// bins are the binaries that go into the images.
-type bins struct{ agnhost string }
+// bins is the directory of the files that go into the images, which
+// hack/build-conformance.sh writes.
+type bins string
+
+// read returns the file name of b.
+func (b bins) read(name string) ([]byte, error) {
+	data, err := os.ReadFile(filepath.Join(string(b), name))
+	if err != nil {
+		return nil, fmt.Errorf("%w: run make conformance-suite", err)
+	}
+	return data, nil
+}
 
 // pushImages builds each image of refs (as the suite lists them, under
 // reg's address) that this package can build and pushes it to reg, and
@@ -113,20 +125,45 @@ func nonrootImage(ctx context.Context, b bins) (v1.Image, error) {
 	return mutate.ConfigFile(img, cfg)
 }
 
+// nonewprivsImage is busybox with nnp, set-user-ID root, as its command:
+// it prints the effective user ID, which no_new_privs keeps the caller's.
+func nonewprivsImage(ctx context.Context, b bins) (v1.Image, error) {
+	es, err := busyboxEntries(ctx)
+	if err != nil {
+		return nil, err
+	}
+	nnp, err := b.read("nnp")
+	if err != nil {
+		return nil, err
+	}
+	es = append(es,
+		entry{name: "usr/local", mode: 0o755, dir: true},
+		entry{name: "usr/local/bin", mode: 0o755, dir: true},
+		entry{name: "usr/local/bin/nnp", mode: 0o4755, data: nnp},
+	)
+	return imageOf(es, nil, []string{"nnp"})
+}
+
 // agnhostImage is agnhost at /agnhost (its entrypoint, pause its default
 // command) on top of busybox, for the specs that run a shell, nc or wget in
-// it, with the user and group that upstream's image defines.
+// it, with the user and group that upstream's image defines and porter's
+// test certificate at /localhost.crt and /localhost.key.
 func agnhostImage(ctx context.Context, b bins) (v1.Image, error) {
 	es, err := busyboxEntries(ctx)
 	if err != nil {
 		return nil, err
 	}
-	bin, err := os.ReadFile(b.agnhost)
-	if err != nil {
-		return nil, fmt.Errorf("agnhost: %w", err)
+	for _, f := range []struct {
+		name string
+		mode int64
+	}{{"agnhost", 0o755}, {"localhost.crt", 0o644}, {"localhost.key", 0o644}} {
+		data, err := b.read(f.name)
+		if err != nil {
+			return nil, err
+		}
+		es = append(es, entry{name: f.name, mode: f.mode, data: data})
 	}
 	es = append(es,
-		entry{name: "agnhost", mode: 0o755, data: bin},
 		entry{name: "agnhost-2", link: "agnhost"},
 		entry{name: "uploads", mode: 0o755, dir: true},
 	)
