@@ -7,10 +7,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -167,6 +169,18 @@ func agnhostImage(ctx context.Context, b bins) (v1.Image, error) {
 		entry{name: "agnhost-2", link: "agnhost"},
 		entry{name: "uploads", mode: 0o755, dir: true},
 	)
+	bash, err := os.ReadFile(BashStatic)
+	if err != nil {
+		return nil, fmt.Errorf("%w: install the Debian package bash-static (hack/deps.sh)", err)
+	}
+	curl, err := hostProgram(ctx, Curl, "usr/bin/curl")
+	if err != nil {
+		return nil, err
+	}
+	// bash replaces busybox's link: specs run /bin/bash.
+	es = slices.DeleteFunc(es, func(e entry) bool { return e.name == "bin/bash" || e.name == "usr/bin/curl" })
+	es = append(es, entry{name: "bin/bash", mode: 0o755, data: bash})
+	es = append(es, curl...)
 	for i := range es {
 		switch es[i].name {
 		case "etc/passwd":
@@ -176,6 +190,58 @@ func agnhostImage(ctx context.Context, b bins) (v1.Image, error) {
 		}
 	}
 	return imageOf(es, []string{"/agnhost"}, []string{"pause"})
+}
+
+// Programs of the host that agnhost's image has, as upstream's has them
+// from Alpine: bash from Debian's bash-static, curl from Debian's curl with
+// the libraries it links (hack/deps.sh installs both).
+const (
+	BashStatic = "/bin/bash-static"
+	Curl       = "/usr/bin/curl"
+)
+
+// hostProgram is the dynamically linked program at path as the file name
+// of an image, with the shared libraries and loader that ldd says it
+// needs, each at the path ldd names, and the directories that hold them.
+func hostProgram(ctx context.Context, path, name string) ([]entry, error) {
+	bin, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: install it (hack/deps.sh)", err)
+	}
+	out, err := exec.CommandContext(ctx, "ldd", path).Output()
+	if err != nil {
+		return nil, fmt.Errorf("ldd %s: %w", path, err)
+	}
+	es := []entry{{name: name, mode: 0o755, data: bin}}
+	dirs := map[string]bool{}
+	for _, l := range strings.Split(string(out), "\n") {
+		// "libz.so.1 => /lib/x86_64-linux-gnu/libz.so.1 (0x…)" or
+		// "/lib64/ld-linux-x86-64.so.2 (0x…)"; linux-vdso has no file.
+		f := strings.Fields(l)
+		var lib string
+		switch {
+		case len(f) >= 3 && f[1] == "=>":
+			lib = f[2]
+		case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
+			lib = f[0]
+		default:
+			continue
+		}
+		data, err := os.ReadFile(lib) // through the symlink: the library itself
+		if err != nil {
+			return nil, fmt.Errorf("%s needs %s: %w", path, lib, err)
+		}
+		rel := strings.TrimPrefix(lib, "/")
+		for d := filepath.Dir(rel); d != "." && !dirs[d]; d = filepath.Dir(d) {
+			dirs[d] = true
+		}
+		es = append(es, entry{name: rel, mode: 0o755, data: data})
+	}
+	var ds []entry
+	for _, d := range slices.Sorted(maps.Keys(dirs)) { // parents before children
+		ds = append(ds, entry{name: d, mode: 0o755, dir: true})
+	}
+	return append(ds, es...), nil
 }
 
 // busyboxEntries are the files of a busybox root: the binary, a link per
