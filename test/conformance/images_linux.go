@@ -100,11 +100,11 @@ func pushImages(ctx context.Context, reg *registry.Registry, b bins, refs []stri
 	return missing, nil
 }
 
-// busyboxImage is busybox with a link for each applet where busybox
-// --list-full puts it, as the upstream image has them, and a shell as its
+// busyboxImage is busybox with a link in /bin for each applet, as the
+// upstream image has them (specs run /bin/sysctl), and a shell as its
 // command.
 func busyboxImage(ctx context.Context, _ bins) (v1.Image, error) {
-	es, err := busyboxEntries(ctx)
+	es, err := busyboxEntries(ctx, true)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +130,7 @@ func nonrootImage(ctx context.Context, b bins) (v1.Image, error) {
 // nonewprivsImage is busybox with nnp, set-user-ID root, as its command:
 // it prints the effective user ID, which no_new_privs keeps the caller's.
 func nonewprivsImage(ctx context.Context, b bins) (v1.Image, error) {
-	es, err := busyboxEntries(ctx)
+	es, err := busyboxEntries(ctx, true)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +151,7 @@ func nonewprivsImage(ctx context.Context, b bins) (v1.Image, error) {
 // it, with the user and group that upstream's image defines and porter's
 // test certificate at /localhost.crt and /localhost.key.
 func agnhostImage(ctx context.Context, b bins) (v1.Image, error) {
-	es, err := busyboxEntries(ctx)
+	es, err := busyboxEntries(ctx, false)
 	if err != nil {
 		return nil, err
 	}
@@ -245,8 +245,10 @@ func hostProgram(ctx context.Context, path, name string) ([]entry, error) {
 }
 
 // busyboxEntries are the files of a busybox root: the binary, a link per
-// applet, /etc/passwd and /etc/group with root and nobody, and /tmp.
-func busyboxEntries(ctx context.Context) ([]entry, error) {
+// applet (all in /bin if flat, as in the busybox image, or else where
+// busybox --list-full puts them, as in Alpine's, agnhost's base),
+// /etc/passwd and /etc/group with root and nobody, and /tmp.
+func busyboxEntries(ctx context.Context, flat bool) ([]entry, error) {
 	bin, err := os.ReadFile(Busybox)
 	if err != nil {
 		return nil, fmt.Errorf("%w: install the Debian package busybox-static (hack/deps.sh)", err)
@@ -273,7 +275,13 @@ func busyboxEntries(ctx context.Context) ([]entry, error) {
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		name := strings.TrimSpace(sc.Text())
-		if name == "" || name == "bin/busybox" {
+		if name == "" {
+			continue
+		}
+		if flat {
+			name = "bin/" + path.Base(name)
+		}
+		if name == "bin/busybox" || slices.ContainsFunc(es, func(e entry) bool { return e.name == name }) {
 			continue
 		}
 		es = append(es, entry{name: name, link: "/bin/busybox"})
