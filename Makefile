@@ -40,6 +40,19 @@ cluster: $(CLUSTER)
 $(CLUSTER) &: test/cluster/go.mod test/cluster/go.sum hack/build-cluster.sh
 	GO=$(GO) ./hack/build-cluster.sh $(CLUSTER_BIN)
 
+# The upstream conformance suite at the control plane's version (e2e.test,
+# the ginkgo CLI, the binaries of its images), from test/cluster's pins
+# (see hack/build-conformance.sh); rebuilt only when they change. Its
+# kubectl is the cluster's.
+CONFORMANCE_BIN := $(OUT)/conformance/bin
+CONFORMANCE_SUITE := $(addprefix $(CONFORMANCE_BIN)/,e2e.test ginkgo agnhost nnp localhost.crt localhost.key)
+
+.PHONY: conformance-suite conformance
+conformance-suite: cluster $(CONFORMANCE_SUITE)
+
+$(CONFORMANCE_SUITE) &: test/cluster/go.mod test/cluster/go.sum hack/build-conformance.sh
+	GO=$(GO) ./hack/build-conformance.sh $(CONFORMANCE_BIN)
+
 build: components
 	$(GO) build $(GOFLAGS_NODE) -ldflags '$(LDFLAGS)' -o $(BIN)/cairn ./cmd/cairn
 	$(GO) build $(GOFLAGS_NODE) -ldflags '$(LDFLAGS)' -o $(BIN)/init ./init
@@ -69,12 +82,14 @@ $(GOTESTSUM):
 	GOBIN=$(abspath $(OUT)/tools) $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION)
 	mv $(OUT)/tools/gotestsum $@
 
-TEST_ENV := CAIRN_NO_SKIP=1 CAIRN_CLUSTER_BIN=$(abspath $(CLUSTER_BIN)) CAIRN_BIN=$(abspath $(BIN))
+TEST_ENV := CAIRN_NO_SKIP=1 CAIRN_CLUSTER_BIN=$(abspath $(CLUSTER_BIN)) CAIRN_BIN=$(abspath $(BIN)) \
+  CAIRN_CONFORMANCE_BIN=$(abspath $(CONFORMANCE_BIN))
 
-test: deps cluster components $(GOTESTSUM)
+test: deps cluster components conformance-suite $(GOTESTSUM)
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e/
 	$(GO) vet -tags bench ./test/bench/
+	$(GO) vet -tags conformance ./test/conformance/
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt: files above need formatting'; exit 1; }
 	$(TEST_ENV) $(GOTESTSUM) --format pkgname-and-test-fails --raw-command -- \
 	  sh -c '$(GO) test -json -timeout 20m ./... && $(GO) test -json -tags e2e -timeout 30m -count=1 ./test/e2e/'
@@ -98,6 +113,14 @@ bench-pods: cluster components
 # containerd, with the ratios (test/bench, as root; about 5 min).
 bench-streams: cluster components
 	$(TEST_ENV) $(GO) test -tags bench -run '^$$' -bench Streams -benchtime 1x -timeout 30m ./test/bench/
+
+# The upstream suite's [sig-node] specs of [NodeConformance] and
+# [Conformance] against a Cairn node on the host (test/conformance, as
+# root): a JUnit report in $(OUT)/conformance/report and the line
+# "conformance: N passed, N failed, N skipped in Xm". Not in make test,
+# which runs a few of them (TestSelection).
+conformance: deps cluster components conformance-suite
+	$(TEST_ENV) $(GO) test -v -tags conformance -run '^TestConformance$$' -timeout 100m -count=1 ./test/conformance/
 
 proto:
 	protoc -I api/machine -I /usr/include \

@@ -19,8 +19,6 @@ cd "$(dirname "$0")/../test/cluster"
 export GOWORK=off CGO_ENABLED=0 # the module stands alone, whatever go.work says
 export GOFLAGS="${CLUSTER_GOFLAGS:--p=2} -buildvcs=false"
 
-version() { $GO list -m -f '{{.Version}}' "$1"; }
-
 build() { # build LDFLAGS OUTPUT PACKAGE...
 	local ldflags=$1 o=$2
 	shift 2
@@ -33,19 +31,8 @@ start=$(date +%s)
 build '' "$out/etcd" go.etcd.io/etcd/server/v3
 
 # Kubernetes: one go build for all five, so shared packages compile once.
-# Without the version stamps, gitVersion is v0.0.0-master+$Format and client
-# libraries fail to parse the server's version.
-v=$(version k8s.io/kubernetes)
-major=${v#v}
-major=${major%%.*}
-minor=${v#v*.}
-minor=${minor%%.*}
-x=''
-for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-	x+=" -X $p.gitVersion=$v -X $p.gitMajor=$major -X $p.gitMinor=$minor"
-	x+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
-done
-build "$x" "$out/" \
+. ../../hack/lib/kube-version.sh
+build "$(kube_version_ldflags)" "$out/" \
 	k8s.io/kubernetes/cmd/kube-apiserver \
 	k8s.io/kubernetes/cmd/kube-controller-manager \
 	k8s.io/kubernetes/cmd/kube-scheduler \

@@ -8,6 +8,7 @@ pkgs=(
   squashfs-tools cpio kmod dpkg        # root filesystem, modules.dep
   dosfstools mtools gdisk e2fsprogs    # ESP, GPT checks, STATE
   nftables                             # nft: in the image, and for the CNI tests
+  busybox-static bash-static curl      # the conformance images: busybox, agnhost's shells and curl
   iproute2                             # ip netns, veth: the network tests
   binutils ca-certificates             # objdump in tests, CA bundle
   libseccomp-dev gcc libc6-dev pkg-config  # runc: cgo, static, with seccomp

@@ -9,7 +9,8 @@
 // contenders: the raw CRI calls (the floor); cairn-agent itself, the
 // binary built from ./agent with its management API, metrics and Service
 // proxier, from a machine config that machineconfig.Generate makes, with
-// a stub of init's control socket in the benchmark's process; its kubelet
+// a stub of init's control socket in the benchmark's process (all of it
+// test/agentnode, which test/conformance runs too); its kubelet
 // part alone (cmd/podagent, a process of its own); and the upstream
 // kubelet. It prints the pods' startup latencies,
 // the processes' CPU time and memory, each with its PID and command line,

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 	"testing"
 
 	"github.com/cairn-os/cairn/agent/node/host"
+	"github.com/cairn-os/cairn/test/agentnode"
 	"github.com/cairn-os/cairn/test/kube"
 	"github.com/cairn-os/cairn/test/runtime"
 )
@@ -56,7 +56,7 @@ func startKubelet(b *testing.B, c *kube.Cluster, rt *runtime.Runtime, bin, dir, 
 	suffix := make([]byte, 3)
 	rand.Read(suffix)
 	cgroupRoot := "/cairn-bench-" + hex.EncodeToString(suffix)
-	port := freePort(b)
+	port := agentnode.FreePort(b)
 	// It listens where cairn-agent is reached, the host's address, so that
 	// the API server reaches both alike for exec and port-forward; only
 	// the cluster CA's certificates (the API server's) authenticate.
@@ -259,15 +259,4 @@ func removeCgroups(dir string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// freePort returns a TCP port of 127.0.0.1 that nothing listens on now.
-func freePort(b *testing.B) int {
-	b.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

@@ -28,6 +28,7 @@ import (
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cairn-os/cairn/machineconfig"
+	"github.com/cairn-os/cairn/test/agentnode"
 	"github.com/cairn-os/cairn/test/kube"
 	"github.com/cairn-os/cairn/test/registry"
 	"github.com/cairn-os/cairn/test/repo"
@@ -64,9 +65,9 @@ func BenchmarkPodStartup(b *testing.B) {
 	c := kube.Start(b, kube.Options{})
 	rt := runtime.Start(b)
 	image := helloImage(b, rt)
-	cairnAgentBin := buildNodeBinary(b, "./agent", "cairn-agent")
-	podAgentBin := buildNodeBinary(b, "./test/bench/cmd/podagent", "podagent")
-	cniBin := cniPluginDir(b)
+	cairnAgentBin := agentnode.Build(b)
+	podAgentBin := agentnode.BuildPackage(b, "./test/bench/cmd/podagent", "podagent")
+	cniBin := agentnode.CNIPluginDir(b)
 	ctrd, err := containerdPID(rt)
 	if err != nil {
 		b.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cairn-os/cairn/test/agentnode"
 	"github.com/cairn-os/cairn/test/kube"
 	"github.com/cairn-os/cairn/test/registry"
 	"github.com/cairn-os/cairn/test/runtime"
@@ -42,8 +43,8 @@ func BenchmarkStreams(b *testing.B) {
 	k := c.Kubectl(b, namespace)
 	rt := runtime.Start(b)
 	image := streamerImage(b, rt)
-	cairnAgentBin := buildNodeBinary(b, "./agent", "cairn-agent")
-	cniBin := cniPluginDir(b)
+	cairnAgentBin := agentnode.Build(b)
+	cniBin := agentnode.CNIPluginDir(b)
 	for i := 0; b.Loop(); i++ {
 		agent := streamNode(b, c, k, rt, fmt.Sprintf("bench-stream-cairn-agent-%d", i), image, func(node, dir string) *proc {
 			return startCairnAgent(b, c, rt, cairnAgentBin, cniBin, dir, node)

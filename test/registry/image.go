@@ -35,6 +35,12 @@ func BuildAndPush(ctx context.Context, r *Registry, pkg, repoTag string) (string
 	if err != nil {
 		return "", err
 	}
+	return Push(ctx, r, img, repoTag)
+}
+
+// Push pushes img to r (with its credentials, if it has any) as repoTag
+// and returns the manifest digest.
+func Push(ctx context.Context, r *Registry, img v1.Image, repoTag string) (string, error) {
 	ref, err := name.ParseReference(r.Addr+"/"+repoTag, name.Insecure)
 	if err != nil {
 		return "", fmt.Errorf("image reference %q: %w", repoTag, err)

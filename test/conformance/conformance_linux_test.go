@@ -1,0 +1,56 @@
+//go:build conformance
+
+package conformance
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cairn-os/cairn/test/repo"
+)
+
+// Focus and Skip are what make conformance runs: the [sig-node] specs of
+// [NodeConformance] and of [Conformance], but those that need a cluster
+// to themselves, take long, break the cluster, are known to flake or test
+// a feature ([Feature:…], or a feature gate's [FeatureGate:…]).
+const (
+	Focus = `\[sig-node\].*\[NodeConformance\]|\[sig-node\].*\[Conformance\]`
+	Skip  = `\[Serial\]|\[Slow\]|\[Disruptive\]|\[Flaky\]|\[Feature:|\[FeatureGate:`
+)
+
+// EnvFocus, if set, replaces Focus: a run of the specs it matches but
+// Skip, such as those that failed last time.
+const EnvFocus = "CAIRN_CONFORMANCE_FOCUS"
+
+// TestConformance runs the suite of Focus and Skip against a Cairn node,
+// with its report in _out/conformance/report, and prints the counts;
+// each failed spec fails it.
+func TestConformance(t *testing.T) {
+	root, err := repo.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	focus := Focus
+	if f := os.Getenv(EnvFocus); f != "" {
+		focus = f
+	}
+	res := Run(t, Suite{
+		Focus: focus, Skip: Skip,
+		Procs:     12,
+		Timeout:   80 * time.Minute,
+		ReportDir: filepath.Join(root, "_out", "conformance", "report"),
+	})
+	if len(res.Passed)+len(res.Failed)+len(res.Skipped) == 0 {
+		t.Errorf("no spec matched the focus %q", focus)
+	}
+	for _, name := range res.Skipped {
+		t.Logf("skipped: %s", name)
+	}
+	for _, name := range res.Failed {
+		t.Errorf("failed: %s", name)
+	}
+	fmt.Println(res.Summary())
+}
