@@ -48,17 +48,6 @@ type logOptions struct {
 func parseLogOptions(q url.Values, now time.Time) (logOptions, error) {
 	o := logOptions{tail: -1}
 	var errs []error
-	boolean := func(name string) bool {
-		v := q.Get(name)
-		if v == "" {
-			return false
-		}
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q is not true or false", name, v))
-		}
-		return b
-	}
 	number := func(name string) (int64, bool) {
 		v := q.Get(name)
 		if v == "" {
@@ -71,7 +60,7 @@ func parseLogOptions(q url.Values, now time.Time) (logOptions, error) {
 		}
 		return n, true
 	}
-	o.follow, o.timestamps, o.previous = boolean("follow"), boolean("timestamps"), boolean("previous")
+	o.follow, o.timestamps, o.previous = queryBool(q, "follow", &errs), queryBool(q, "timestamps", &errs), queryBool(q, "previous", &errs)
 	if n, ok := number("tailLines"); ok {
 		o.tail = int(n)
 	}
@@ -95,6 +84,20 @@ func parseLogOptions(q url.Values, now time.Time) (logOptions, error) {
 		o.since = t
 	}
 	return o, errors.Join(errs...)
+}
+
+// queryBool reads the boolean parameter name, false if it is unset; a
+// value that is not one adds its error to errs.
+func queryBool(q url.Values, name string, errs *[]error) bool {
+	v := q.Get(name)
+	if v == "" {
+		return false
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("%s=%q is not true or false", name, v))
+	}
+	return b
 }
 
 // containerLogs sends a container's log, as kubectl logs asks for it

@@ -3,8 +3,8 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
-	"strconv"
 	"time"
 
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
@@ -24,14 +24,11 @@ const statsTimeout = 10 * time.Second
 
 // statsSummary answers the kubelet's /stats/summary.
 func (s *server) statsSummary(w http.ResponseWriter, r *http.Request) {
-	only := false
-	if v := r.URL.Query().Get("only_cpu_and_memory"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			http.Error(w, "only_cpu_and_memory="+strconv.Quote(v)+" is not true or false", http.StatusBadRequest)
-			return
-		}
-		only = b
+	var errs []error
+	only := queryBool(r.URL.Query(), "only_cpu_and_memory", &errs)
+	if len(errs) > 0 {
+		http.Error(w, errors.Join(errs...).Error(), http.StatusBadRequest)
+		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), statsTimeout)
 	defer cancel()

@@ -33,23 +33,12 @@ type streamOptions struct {
 // parseStreamOptions reads the parameters; exec needs a command.
 func parseStreamOptions(q url.Values, exec bool) (streamOptions, error) {
 	var errs []error
-	boolean := func(name string) bool {
-		v := q.Get(name)
-		if v == "" {
-			return false
-		}
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q is not true or false", name, v))
-		}
-		return b
-	}
 	o := streamOptions{
 		command: q[corev1.ExecCommandParam],
-		stdin:   boolean(corev1.ExecStdinParam),
-		stdout:  boolean(corev1.ExecStdoutParam),
-		stderr:  boolean(corev1.ExecStderrParam),
-		tty:     boolean(corev1.ExecTTYParam),
+		stdin:   queryBool(q, corev1.ExecStdinParam, &errs),
+		stdout:  queryBool(q, corev1.ExecStdoutParam, &errs),
+		stderr:  queryBool(q, corev1.ExecStderrParam, &errs),
+		tty:     queryBool(q, corev1.ExecTTYParam, &errs),
 	}
 	if exec && len(o.command) == 0 {
 		errs = append(errs, errors.New("no command to run: set command"))
