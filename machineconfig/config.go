@@ -52,6 +52,15 @@ type Machine struct {
 	// whether or not an API server answers (see staticpods.go): each a
 	// full v1 Pod manifest, kept as written.
 	StaticPods []StaticPod `json:"staticPods,omitempty"`
+
+	// Sysctls are kernel parameters that init sets at boot, by name as
+	// sysctl(8) spells it (net.ipv4.tcp_keepalive_time, or with '/' for a
+	// name whose parts hold a '.': net/ipv4/conf/eth0.100/rp_filter) to
+	// the value written to its file under /proc/sys (see sysctls.go).
+	Sysctls map[string]string `json:"sysctls,omitempty"`
+	// Files are files that init writes at boot under /etc or /var, before
+	// the services start (see files.go).
+	Files []File `json:"files,omitempty"`
 }
 
 // API configures the node API server. Clients authenticate with
@@ -165,6 +174,10 @@ func (c *Config) SetDefaults() {
 		c.Services[i].setDefaults()
 	}
 	c.Cluster.setDefaults()
+
+	for i := range c.Machine.Files {
+		c.Machine.Files[i].setDefaults()
+	}
 }
 
 // Marshal encodes c as YAML with keys in sorted order.

@@ -128,6 +128,9 @@ func (v *validator) machine(m *Machine) {
 	v.resources("machine.resources.containerd", &m.Resources.Containerd)
 	v.resources("machine.resources.agent", &m.Resources.Agent)
 	v.staticPods(m.StaticPods, m.Hostname)
+
+	v.sysctls(m.Sysctls)
+	v.files(m.Files)
 }
 
 // cert checks that s holds a PEM certificate and returns it, or nil.

@@ -12,8 +12,8 @@ import (
 )
 
 func configCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "config", Short: "Generate and validate machine configs"}
-	cmd.AddCommand(configGenCmd(), configValidateCmd())
+	cmd := &cobra.Command{Use: "config", Short: "Generate, validate, patch and compare machine configs"}
+	cmd.AddCommand(configGenCmd(), configValidateCmd(), configSchemaCmd())
 	return cmd
 }
 
@@ -75,6 +75,18 @@ func configValidateCmd() *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: valid\n", args[0])
 			return nil
+		},
+	}
+}
+
+func configSchemaCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "schema",
+		Short: "Print the machine config's JSON Schema, for editors",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := cmd.OutOrStdout().Write(machineconfig.Schema())
+			return err
 		},
 	}
 }
