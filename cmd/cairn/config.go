@@ -4,16 +4,19 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/machineconfig/staticpod"
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 )
 
 func configCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "Generate, validate, patch and compare machine configs"}
-	cmd.AddCommand(configGenCmd(), configValidateCmd(), configSchemaCmd())
+	cmd.AddCommand(configGenCmd(), configValidateCmd(), configSchemaCmd(), configPatchCmd(), configDiffCmd())
 	return cmd
 }
 
@@ -87,6 +90,121 @@ func configSchemaCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_, err := cmd.OutOrStdout().Write(machineconfig.Schema())
 			return err
+		},
+	}
+}
+
+func configPatchCmd() *cobra.Command {
+	var (
+		patches []string
+		out     string
+	)
+	cmd := &cobra.Command{
+		Use:   "patch FILE --patch P [--patch P]...",
+		Short: "Patch a machine config with JSON patches (RFC 6902) or merge patches (RFC 7386), and check the result",
+		Long: `Patch applies each patch in order to the machine config FILE, checks the
+result as validate does, and prints it as YAML, or writes it to -o FILE.
+A patch P is the file named P if there is one, else P itself; in YAML or
+JSON, a list is a JSON patch and an object a merge patch. Nothing is
+printed or written unless every patch applies and the result is valid.`,
+		Example: `  cairn config patch machine.yaml --patch '[{op: replace, path: /machine/hostname, value: node-2}]'
+  cairn config patch machine.yaml --patch 'machine: {sysctls: {vm.swappiness: "10"}}' -o machine.yaml`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(patches) == 0 {
+				return errors.New("no --patch given")
+			}
+			doc, err := os.ReadFile(args[0])
+			if err != nil {
+				return fmt.Errorf("read machine config: %w", err)
+			}
+			for i, p := range patches {
+				patch, name := []byte(p), fmt.Sprintf("--patch %d", i+1)
+				if data, err := os.ReadFile(p); err == nil {
+					patch, name = data, p
+				} else if !notAFile(err) {
+					return fmt.Errorf("read patch %s: %w", p, err)
+				}
+				if doc, err = machineconfig.ApplyPatch(doc, patch); err != nil {
+					return fmt.Errorf("%s: %w; nothing written", name, err)
+				}
+			}
+			if _, err := staticpod.Parse(doc); err != nil {
+				return fmt.Errorf("the patched config: %w; nothing written", err)
+			}
+			data, err := yaml.JSONToYAML(doc)
+			if err != nil {
+				return fmt.Errorf("encode the patched config: %w", err)
+			}
+			if out == "" {
+				_, err = cmd.OutOrStdout().Write(data)
+				return err
+			}
+			return writeFileAtomic(out, data)
+		},
+	}
+	cmd.Flags().StringArrayVar(&patches, "patch", nil, "a patch, or a file holding one (repeatable; applied in order)")
+	cmd.Flags().StringVarP(&out, "output", "o", "", "write the result to this file (0600: it holds the node's key) instead of printing it")
+	return cmd
+}
+
+// notAFile reports whether err, from reading a patch as a file, says
+// there is none by that name: the patch is then the argument itself.
+func notAFile(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENAMETOOLONG) || errors.Is(err, syscall.ENOTDIR)
+}
+
+// writeFileAtomic replaces path with data (mode 0600), whole or not at
+// all: a temporary file beside it, synced, renamed over it.
+func writeFileAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // fails once renamed
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+func configDiffCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "diff OLD NEW",
+		Short: "List what differs between two machine configs, field by field",
+		Long: `Diff checks both configs as validate does and prints one line per changed
+field, by its path, defaults filled in: "path: old → new", "path: added
+value", "path: removed value". Secrets are not shown, nor long values,
+which are their size and digest. It exits 0 either way.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var configs [2]*machineconfig.Config
+			for i, path := range args {
+				c, err := staticpod.Load(path)
+				if err != nil {
+					return err
+				}
+				configs[i] = c
+			}
+			w := cmd.OutOrStdout()
+			changes := machineconfig.Diff(configs[0], configs[1])
+			for _, c := range changes {
+				fmt.Fprintln(w, c)
+			}
+			if len(changes) == 0 {
+				fmt.Fprintln(w, "no change")
+			}
+			return nil
 		},
 	}
 }

@@ -6,6 +6,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"sigs.k8s.io/yaml"
 )
 
 // runConfig runs `cairn config args...` in-process and returns its output.
@@ -123,5 +127,128 @@ func TestConfigValidateStaticPods(t *testing.T) {
 	_, err = runConfig(t, "validate", machineYAML)
 	if want := "\n  machine.staticPods[0].spec.containers[0].image: required"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("config validate (container without image) = %v, want it to contain %q", err, want)
+	}
+}
+
+// genConfig runs `cairn config gen` into a temporary directory and returns
+// the machine config's path.
+func genConfig(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "out")
+	if out, err := runConfig(t, "gen", "--out", dir, "--hostname", "node-1", "--nameserver", "10.0.2.3"); err != nil {
+		t.Fatalf("config gen = %v, output:\n%s", err, out)
+	}
+	return filepath.Join(dir, "machine.yaml")
+}
+
+// TestConfigSchema checks `cairn config gen`'s config against the schema
+// `cairn config schema` prints, with a JSON Schema validator, and a config
+// of the wrong shape refused by it.
+func TestConfigSchema(t *testing.T) {
+	schema, err := runConfig(t, "schema")
+	if err != nil {
+		t.Fatalf("config schema = %v", err)
+	}
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
+	if err != nil {
+		t.Fatalf("config schema printed what is not JSON: %v", err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("machine-config.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Compile("machine-config.json")
+	if err != nil {
+		t.Fatalf("compile the schema: %v", err)
+	}
+	check := func(data []byte) error {
+		j, err := yaml.YAMLToJSON(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(j))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Validate(inst)
+	}
+	gen, err := os.ReadFile(genConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := check(gen); err != nil {
+		t.Errorf("config gen's config does not match the schema: %v", err)
+	}
+	bad := strings.Replace(string(gen), "hostname: node-1", "hostname: node-1\n  hostnme: node-1", 1)
+	if err := check([]byte(bad)); err == nil || !strings.Contains(err.Error(), "hostnme") {
+		t.Errorf("the schema's verdict on an unknown field = %v, want it named", err)
+	}
+}
+
+func TestConfigPatchDiff(t *testing.T) {
+	machineYAML := genConfig(t)
+	dir := filepath.Dir(machineYAML)
+	ops := filepath.Join(dir, "ops.yaml")
+	if err := os.WriteFile(ops, []byte("- {op: replace, path: /machine/hostname, value: node-2}\n- {op: add, path: /network/nameservers/-, value: 10.0.2.4}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	patched := filepath.Join(dir, "patched.yaml")
+	out, err := runConfig(t, "patch", machineYAML, "--patch", ops,
+		"--patch", `machine: {sysctls: {vm.swappiness: "10"}, files: [{path: /etc/motd, content: "hi\n"}]}`, "-o", patched)
+	if err != nil || out != "" {
+		t.Fatalf("config patch -o = %q, %v; want it quiet", out, err)
+	}
+	if fi, err := os.Stat(patched); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("patched config: %v, %v; want a 0600 file", fi, err)
+	}
+	if out, err := runConfig(t, "validate", patched); err != nil {
+		t.Fatalf("config validate (patched) = %q, %v", out, err)
+	}
+
+	out, err = runConfig(t, "diff", machineYAML, patched)
+	if err != nil {
+		t.Fatalf("config diff = %v", err)
+	}
+	want := `machine.hostname: "node-1" → "node-2"
+machine.sysctls["vm.swappiness"]: added "10"
+machine.files[0]: added {"content":"hi\n","mode":"0644","owner":"0:0","path":"/etc/motd"}
+network.nameservers[1]: added "10.0.2.4"
+`
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("config diff (-want +got):\n%s", diff)
+	}
+	if out, err := runConfig(t, "diff", patched, patched); err != nil || out != "no change\n" {
+		t.Errorf("config diff of a file with itself = %q, %v; want no change", out, err)
+	}
+
+	// An invalid result: every problem with its path, and nothing written.
+	before, err := os.ReadFile(patched)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = runConfig(t, "patch", patched, "--patch", `{"machine": {"hostname": "Bad_Name", "files": [{"path": "/usr/x"}], "sysctls": {"kernel.hostname": "x"}}}`, "-o", patched)
+	for _, want := range []string{
+		"the patched config: invalid machine config:",
+		"\n  machine.hostname: ",
+		"\n  machine.sysctls[\"kernel.hostname\"]: ",
+		"\n  machine.files[0].path: ",
+		"nothing written",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("config patch (invalid result) = %v, want it to contain %q", err, want)
+		}
+	}
+	_, err = runConfig(t, "patch", patched, "--patch", "[{op: remove, path: /machine/nothing}]", "-o", patched)
+	if err == nil || !strings.Contains(err.Error(), "--patch 1: JSON patch operation 0 (remove /machine/nothing)") {
+		t.Errorf("config patch (failing operation) = %v, want the patch and operation named", err)
+	}
+	if after, err := os.ReadFile(patched); err != nil || !bytes.Equal(after, before) {
+		t.Errorf("a refused patch changed %s (%v)", patched, err)
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") {
+			t.Errorf("temporary file %s left behind", e.Name())
+		}
 	}
 }
