@@ -11,7 +11,6 @@ import (
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/machineconfig/staticpod"
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
 )
 
 func configCmd() *cobra.Command {
@@ -103,7 +102,8 @@ func configPatchCmd() *cobra.Command {
 		Use:   "patch FILE --patch P [--patch P]...",
 		Short: "Patch a machine config with JSON patches (RFC 6902) or merge patches (RFC 7386), and check the result",
 		Long: `Patch applies each patch in order to the machine config FILE, checks the
-result as validate does, and prints it as YAML, or writes it to -o FILE.
+result as validate does, and prints it as YAML with its defaults filled
+in, as the node reads it, or writes it to -o FILE.
 A patch P is the file named P if there is one, else P itself; in YAML or
 JSON, a list is a JSON patch and an object a merge patch. Nothing is
 printed or written unless every patch applies and the result is valid.`,
@@ -126,15 +126,16 @@ printed or written unless every patch applies and the result is valid.`,
 					return fmt.Errorf("read patch %s: %w", p, err)
 				}
 				if doc, err = machineconfig.ApplyPatch(doc, patch); err != nil {
-					return fmt.Errorf("%s: %w; nothing written", name, err)
+					return fmt.Errorf("nothing written: %s: %w", name, err)
 				}
 			}
-			if _, err := staticpod.Parse(doc); err != nil {
-				return fmt.Errorf("the patched config: %w; nothing written", err)
-			}
-			data, err := yaml.JSONToYAML(doc)
+			c, err := staticpod.Parse(doc)
 			if err != nil {
-				return fmt.Errorf("encode the patched config: %w", err)
+				return fmt.Errorf("nothing written: the patched config: %w", err)
+			}
+			data, err := c.Marshal()
+			if err != nil {
+				return err
 			}
 			if out == "" {
 				_, err = cmd.OutOrStdout().Write(data)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/google/go-cmp/cmp"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"sigs.k8s.io/yaml"
@@ -204,6 +205,15 @@ func TestConfigPatchDiff(t *testing.T) {
 	if out, err := runConfig(t, "validate", patched); err != nil {
 		t.Fatalf("config validate (patched) = %q, %v", out, err)
 	}
+	// Without -o the result is printed, as the node reads it: a YAML
+	// octal mode is the octal string again.
+	out, err = runConfig(t, "patch", patched, "--patch", `machine: {files: [{path: /etc/motd, mode: 0640}]}`)
+	if err != nil {
+		t.Fatalf("config patch = %v", err)
+	}
+	if c, err := machineconfig.Parse([]byte(out)); err != nil || c.Machine.Hostname != "node-2" || c.Machine.Files[0].Mode != 0o640 || !strings.Contains(out, `mode: "0640"`) {
+		t.Errorf("config patch printed a config (%v) that is not node-2's with /etc/motd 0640:\n%s", err, out)
+	}
 
 	out, err = runConfig(t, "diff", machineYAML, patched)
 	if err != nil {
@@ -228,18 +238,17 @@ network.nameservers[1]: added "10.0.2.4"
 	}
 	_, err = runConfig(t, "patch", patched, "--patch", `{"machine": {"hostname": "Bad_Name", "files": [{"path": "/usr/x"}], "sysctls": {"kernel.hostname": "x"}}}`, "-o", patched)
 	for _, want := range []string{
-		"the patched config: invalid machine config:",
+		"nothing written: the patched config: invalid machine config:",
 		"\n  machine.hostname: ",
 		"\n  machine.sysctls[\"kernel.hostname\"]: ",
 		"\n  machine.files[0].path: ",
-		"nothing written",
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("config patch (invalid result) = %v, want it to contain %q", err, want)
 		}
 	}
 	_, err = runConfig(t, "patch", patched, "--patch", "[{op: remove, path: /machine/nothing}]", "-o", patched)
-	if err == nil || !strings.Contains(err.Error(), "--patch 1: JSON patch operation 0 (remove /machine/nothing)") {
+	if err == nil || !strings.Contains(err.Error(), "nothing written: --patch 1: JSON patch operation 0 (remove /machine/nothing)") {
 		t.Errorf("config patch (failing operation) = %v, want the patch and operation named", err)
 	}
 	if after, err := os.ReadFile(patched); err != nil || !bytes.Equal(after, before) {
