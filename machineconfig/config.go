@@ -53,13 +53,14 @@ type Machine struct {
 	// full v1 Pod manifest, kept as written.
 	StaticPods []StaticPod `json:"staticPods,omitempty"`
 
-	// Sysctls are kernel parameters that init sets at boot, by name as
-	// sysctl(8) spells it (net.ipv4.tcp_keepalive_time, or with '/' for a
-	// name whose parts hold a '.': net/ipv4/conf/eth0.100/rp_filter) to
-	// the value written to its file under /proc/sys (see sysctls.go).
+	// Sysctls are kernel parameters that init sets at boot, before the
+	// network: by name as sysctl(8) spells it (net.ipv4.tcp_keepalive_time,
+	// or with '/' for a name whose parts hold a '.':
+	// net/ipv4/conf/eth0.100/rp_filter), each to the value written to its
+	// file under /proc/sys. Those Cairn sets itself are refused.
 	Sysctls map[string]string `json:"sysctls,omitempty"`
 	// Files are files that init writes at boot under /etc or /var, before
-	// the services start (see files.go).
+	// the services start.
 	Files []File `json:"files,omitempty"`
 }
 

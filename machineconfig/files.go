@@ -11,9 +11,9 @@ import (
 	"github.com/cairn-os/cairn/internal/layout"
 )
 
-// File is a file that init writes at boot (see Machine.Files). It replaces
-// what is at Path only when its content, mode or owner differ, atomically:
-// readers see the old file or the new one, never a part.
+// File is a file that init writes at boot. It replaces what is at Path
+// only when its content, mode or owner differ, atomically: readers see the
+// old file or the new one, never a part.
 type File struct {
 	// Path is an absolute, clean path under /etc or /var, e.g.
 	// /etc/sysctl.d/90-tuning.conf; its directories are made (0755, root)
