@@ -63,3 +63,24 @@ func TestApplySysctls(t *testing.T) {
 		t.Errorf("applySysctls() with errors set %v, want the valid one set all the same", set)
 	}
 }
+
+// TestBootSequenceAppliesConfig wants the sysctls set and the files
+// written once the config is loaded, the sysctls before the network, the
+// files before the services.
+func TestBootSequenceAppliesConfig(t *testing.T) {
+	at := map[string]int{}
+	for i, s := range newNode(system{}, nil).bootSequence().Steps {
+		at[s.Name] = i + 1
+	}
+	for _, order := range [][2]string{
+		{"load machine config", "set sysctls"},
+		{"set sysctls", "configure network"},
+		{"prepare EPHEMERAL", "write machine files"},
+		{"load machine config", "write machine files"},
+		{"write machine files", "start services"},
+	} {
+		if a, b := at[order[0]], at[order[1]]; a == 0 || b == 0 || a > b {
+			t.Errorf("boot steps %q (%d) and %q (%d): want both, in this order", order[0], a, order[1], b)
+		}
+	}
+}

@@ -80,6 +80,25 @@ network:
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Diff() (-want +got):\n%s", diff)
 	}
+	// Backwards, what was added is removed: of the list items, by their
+	// index in the list they leave.
+	back := map[string]string{}
+	for _, c := range Diff(newer, old) {
+		back[c.Path] = c.String()
+	}
+	for _, want := range []string{
+		`network.nameservers[1]: removed "10.0.2.4"`,
+		`machine.files[1]: removed {"content":"three","mode":"0644","owner":"0:0","path":"/etc/c"}`,
+		`network.interfaces[0].addresses[1]: removed "10.0.4.15/24"`,
+		`network.interfaces[0].addresses[0]: added "10.0.2.15/24"`,
+		`machine.sysctls["kernel.panic"]: removed "10"`,
+	} {
+		path, _, _ := strings.Cut(want, ": ")
+		if back[path] != want {
+			t.Errorf("Diff(new, old)[%s] = %q, want %q", path, back[path], want)
+		}
+	}
+
 	if d := Diff(old, old); len(d) != 0 {
 		t.Errorf("Diff(c, c) = %v, want no change", d)
 	}
