@@ -28,12 +28,13 @@ func TestWriteFiles(t *testing.T) {
 	files := []machineconfig.File{
 		{Path: "/etc/app/conf.d/app.conf", Content: "level=info\n", Mode: 0o644, Owner: "0:0"},
 		{Path: "/var/lib/app/token", Content: "s3cret", Mode: 0o600, Owner: "1000:1001"},
+		{Path: "/etc/motd", Content: "", Mode: 0o644, Owner: "0:0"},
 	}
 	written, err := writeFiles(root, files)
 	if err != nil {
 		t.Fatalf("writeFiles() = %v", err)
 	}
-	if diff := cmp.Diff([]string{files[0].Path, files[1].Path}, written); diff != "" {
+	if diff := cmp.Diff([]string{files[0].Path, files[1].Path, files[2].Path}, written); diff != "" {
 		t.Errorf("writeFiles() wrote (-want +got):\n%s", diff)
 	}
 	check := func(f machineconfig.File) {

@@ -12,10 +12,9 @@ var ownedSysctls = map[string]string{
 	"kernel/hostname": "init, from machine.hostname",
 	// The pod network routes through the node: the bridge CNI plugin of
 	// the agent's pod network turns forwarding on, and Services need it.
-	"net/ipv4/ip_forward":              "the pod network",
-	"net/ipv6/conf/all/forwarding":     "the pod network",
-	"net/ipv4/conf/all/forwarding":     "the pod network",
-	"net/ipv6/conf/default/forwarding": "the pod network",
+	"net/ipv4/ip_forward":          "the pod network",
+	"net/ipv4/conf/all/forwarding": "the pod network", // ip_forward too
+	"net/ipv6/conf/all/forwarding": "the pod network",
 }
 
 // sysctlPartRE is one part of a sysctl's name: what the kernel's own
