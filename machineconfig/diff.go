@@ -164,10 +164,10 @@ func (d *differ) value(p string, a, b reflect.Value) {
 	}
 }
 
-// list compares two lists item by item along their longest common
-// subsequence: items in one only are added or removed, except where as
-// many were removed as added at the same place, which are compared field
-// by field (an edited item, not a new one).
+// list compares two lists along their longest common subsequence. Where
+// items of a were dropped and items of b put in at the same place, they
+// are paired in order and compared field by field (an edited item, not a
+// new one); those left over are removed or added whole.
 func (d *differ) list(p string, a, b reflect.Value) {
 	n, m := length(a), length(b)
 	// lcs[i][j] is the length of the LCS of a[i:] and b[j:].

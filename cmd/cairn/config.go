@@ -160,7 +160,7 @@ func notAFile(err error) bool {
 func writeFileAtomic(path string, data []byte) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
-		return err
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	defer os.Remove(f.Name()) // fails once renamed
 	_, err = f.Write(data)
