@@ -15,19 +15,18 @@ import (
 // TestWaitLeasesBounded returns as soon as every lease is in, and at the
 // deadline when one never comes.
 func TestWaitLeasesBounded(t *testing.T) {
-	ifaces := []machineconfig.Interface{{Name: "eth0", DHCP: true}, {Name: "eth1"}, {Name: "eth2", DHCP: true}}
 	done := func(err error) <-chan error {
 		ch := make(chan error, 1)
 		ch <- err
 		return ch
 	}
 	start := time.Now()
-	waitLeases([]<-chan error{done(nil), nil, done(errors.New("no lease"))}, ifaces, start.Add(time.Minute))
+	waitLeases([]pendingLease{{"eth0", done(nil)}, {"eth2", done(errors.New("no lease"))}}, start.Add(time.Minute))
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("waitLeases with every lease in took %s, want it at once", took)
 	}
 	start = time.Now()
-	waitLeases([]<-chan error{make(chan error), nil, done(nil)}, ifaces, start.Add(200*time.Millisecond))
+	waitLeases([]pendingLease{{"eth0", make(chan error)}, {"eth2", done(nil)}}, start.Add(200*time.Millisecond))
 	if took := time.Since(start); took < 200*time.Millisecond || took > 2*time.Second {
 		t.Errorf("waitLeases with a lease that never comes took %s, want the 200ms to the deadline", took)
 	}
