@@ -12,6 +12,7 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
+	"github.com/insomniacslk/dhcp/dhcpv4/server4"
 	"github.com/u-root/u-root/pkg/dhclient"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -22,6 +23,10 @@ import (
 // dhcpMinRetry is the least wait between two requests while renewing or
 // rebinding (RFC 2131 4.4.5): half the time left, but not below this.
 const dhcpMinRetry = 60 * time.Second
+
+// dhcpRetransmit is the wait before the first retransmission of a DHCP
+// message asking for a new lease; each next wait is twice as long.
+const dhcpRetransmit = time.Second
 
 // dhcpOptions are asked of the server on top of nclient4's defaults.
 var dhcpOptions = dhcpv4.WithRequestedOptions(
@@ -90,7 +95,10 @@ func (c *dhcpClient) acquire(ctx context.Context) (*nclient4.Lease, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.attempt)
 	defer cancel()
-	client, err := nclient4.New(name, nclient4.WithTimeout(c.attempt/4), nclient4.WithRetry(4))
+	// The first DISCOVER after a link came up is often lost (the kernel
+	// drops what is sent before it saw the carrier): ask again soon, then
+	// at doubling intervals, until c.attempt has passed.
+	client, err := nclient4.New(name, nclient4.WithTimeout(dhcpRetransmit), nclient4.WithRetry(math.MaxInt))
 	if err != nil {
 		return nil, fmt.Errorf("DHCP on %s: %w", name, err)
 	}
@@ -187,14 +195,24 @@ func (c *dhcpClient) extend(ctx context.Context, lease *nclient4.Lease, deadline
 func (c *dhcpClient) request(ctx context.Context, lease *nclient4.Lease, wait time.Duration, unicast bool) (*nclient4.Lease, error) {
 	name := c.link.Attrs().Name
 	opts := []nclient4.ClientOpt{nclient4.WithTimeout(wait), nclient4.WithRetry(1)}
+	var client *nclient4.Client
+	var err error
 	if unicast {
-		// From the leased address to the server's, through the kernel's
-		// routing as any UDP datagram.
-		opts = append(opts,
-			nclient4.WithUnicast(&net.UDPAddr{IP: lease.ACK.YourIPAddr, Port: dhcpv4.ClientPort}),
-			nclient4.WithServerAddr(&net.UDPAddr{IP: lease.ACK.ServerIdentifier(), Port: dhcpv4.ServerPort}))
+		// A UDP socket on the link, through the kernel's routing as any
+		// datagram: the server's answer comes to the leased address, a
+		// DHCPNAK to the broadcast address (RFC 2131 4.1).
+		conn, cerr := server4.NewIPv4UDPConn(name, &net.UDPAddr{Port: dhcpv4.ClientPort})
+		if cerr != nil {
+			return nil, fmt.Errorf("DHCP on %s: %w", name, cerr)
+		}
+		client, err = nclient4.NewWithConn(conn, c.link.Attrs().HardwareAddr, append(opts,
+			nclient4.WithServerAddr(&net.UDPAddr{IP: lease.ACK.ServerIdentifier(), Port: dhcpv4.ServerPort}))...)
+		if err != nil {
+			conn.Close()
+		}
+	} else {
+		client, err = nclient4.New(name, opts...)
 	}
-	client, err := nclient4.New(name, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("DHCP on %s: %w", name, err)
 	}
@@ -285,7 +303,8 @@ func ignoreGone(err error, format string, args ...any) error {
 func leaseAddr(link netlink.Link, l *nclient4.Lease) *netlink.Addr {
 	addr := &netlink.Addr{IPNet: dhclient.NewPacket4(link, l.ACK).Lease()}
 	if exp := timesOf(l).expiry; !exp.IsZero() {
-		left := max(int(time.Until(exp).Seconds()), 1)
+		// Rounded up: the kernel counts whole seconds.
+		left := max(int(math.Ceil(time.Until(exp).Seconds())), 1)
 		addr.ValidLft, addr.PreferedLft = left, left
 	}
 	return addr
