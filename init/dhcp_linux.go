@@ -120,8 +120,10 @@ func timesOf(l *nclient4.Lease) leaseTimes {
 		return leaseTimes{} // infinite, or (against the RFC) unsaid
 	}
 	// The defaults of RFC 2131 4.4.5, unless the server says otherwise.
-	t1 := l.ACK.IPAddressRenewalTime(d / 2)
-	t2 := l.ACK.IPAddressRebindingTime(d * 7 / 8)
+	// A server's T1 after its T2, or either after the lease, is taken
+	// as the lease's end.
+	t2 := min(l.ACK.IPAddressRebindingTime(d*7/8), d)
+	t1 := min(l.ACK.IPAddressRenewalTime(d/2), t2)
 	return leaseTimes{l.CreationTime.Add(t1), l.CreationTime.Add(t2), l.CreationTime.Add(d)}
 }
 
@@ -234,7 +236,13 @@ func (c *dhcpClient) request(ctx context.Context, lease *nclient4.Lease, wait ti
 	if ack.MessageType() == dhcpv4.MessageTypeNak {
 		return nil, &nclient4.ErrNak{Offer: lease.Offer, Nak: ack}
 	}
-	return &nclient4.Lease{Offer: lease.Offer, ACK: ack, CreationTime: sent}, nil
+	// Renewals go to the server that answered (nclient4's Renew takes
+	// only an answer from the server of the lease's offer).
+	offer := lease.Offer
+	if !ack.ServerIdentifier().Equal(offer.ServerIdentifier()) {
+		offer = ack
+	}
+	return &nclient4.Lease{Offer: offer, ACK: ack, CreationTime: sent}, nil
 }
 
 // sleepUntil waits until t; false if ctx ended first.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"runtime"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
 	"github.com/insomniacslk/dhcp/rfc1035label"
 	"github.com/vishvananda/netlink"
@@ -360,4 +362,48 @@ func checkState(link netlink.Link, addr string, routes []string, resolvConf stri
 		return fmt.Errorf("%s = %q, want %q", resolvConfPath, data, resolvConf)
 	}
 	return nil
+}
+
+// TestLeaseTimes computes T1, T2 and the expiry of a lease: RFC 2131's
+// defaults, the server's, the server's when they make no sense, and none
+// for an infinite lease.
+func TestLeaseTimes(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name       string
+		opts       []dhcpv4.Option
+		t1, t2, ex time.Duration // from start; all 0 for none
+	}{
+		{"defaults", []dhcpv4.Option{dhcpv4.OptIPAddressLeaseTime(time.Hour)}, 30 * time.Minute, 52*time.Minute + 30*time.Second, time.Hour},
+		{"the server's", []dhcpv4.Option{dhcpv4.OptIPAddressLeaseTime(time.Hour), optTime(dhcpv4.OptionRenewTimeValue, 10*time.Minute), optTime(dhcpv4.OptionRebindingTimeValue, 20*time.Minute)}, 10 * time.Minute, 20 * time.Minute, time.Hour},
+		{"past the lease", []dhcpv4.Option{dhcpv4.OptIPAddressLeaseTime(time.Hour), optTime(dhcpv4.OptionRenewTimeValue, 3*time.Hour), optTime(dhcpv4.OptionRebindingTimeValue, 2*time.Hour)}, time.Hour, time.Hour, time.Hour},
+		{"infinite", []dhcpv4.Option{dhcpv4.OptIPAddressLeaseTime(math.MaxUint32 * time.Second)}, 0, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ack, err := dhcpv4.New(dhcpv4.WithMessageType(dhcpv4.MessageTypeAck))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range tt.opts {
+				ack.UpdateOption(o)
+			}
+			got := timesOf(&nclient4.Lease{ACK: ack, CreationTime: start})
+			at := func(d time.Duration) time.Time {
+				if d == 0 {
+					return time.Time{}
+				}
+				return start.Add(d)
+			}
+			if want := (leaseTimes{at(tt.t1), at(tt.t2), at(tt.ex)}); got != want {
+				t.Errorf("timesOf() = %+v, want %+v", got, want)
+			}
+		})
+	}
+}
+
+// optTime is a DHCP option holding a time (T1, T2), which dhcpv4 has no
+// constructor for.
+func optTime(code dhcpv4.OptionCode, d time.Duration) dhcpv4.Option {
+	return dhcpv4.Option{Code: code, Value: dhcpv4.Duration(d)}
 }
