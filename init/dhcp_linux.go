@@ -54,7 +54,8 @@ type dhcpClient struct {
 // is going down, and the lease is still the node's until it expires.
 func (c *dhcpClient) run(ctx context.Context, first func(error)) {
 	name := c.link.Attrs().Name
-	for attempt := 0; ctx.Err() == nil; attempt++ {
+	failures := 0
+	for ctx.Err() == nil {
 		lease, err := c.acquire(ctx)
 		if err == nil {
 			err = c.apply(nil, lease)
@@ -67,6 +68,7 @@ func (c *dhcpClient) run(ctx context.Context, first func(error)) {
 			if ctx.Err() != nil {
 				return
 			}
+			failures++
 			delay := c.retry.Next()
 			slog.Warn("DHCP got no lease, asking again", "link", name, "err", err, "after", delay.Round(time.Millisecond))
 			select {
@@ -76,10 +78,10 @@ func (c *dhcpClient) run(ctx context.Context, first func(error)) {
 			}
 			continue
 		}
-		if attempt > 0 {
-			slog.Info("DHCP lease after retrying", "link", name, "attempts", attempt+1)
+		if failures > 0 {
+			slog.Info("DHCP lease after retrying", "link", name, "attempts", failures+1)
 		}
-		attempt = -1
+		failures = 0
 		c.retry.Reset()
 		c.keep(ctx, lease)
 	}
@@ -95,9 +97,9 @@ func (c *dhcpClient) acquire(ctx context.Context) (*nclient4.Lease, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.attempt)
 	defer cancel()
-	// The first DISCOVER after a link came up is often lost (the kernel
-	// drops what is sent before it saw the carrier): ask again soon, then
-	// at doubling intervals, until c.attempt has passed.
+	// The first DISCOVER on a link just brought up is sometimes lost
+	// (seen on veth links, one time in three): ask again soon, then at
+	// doubling intervals, until c.attempt has passed.
 	client, err := nclient4.New(name, nclient4.WithTimeout(dhcpRetransmit), nclient4.WithRetry(math.MaxInt))
 	if err != nil {
 		return nil, fmt.Errorf("DHCP on %s: %w", name, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/cairn-os/cairn/init/internal/boot"
 	"github.com/cairn-os/cairn/machineconfig"
 )
 
@@ -41,7 +42,12 @@ func applyLinks(network machineconfig.Network) ([]configuredLink, error) {
 	var wg sync.WaitGroup
 	for i, ic := range ifaces {
 		path := fmt.Sprintf("network.interfaces[%d]", i)
-		wg.Go(func() { done[i], errs[i] = applyInterface(path, ic) })
+		wg.Go(func() {
+			errs[i] = boot.Catch("configure "+path, func() (err error) {
+				done[i], err = applyInterface(path, ic)
+				return err
+			})
+		})
 	}
 	wg.Wait()
 	var links []configuredLink
