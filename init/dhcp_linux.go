@@ -195,29 +195,25 @@ func (c *dhcpClient) extend(ctx context.Context, lease *nclient4.Lease, deadline
 }
 
 // request sends one DHCPREQUEST extending lease and waits up to wait for
-// the answer.
+// the answer. It goes from a UDP socket on the link, from the leased
+// address, through the kernel as any datagram: to the lease's server
+// (unicast), or to every server on the link (broadcast). The answer comes
+// to the leased address, a DHCPNAK to the broadcast address (RFC 2131
+// 4.1): the socket takes both.
 func (c *dhcpClient) request(ctx context.Context, lease *nclient4.Lease, wait time.Duration, unicast bool) (*nclient4.Lease, error) {
 	name := c.link.Attrs().Name
-	opts := []nclient4.ClientOpt{nclient4.WithTimeout(wait), nclient4.WithRetry(1)}
-	var client *nclient4.Client
-	var err error
+	to := &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ServerPort}
 	if unicast {
-		// A UDP socket on the link, through the kernel's routing as any
-		// datagram: the server's answer comes to the leased address, a
-		// DHCPNAK to the broadcast address (RFC 2131 4.1).
-		conn, cerr := server4.NewIPv4UDPConn(name, &net.UDPAddr{Port: dhcpv4.ClientPort})
-		if cerr != nil {
-			return nil, fmt.Errorf("DHCP on %s: %w", name, cerr)
-		}
-		client, err = nclient4.NewWithConn(conn, c.link.Attrs().HardwareAddr, append(opts,
-			nclient4.WithServerAddr(&net.UDPAddr{IP: lease.ACK.ServerIdentifier(), Port: dhcpv4.ServerPort}))...)
-		if err != nil {
-			conn.Close()
-		}
-	} else {
-		client, err = nclient4.New(name, opts...)
+		to.IP = lease.ACK.ServerIdentifier()
 	}
+	conn, err := server4.NewIPv4UDPConn(name, &net.UDPAddr{Port: dhcpv4.ClientPort})
 	if err != nil {
+		return nil, fmt.Errorf("DHCP on %s: %w", name, err)
+	}
+	client, err := nclient4.NewWithConn(conn, c.link.Attrs().HardwareAddr,
+		nclient4.WithTimeout(wait), nclient4.WithRetry(1), nclient4.WithServerAddr(to))
+	if err != nil {
+		conn.Close()
 		return nil, fmt.Errorf("DHCP on %s: %w", name, err)
 	}
 	defer client.Close()
@@ -231,7 +227,7 @@ func (c *dhcpClient) request(ctx context.Context, lease *nclient4.Lease, wait ti
 	if err != nil {
 		return nil, fmt.Errorf("DHCP on %s: %w", name, err)
 	}
-	ack, err := client.SendAndRead(ctx, client.RemoteAddr(), req, nclient4.IsMessageType(dhcpv4.MessageTypeAck, dhcpv4.MessageTypeNak))
+	ack, err := client.SendAndRead(ctx, to, req, nclient4.IsMessageType(dhcpv4.MessageTypeAck, dhcpv4.MessageTypeNak))
 	if err != nil {
 		return nil, err
 	}

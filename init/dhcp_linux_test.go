@@ -55,6 +55,8 @@ type testDHCPServer struct {
 	// with no address (INIT), broadcast from a leased address
 	// (REBINDING), unicast (RENEWING).
 	discovers, initRequests, rebinds, renewals int
+	// rebindFrom is where the last REBINDING REQUEST came from.
+	rebindFrom net.IP
 }
 
 func (s *testDHCPServer) set(f func(s *testDHCPServer)) {
@@ -71,7 +73,7 @@ func (s *testDHCPServer) count(f func(s *testDHCPServer) int) int {
 
 // handler answers what one of the sockets gets.
 func (s *testDHCPServer) handler(unicast bool) server4.Handler {
-	return func(conn net.PacketConn, _ net.Addr, m *dhcpv4.DHCPv4) {
+	return func(conn net.PacketConn, peer net.Addr, m *dhcpv4.DHCPv4) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		var typ dhcpv4.MessageType
@@ -87,6 +89,7 @@ func (s *testDHCPServer) handler(unicast bool) server4.Handler {
 				s.initRequests++
 			default:
 				s.rebinds++
+				s.rebindFrom = peer.(*net.UDPAddr).IP
 			}
 			typ = dhcpv4.MessageTypeAck
 			if !m.ClientIPAddr.IsUnspecified() && !m.ClientIPAddr.Equal(s.lease.ip) {
@@ -286,6 +289,12 @@ func TestDHCPLeaseKept(t *testing.T) {
 	})
 	if err := checkState(link, "10.99.0.11/24", []string{"198.51.100.0/24 via 10.99.0.2", "default via 10.99.0.1"}, "search new.example.com example.com\nnameserver 10.99.0.54\n"); err != nil {
 		t.Errorf("after rebinding: %v", err)
+	}
+	srv.mu.Lock()
+	from := srv.rebindFrom
+	srv.mu.Unlock()
+	if !from.Equal(net.IPv4(10, 99, 0, 11)) {
+		t.Errorf("rebinding REQUESTs came from %v, want the leased address 10.99.0.11", from)
 	}
 
 	// No answer at all: the lease expires, what it set is removed, and
