@@ -66,20 +66,22 @@ func applyInterface(path string, ic machineconfig.Interface) (links []configured
 		}
 	}()
 	var link netlink.Link
+	var errs []error
 	if ic.Bond != nil {
+		// A member missing is reported; the bond works with the others.
 		link, err = ensureBond(path, ic.Name, ic.Bond)
+		errs = append(errs, err)
 	} else {
 		link, err = findLink(ic, linkWait)
 	}
-	if err != nil {
+	if link == nil {
 		return nil, err
 	}
 	if err := configureLink(link, ic.MTU, ic.Addresses, ic.Routes); err != nil {
-		return nil, err
+		return nil, errors.Join(append(errs, err)...)
 	}
 	slog.Info("interface configured", "link", link.Attrs().Name, "addresses", ic.Addresses, "dhcp", ic.DHCP)
 	links = append(links, configuredLink{path: path, link: link, dhcp: ic.DHCP})
-	var errs []error
 	for i, vl := range ic.VLANs {
 		vpath := fmt.Sprintf("%s.vlans[%d]", path, i)
 		vlink, err := ensureVLAN(vpath, link, vl.VLANID)
