@@ -196,12 +196,13 @@ func (n *node) startDHCP(ctx context.Context, l configuredLink, res *resolver) <
 	start := boot.SinceBoot()
 	boot.Go("DHCP on "+name, func() {
 		c.run(ctx, func(err error) {
-			first <- err
 			r := boot.Record{Name: "DHCP on " + name, Start: start, Duration: boot.SinceBoot() - start}
 			if err != nil {
 				r.Err = fmt.Sprintf("%s: %v; asking again in the background", l.path, err)
 			}
+			// On the timeline before the boot, told, goes on.
 			n.timeline.Add(r)
+			first <- err
 		})
 	})
 	return first
