@@ -118,13 +118,13 @@ type netSelectors struct {
 	macs  map[string]string // normalized MAC → path of the field using it
 }
 
-// selectName records that path selects the link called s; false (and an error
-// at path) if another field did already.
+// selectName records that path selects the link called s; false (and an
+// error at path) if another field did already.
 func (v *validator) selectName(sel netSelectors, path, s string) bool {
 	switch {
 	case !validIfaceName(s):
 		v.add(path, "%q is not a valid interface name: use at most 15 characters, without '/', ':' or spaces", s)
-	case sel.names[s] != "":
+	case sel.names[s] != "" && sel.names[s] != path:
 		v.add(path, "%q is already selected by %s", s, sel.names[s])
 	default:
 		sel.names[s] = path
@@ -139,7 +139,7 @@ func (v *validator) selectMAC(sel netSelectors, path, s string) {
 	switch {
 	case err != nil:
 		v.add(path, "%q is not a MAC address", s)
-	case sel.macs[hw.String()] != "":
+	case sel.macs[hw.String()] != "" && sel.macs[hw.String()] != path:
 		v.add(path, "%q is already selected by %s", s, sel.macs[hw.String()])
 	default:
 		sel.macs[hw.String()] = path
@@ -151,11 +151,22 @@ func (v *validator) network(n *Network) {
 		v.add("network.interfaces", "required")
 	}
 	sel := netSelectors{names: map[string]string{}, macs: map[string]string{}}
-	// Bond members first: a member is the bond's, and an interface that
-	// selects it too is the one refused.
-	for i := range n.Interfaces {
-		if b := n.Interfaces[i].Bond; b != nil {
-			v.bond(fmt.Sprintf("network.interfaces[%d].bond", i), b, sel)
+	// A bond member is the bond's wherever in the document another
+	// interface selects it too: that one is refused.
+	for i, in := range n.Interfaces {
+		if in.Bond == nil {
+			continue
+		}
+		path := fmt.Sprintf("network.interfaces[%d].bond", i)
+		for j, name := range in.Bond.Interfaces {
+			if sel.names[name] == "" {
+				sel.names[name] = fmt.Sprintf("%s.interfaces[%d]", path, j)
+			}
+		}
+		for j, d := range in.Bond.DeviceSelectors {
+			if hw, err := net.ParseMAC(d.MAC); err == nil && sel.macs[hw.String()] == "" {
+				sel.macs[hw.String()] = fmt.Sprintf("%s.deviceSelectors[%d].mac", path, j)
+			}
 		}
 	}
 	for i := range n.Interfaces {
@@ -216,6 +227,9 @@ func (v *validator) iface(path string, in *Interface, count int, sel netSelector
 		v.selectName(sel, path+".name", in.Name)
 	case in.MAC != "":
 		v.selectMAC(sel, path+".mac", in.MAC)
+	}
+	if in.Bond != nil {
+		v.bond(path+".bond", in.Bond, sel)
 	}
 	// A link that carries VLANs may have no address of its own.
 	if !in.DHCP && len(in.Addresses) == 0 && len(in.VLANs) == 0 {

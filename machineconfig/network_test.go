@@ -112,10 +112,21 @@ func TestParseNetworkInvalid(t *testing.T) {
 				{"network.interfaces[0].bond.lacpRate", "only for mode 802.3ad"},
 				{"network.interfaces[0].bond.xmitHashPolicy", `"layer9" is not a transmit hash policy; use one of layer2, layer3+4, layer2+3, encap2+3, encap3+4, vlan+srcmac`},
 				{"network.interfaces[1].bond.interfaces[0]", `"eth1" is already selected by network.interfaces[0].bond.interfaces[1]`},
-				{"network.interfaces[3].bond", "needs members: interfaces or deviceSelectors"},
 				{"network.interfaces[2].mac", `"52-54-00-00-00-02" is already selected by network.interfaces[0].bond.deviceSelectors[0].mac`},
 				{"network.interfaces[3]", "a bond needs a name (of the link to make) and no mac"},
+				{"network.interfaces[3].bond", "needs members: interfaces or deviceSelectors"},
 			},
+		},
+		{
+			name: "a bond member before its bond",
+			doc: `network:
+  interfaces:
+    - {name: eth0, dhcp: true}
+    - name: bond0
+      dhcp: true
+      bond: {interfaces: [eth0], mode: active-backup}
+`,
+			want: []FieldError{{"network.interfaces[0].name", `"eth0" is already selected by network.interfaces[1].bond.interfaces[0]`}},
 		},
 		{
 			name: "dns and hosts",
