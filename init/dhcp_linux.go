@@ -177,20 +177,25 @@ func isNak(err error) bool {
 // ctx ended, or a server refused (DHCPNAK).
 func (c *dhcpClient) extend(ctx context.Context, lease *nclient4.Lease, deadline time.Time, unicast bool) (*nclient4.Lease, error) {
 	name := c.link.Attrs().Name
-	errNone := errors.New("no answer")
-	err := errNone
+	err := errors.New("no answer")
 	for {
 		left := time.Until(deadline)
 		if left <= 0 || ctx.Err() != nil {
 			return nil, err
 		}
 		wait := min(max(left/2, dhcpMinRetry), left)
+		sent := time.Now()
 		var next *nclient4.Lease
 		next, err = c.request(ctx, lease, wait, unicast)
 		if next != nil || isNak(err) {
 			return next, err
 		}
 		slog.Debug("DHCP request unanswered", "link", name, "unicast", unicast, "err", err)
+		// A request that failed at once (no socket) is not asked again
+		// sooner either.
+		if !sleepUntil(ctx, sent.Add(wait)) {
+			return nil, err
+		}
 	}
 }
 
