@@ -7,13 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/u-root/u-root/pkg/dhclient"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -40,12 +37,14 @@ const (
 	dhcpRetryMax = 5 * time.Minute
 )
 
-// configureNetwork brings up loopback and every interface of the machine
-// config. A problem with one interface is reported and the others are still
+// configureNetwork brings up loopback and every link of the machine config
+// (see applyLinks), writes the extra host entries and resolv.conf, and
+// keeps a DHCP lease on each link that asks for one until the shutdown.
+// A problem with one interface is reported and the others are still
 // configured; the agent listens on whatever addresses the node ends with.
-// DHCP runs in the background: the step waits up to dhcpBootWait from its
-// start for the leases, and each link's first DHCP exchange is a boot timeline record of
-// its own ("DHCP on eth0"), with its error if it got no lease.
+// The step waits up to dhcpBootWait from its start for the first leases,
+// and each link's first DHCP exchange is a boot timeline record of its
+// own ("DHCP on eth0"), with its error if it got no lease.
 func (n *node) configureNetwork(network machineconfig.Network) error {
 	lo, err := netlink.LinkByName("lo")
 	if err == nil {
@@ -56,126 +55,55 @@ func (n *node) configureNetwork(network machineconfig.Network) error {
 	}
 	// The wait for leases counts from here, alongside the wait for links.
 	leaseDeadline := time.Now().Add(dhcpBootWait)
-	nameservers := network.Nameservers
-	// Interfaces are configured side by side: a missing link on one does
-	// not hold up the others.
-	ifaces := network.Interfaces
-	errs := make([]error, len(ifaces))
-	leases := make([]<-chan error, len(ifaces))
-	var wg sync.WaitGroup
-	for i, ic := range ifaces {
-		path := fmt.Sprintf("network.interfaces[%d]", i)
-		wg.Go(func() {
-			err := boot.Catch("configure "+path, func() error {
-				link, err := configureInterface(ic)
-				if err == nil && ic.DHCP {
-					leases[i] = n.startDHCP(path, link, nameservers)
-				}
-				return err
-			})
-			if err != nil {
-				errs[i] = fmt.Errorf("%s: %w", path, err)
-			}
-		})
+	links, err := applyLinks(network)
+	errs := []error{err, writeHostEntries(network.ExtraHostEntries)}
+	res := newResolver(network)
+	if len(network.Nameservers) > 0 || len(network.SearchDomains) > 0 {
+		errs = append(errs, res.flush())
 	}
-	wg.Wait()
-	if len(nameservers) > 0 {
-		errs = append(errs, writeResolvConf(nameservers))
+	ctx, cancel := context.WithCancel(context.Background())
+	boot.Go("stop DHCP at the shutdown", func() { <-n.stop; cancel() })
+	var leases []pendingLease
+	for _, l := range links {
+		if l.dhcp {
+			leases = append(leases, pendingLease{l.path + " (" + l.link.Attrs().Name + ")", n.startDHCP(ctx, l, res)})
+		}
 	}
-	waitLeases(leases, ifaces, leaseDeadline)
+	waitLeases(leases, leaseDeadline)
 	return errors.Join(errs...)
 }
 
-// waitLeases waits until deadline for the first DHCP exchange on each link
-// that has one (a nil channel has none); their outcome is reported by
-// their own timeline records.
-func waitLeases(leases []<-chan error, ifaces []machineconfig.Interface, deadline time.Time) {
+// pendingLease is the first DHCP exchange of a link, named for messages.
+type pendingLease struct {
+	name string
+	done <-chan error
+}
+
+// waitLeases waits until deadline for the first DHCP exchange on each
+// link; their outcome is reported by their own timeline records.
+func waitLeases(leases []pendingLease, deadline time.Time) {
 	timeout := time.NewTimer(time.Until(deadline))
 	defer timeout.Stop()
 	var pending []string
-	for i, ch := range leases {
-		if ch == nil {
-			continue
-		}
+	for i, l := range leases {
 		select {
-		case <-ch:
+		case <-l.done:
 			continue
 		case <-timeout.C:
 		}
 		// Out of time: note this one and every other still waiting.
-		for j := i; j < len(leases); j++ {
-			if leases[j] == nil {
-				continue
-			}
+		for _, o := range leases[i:] {
 			select {
-			case <-leases[j]:
+			case <-o.done:
 			default:
-				pending = append(pending, fmt.Sprintf("network.interfaces[%d] (%s)", j, linkLabel(ifaces[j])))
+				pending = append(pending, o.name)
 			}
 		}
 		break
 	}
 	if len(pending) > 0 {
-		slog.Warn("no DHCP lease yet, going on: still asking in the background", "interfaces", strings.Join(pending, ", "), "waited", dhcpBootWait)
+		slog.Warn("no DHCP lease yet, going on: still asking in the background", "links", strings.Join(pending, ", "), "waited", dhcpBootWait)
 	}
-}
-
-// linkLabel names the link an interface config selects, for messages.
-func linkLabel(ic machineconfig.Interface) string {
-	switch {
-	case ic.Name != "":
-		return ic.Name
-	case ic.MAC != "":
-		return ic.MAC
-	}
-	return "first link"
-}
-
-func writeResolvConf(nameservers []string) error {
-	var b strings.Builder
-	for _, s := range nameservers {
-		fmt.Fprintf(&b, "nameserver %s\n", s)
-	}
-	return os.WriteFile("/etc/resolv.conf", []byte(b.String()), 0o644)
-}
-
-// configureInterface finds the link of ic and sets its MTU, brings it up,
-// and adds the static addresses and routes; DHCP is left to the caller.
-func configureInterface(ic machineconfig.Interface) (netlink.Link, error) {
-	link, err := findLink(ic, linkWait)
-	if err != nil {
-		return nil, err
-	}
-	name := link.Attrs().Name
-	if ic.MTU > 0 {
-		if err := netlink.LinkSetMTU(link, ic.MTU); err != nil {
-			return nil, fmt.Errorf("set mtu %d on %s: %w", ic.MTU, name, err)
-		}
-	}
-	if err := netlink.LinkSetUp(link); err != nil {
-		return nil, fmt.Errorf("bring up %s: %w", name, err)
-	}
-	for _, a := range ic.Addresses {
-		addr, err := netlink.ParseAddr(a)
-		if err != nil {
-			return nil, err
-		}
-		if err := netlink.AddrReplace(link, addr); err != nil {
-			return nil, fmt.Errorf("add %s to %s: %w", a, name, err)
-		}
-	}
-	for _, r := range ic.Routes {
-		_, dst, err := net.ParseCIDR(r.To)
-		if err != nil {
-			return nil, err
-		}
-		route := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: dst, Gw: net.ParseIP(r.Via), Priority: int(r.Metric)}
-		if err := netlink.RouteReplace(route); err != nil {
-			return nil, fmt.Errorf("add route to %s via %s on %s: %w", r.To, r.Via, name, err)
-		}
-	}
-	slog.Info("interface configured", "link", name, "addresses", ic.Addresses, "dhcp", ic.DHCP)
-	return link, nil
 }
 
 // findLink finds the link an interface config selects: by name, by MAC, or
@@ -256,67 +184,26 @@ func watchLinks(wait time.Duration, matches func(netlink.Link) bool, seen *[]str
 	}
 }
 
-// startDHCP asks for an IPv4 lease on link in the background, until it
-// gets one (waiting dhcpRetry, doubling up to dhcpRetryMax with jitter, between attempts), and applies it (with the config's nameservers, if it has any,
-// rather than the lease's). The first exchange's outcome is sent on the
-// returned channel and added to the boot timeline as "DHCP on <link>";
-// path is the interface's place in the config, for the error.
-func (n *node) startDHCP(path string, link netlink.Link, nameservers []string) <-chan error {
+// startDHCP keeps a lease on l in the background until ctx ends (see
+// dhcpClient), asking again after a failed attempt after dhcpRetry,
+// doubling up to dhcpRetryMax with jitter. The first exchange's outcome is
+// sent on the returned channel and added to the boot timeline as "DHCP on
+// <link>".
+func (n *node) startDHCP(ctx context.Context, l configuredLink, res *resolver) <-chan error {
 	first := make(chan error, 1)
-	name := link.Attrs().Name
+	name := l.link.Attrs().Name
+	c := &dhcpClient{link: l.link, res: res, attempt: dhcpTimeout, retry: backoff.Backoff{Initial: dhcpRetry, Max: dhcpRetryMax, Jitter: 0.2}}
+	start := boot.SinceBoot()
 	boot.Go("DHCP on "+name, func() {
-		b := backoff.Backoff{Initial: dhcpRetry, Max: dhcpRetryMax, Jitter: 0.2}
-		delay := b.Next()
-		for attempt := 0; ; attempt++ {
-			start := boot.SinceBoot()
-			err := dhcp(link, dhcpTimeout)
-			if err == nil && len(nameservers) > 0 {
-				err = writeResolvConf(nameservers)
+		c.run(ctx, func(err error) {
+			r := boot.Record{Name: "DHCP on " + name, Start: start, Duration: boot.SinceBoot() - start}
+			if err != nil {
+				r.Err = fmt.Sprintf("%s: %v; asking again in the background", l.path, err)
 			}
-			if attempt == 0 {
-				first <- err
-				r := boot.Record{Name: "DHCP on " + name, Start: start, Duration: boot.SinceBoot() - start}
-				if err != nil {
-					r.Err = fmt.Sprintf("%s: %v; asking again in the background", path, err)
-				}
-				n.timeline.Add(r)
-			}
-			if err == nil {
-				if attempt > 0 {
-					slog.Info("DHCP lease after retrying", "link", name, "attempts", attempt+1)
-				}
-				return
-			}
-			if attempt == 0 {
-				slog.Warn("DHCP got no lease, asking again in the background", "link", name, "err", err, "after", delay.Round(time.Millisecond))
-			}
-			time.Sleep(delay)
-			delay = b.Next()
-		}
+			// On the timeline before the boot, told, goes on.
+			n.timeline.Add(r)
+			first <- err
+		})
 	})
 	return first
-}
-
-// dhcp asks for an IPv4 lease on link for up to timeout and applies it.
-func dhcp(link netlink.Link, timeout time.Duration) error {
-	name := link.Attrs().Name
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cfg := dhclient.Config{Timeout: 5 * time.Second, Retries: 3}
-	var errs []error
-	for res := range dhclient.SendRequests(ctx, []netlink.Link{link}, true, false, cfg, linkWait) {
-		if res.Err != nil {
-			errs = append(errs, res.Err)
-			continue
-		}
-		if err := res.Lease.Configure(); err != nil {
-			return fmt.Errorf("apply DHCP lease on %s: %w", name, err)
-		}
-		slog.Info("DHCP lease", "link", name, "lease", res.Lease.String())
-		return nil
-	}
-	if len(errs) == 0 {
-		errs = append(errs, fmt.Errorf("link %s is not up", name))
-	}
-	return fmt.Errorf("DHCP on %s: no lease within %s: %w", name, timeout, errors.Join(errs...))
 }

@@ -3,31 +3,35 @@ package main
 import (
 	"errors"
 	"net"
+	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/cairn-os/cairn/init/internal/boot"
+	"github.com/cairn-os/cairn/machineconfig"
 )
 
 // TestWaitLeasesBounded returns as soon as every lease is in, and at the
 // deadline when one never comes.
 func TestWaitLeasesBounded(t *testing.T) {
-	ifaces := []machineconfig.Interface{{Name: "eth0", DHCP: true}, {Name: "eth1"}, {Name: "eth2", DHCP: true}}
 	done := func(err error) <-chan error {
 		ch := make(chan error, 1)
 		ch <- err
 		return ch
 	}
 	start := time.Now()
-	waitLeases([]<-chan error{done(nil), nil, done(errors.New("no lease"))}, ifaces, start.Add(time.Minute))
+	waitLeases([]pendingLease{{"eth0", done(nil)}, {"eth2", done(errors.New("no lease"))}}, start.Add(time.Minute))
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("waitLeases with every lease in took %s, want it at once", took)
 	}
 	start = time.Now()
-	waitLeases([]<-chan error{make(chan error), nil, done(nil)}, ifaces, start.Add(200*time.Millisecond))
+	waitLeases([]pendingLease{{"eth0", make(chan error)}, {"eth2", done(nil)}}, start.Add(200*time.Millisecond))
 	if took := time.Since(start); took < 200*time.Millisecond || took > 2*time.Second {
 		t.Errorf("waitLeases with a lease that never comes took %s, want the 200ms to the deadline", took)
 	}
@@ -116,4 +120,60 @@ func mustCIDR(t *testing.T, s string) *net.IPNet {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestConfigureNetworkDNS configures a DHCP interface against a real DHCP
+// server, in network and mount namespaces of the test's (a tmpfs over
+// /etc): the lease's DNS server is used with the config's search domains
+// in place of the lease's, the first exchange has its timeline record, and
+// the extra host entries follow the node's own lines in /etc/hosts,
+// replaced (not added again) when the network is configured again.
+func TestConfigureNetworkDNS(t *testing.T) {
+	if !inNamespaces(t, syscall.CLONE_NEWNET|syscall.CLONE_NEWNS|syscall.CLONE_NEWUTS) {
+		return
+	}
+	if err := unix.Mount("tmpfs", "/etc", "tmpfs", 0, "mode=0755"); err != nil {
+		t.Fatal(err)
+	}
+	startTestDHCPServer(t, time.Minute, testLease{ip: net.IPv4(10, 99, 0, 10), dns: net.IPv4(10, 99, 0, 53), search: []string{"lease.example.com"}})
+	if err := setHostname("node-1"); err != nil {
+		t.Fatal(err)
+	}
+	n := newNode(system{}, nil)
+	defer close(n.stop) // and the DHCP client with it
+	network := machineconfig.Network{
+		Interfaces:    []machineconfig.Interface{{Name: "cairn0", DHCP: true}},
+		SearchDomains: []string{"corp.example.com", "example.com"},
+		ExtraHostEntries: []machineconfig.HostEntry{
+			{IP: "192.0.2.5", Aliases: []string{"registry.corp.example.com", "registry"}},
+			{IP: "2001:db8::5", Aliases: []string{"api.corp.example.com"}},
+		},
+	}
+	if err := n.configureNetwork(network); err != nil {
+		t.Fatalf("configureNetwork() = %v", err)
+	}
+	if got, _ := os.ReadFile(resolvConfPath); string(got) != "search corp.example.com example.com\nnameserver 10.99.0.53\n" {
+		t.Errorf("%s = %q, want the config's search domains and the lease's nameserver", resolvConfPath, got)
+	}
+	records := n.timeline.Records()
+	if !slices.ContainsFunc(records, func(r boot.Record) bool { return r.Name == "DHCP on cairn0" && r.Err == "" }) {
+		t.Errorf("timeline %+v, want a record DHCP on cairn0 without error", records)
+	}
+	own := "127.0.0.1 localhost\n::1 localhost\n127.0.1.1 node-1\n"
+	want := own + hostsMarker + "192.0.2.5 registry.corp.example.com registry\n2001:db8::5 api.corp.example.com\n"
+	if got, _ := os.ReadFile(hostsPath); string(got) != want {
+		t.Errorf("%s = %q, want %q", hostsPath, got, want)
+	}
+	for _, entries := range [][]machineconfig.HostEntry{{{IP: "192.0.2.6", Aliases: []string{"mirror"}}}, nil} {
+		if err := writeHostEntries(entries); err != nil {
+			t.Fatal(err)
+		}
+		want := own
+		if entries != nil {
+			want += hostsMarker + "192.0.2.6 mirror\n"
+		}
+		if got, _ := os.ReadFile(hostsPath); string(got) != want {
+			t.Errorf("after writeHostEntries(%v): %s = %q, want %q", entries, hostsPath, got, want)
+		}
+	}
 }

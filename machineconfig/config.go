@@ -100,40 +100,6 @@ func (a *API) TLSConfig() (*tls.Config, error) {
 	}, nil
 }
 
-// Network configures links, addresses, routes and DNS.
-type Network struct {
-	// Interfaces are the links to configure. If none are given,
-	// SetDefaults adds one with an empty selector and DHCP enabled.
-	Interfaces  []Interface `json:"interfaces,omitempty"`
-	Nameservers []string    `json:"nameservers,omitempty"`
-}
-
-// Interface configures one link. It selects the link by exactly one of Name
-// or MAC. An empty selector (both empty) means the first link that is not
-// loopback; it is only allowed when it is the only interface.
-type Interface struct {
-	// Name selects the link by kernel name, e.g. eth0.
-	Name string `json:"name,omitempty"`
-	// MAC selects the link by hardware address, e.g. 52:54:00:12:34:56.
-	MAC  string `json:"mac,omitempty"`
-	DHCP bool   `json:"dhcp,omitempty"`
-	// Addresses are static addresses in CIDR notation, e.g. 10.0.2.15/24.
-	Addresses []string `json:"addresses,omitempty"`
-	Routes    []Route  `json:"routes,omitempty"`
-	// MTU of the link; 0 leaves it as is.
-	MTU int `json:"mtu,omitempty"`
-}
-
-// Route is a static route through a gateway.
-type Route struct {
-	// To is the destination in CIDR notation; 0.0.0.0/0 or ::/0 for the
-	// default route.
-	To string `json:"to"`
-	// Via is the gateway's IP address.
-	Via    string `json:"via"`
-	Metric uint32 `json:"metric,omitempty"`
-}
-
 // Load reads and parses the machine config at path; see Parse.
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)

@@ -327,8 +327,8 @@ services:
       dhcp: true
 `,
 			want: []FieldError{
-				{"network.interfaces[2].name", `"eth0" is already selected by network.interfaces[0]`},
-				{"network.interfaces[3].mac", `"52-54-00-12-34-56" is already selected by network.interfaces[1]`},
+				{"network.interfaces[2].name", `"eth0" is already selected by network.interfaces[0].name`},
+				{"network.interfaces[3].mac", `"52-54-00-12-34-56" is already selected by network.interfaces[1].mac`},
 			},
 		},
 		{

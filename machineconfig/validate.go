@@ -3,8 +3,6 @@ package machineconfig
 import (
 	"crypto/x509"
 	"fmt"
-	"net"
-	"net/netip"
 	"regexp"
 	"strings"
 )
@@ -161,93 +159,5 @@ func (v *validator) key(path, s string, cert *x509.Certificate, certPath string)
 	}
 	if cert != nil && !keyMatches(cert, key) {
 		v.add(path, "does not match %s", certPath)
-	}
-}
-
-func (v *validator) network(n *Network) {
-	if len(n.Interfaces) == 0 {
-		v.add("network.interfaces", "required")
-	}
-	names := map[string]string{} // name → path of the interface using it
-	macs := map[string]string{}  // normalized MAC → path of the interface using it
-	for i := range n.Interfaces {
-		v.iface(fmt.Sprintf("network.interfaces[%d]", i), &n.Interfaces[i], len(n.Interfaces), names, macs)
-	}
-	for i, s := range n.Nameservers {
-		if _, err := netip.ParseAddr(s); err != nil {
-			v.add(fmt.Sprintf("network.nameservers[%d]", i), "%q is not an IP address", s)
-		}
-	}
-}
-
-// validIfaceName reports whether the kernel accepts s as a link name.
-func validIfaceName(s string) bool {
-	return len(s) <= 15 && s != "." && s != ".." && !strings.ContainsAny(s, "/: \t\n")
-}
-
-func (v *validator) iface(path string, in *Interface, count int, names, macs map[string]string) {
-	switch {
-	case in.Name != "" && in.MAC != "":
-		v.add(path, "set exactly one of name or mac")
-	case in.Name == "" && in.MAC == "" && count > 1:
-		v.add(path, "set exactly one of name or mac")
-	case in.Name != "":
-		switch {
-		case !validIfaceName(in.Name):
-			v.add(path+".name", "%q is not a valid interface name: use at most 15 characters, without '/', ':' or spaces", in.Name)
-		case names[in.Name] != "":
-			v.add(path+".name", "%q is already selected by %s", in.Name, names[in.Name])
-		default:
-			names[in.Name] = path
-		}
-	case in.MAC != "":
-		hw, err := net.ParseMAC(in.MAC)
-		switch {
-		case err != nil:
-			v.add(path+".mac", "%q is not a MAC address", in.MAC)
-		case macs[hw.String()] != "":
-			v.add(path+".mac", "%q is already selected by %s", in.MAC, macs[hw.String()])
-		default:
-			macs[hw.String()] = path
-		}
-	}
-
-	if !in.DHCP && len(in.Addresses) == 0 {
-		v.add(path, "needs dhcp: true or at least one address")
-	}
-	for i, a := range in.Addresses {
-		if _, err := netip.ParsePrefix(a); err != nil {
-			v.add(fmt.Sprintf("%s.addresses[%d]", path, i), "%q is not a CIDR", a)
-		}
-	}
-	for i := range in.Routes {
-		v.route(fmt.Sprintf("%s.routes[%d]", path, i), &in.Routes[i])
-	}
-	if in.MTU != 0 && (in.MTU < 68 || in.MTU > 65535) {
-		v.add(path+".mtu", "%d is out of range 68..65535 (or 0 to leave it as is)", in.MTU)
-	}
-}
-
-func (v *validator) route(path string, r *Route) {
-	to, toErr := netip.ParsePrefix(r.To)
-	switch {
-	case r.To == "":
-		v.add(path+".to", "required")
-	case r.To == "default":
-		v.add(path+".to", "%q is not a CIDR; use 0.0.0.0/0 or ::/0", r.To)
-	case toErr != nil:
-		v.add(path+".to", "%q is not a CIDR", r.To)
-	case to.Masked() != to:
-		v.add(path+".to", "%q has host bits set; use %q", r.To, to.Masked())
-	}
-
-	via, viaErr := netip.ParseAddr(r.Via)
-	switch {
-	case r.Via == "":
-		v.add(path+".via", "required")
-	case viaErr != nil:
-		v.add(path+".via", "%q is not an IP address", r.Via)
-	case toErr == nil && via.Unmap().Is4() != to.Addr().Unmap().Is4():
-		v.add(path+".via", "%q is not in the address family of %q", r.Via, r.To)
 	}
 }
