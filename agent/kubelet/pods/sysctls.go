@@ -7,8 +7,8 @@ import (
 	utilsysctl "k8s.io/component-helpers/node/util/sysctl"
 )
 
-// ReasonSysctlForbidden is the kubelet's reason for rejecting a pod that
-// asks for a sysctl the node does not allow (ForbiddenSysctls).
+// ReasonSysctlForbidden is the kubelet's reason for refusing a pod that
+// asks for a sysctl the node does not allow (AdmitSysctls).
 const ReasonSysctlForbidden = "SysctlForbidden"
 
 // safeSysctls are the kubelet's safe sysctls, the only ones a node allows
@@ -33,13 +33,23 @@ var safeSysctls = map[string]bool{
 	"net.ipv4.tcp_notsent_lowat":          true,
 }
 
-// ForbiddenSysctls says, one sentence each, why the sysctls of the pod's
+// AdmitSysctls refuses, with the kubelet's reason and message, a pod
+// whose securityContext asks for a sysctl the node does not allow (see
+// forbiddenSysctls), for pod admission; "", "" if it allows them all.
+func AdmitSysctls(pod *corev1.Pod) (reason, message string) {
+	if f := forbiddenSysctls(pod); len(f) > 0 {
+		return ReasonSysctlForbidden, "forbidden sysctl: " + f[0]
+	}
+	return "", ""
+}
+
+// forbiddenSysctls says, one sentence each, why the sysctls of the pod's
 // securityContext that the node does not allow are forbidden: one not
-// among the safe sysctls, or one of a namespace the pod shares with the
-// host (a net.* sysctl with hostNetwork, an IPC one with hostIPC). The
-// pod is to be rejected, with ReasonSysctlForbidden, if there is any.
-// Names may use / as the separator (kernel/shm_rmid_forced).
-func ForbiddenSysctls(pod *corev1.Pod) []string {
+// among the safe sysctls (the node allows no other), or one of a
+// namespace the pod shares with the host (a net.* sysctl with
+// hostNetwork, an IPC one with hostIPC). Names may use / as the separator
+// (kernel/shm_rmid_forced).
+func forbiddenSysctls(pod *corev1.Pod) []string {
 	sc := pod.Spec.SecurityContext
 	if sc == nil {
 		return nil

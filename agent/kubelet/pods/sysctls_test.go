@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-func TestForbiddenSysctls(t *testing.T) {
+func TestAdmitSysctls(t *testing.T) {
 	pod := func(hostNet, hostIPC bool, names ...string) *corev1.Pod {
 		p := &corev1.Pod{Spec: corev1.PodSpec{HostNetwork: hostNet, HostIPC: hostIPC, SecurityContext: &corev1.PodSecurityContext{}}}
 		for _, n := range names {
@@ -31,8 +31,12 @@ func TestForbiddenSysctls(t *testing.T) {
 			[]string{`"kernel.msgmax" not allowlisted`, `"vm.swappiness" not allowlisted`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, ForbiddenSysctls(tc.pod)); diff != "" {
-				t.Errorf("ForbiddenSysctls (-want +got):\n%s", diff)
+			if diff := cmp.Diff(tc.want, forbiddenSysctls(tc.pod)); diff != "" {
+				t.Errorf("forbiddenSysctls (-want +got):\n%s", diff)
+			}
+			reason, msg := AdmitSysctls(tc.pod)
+			if tc.want == nil && (reason != "" || msg != "") || tc.want != nil && (reason != "SysctlForbidden" || msg != "forbidden sysctl: "+tc.want[0]) {
+				t.Errorf("AdmitSysctls = %q, %q; want the first forbidden one refused with SysctlForbidden", reason, msg)
 			}
 		})
 	}
