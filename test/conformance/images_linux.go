@@ -47,10 +47,11 @@ type entry struct {
 // suite gives them (the reference's last path element without the tag);
 // the suite's other images are not built and their specs fail to pull.
 var builders = map[string]func(ctx context.Context, b bins) (v1.Image, error){
-	"agnhost":    agnhostImage,
-	"busybox":    busyboxImage,
-	"nonroot":    nonrootImage,
-	"nonewprivs": nonewprivsImage,
+	"agnhost":           agnhostImage,
+	"busybox":           busyboxImage,
+	"glibc-dns-testing": glibcDNSTestingImage,
+	"nonroot":           nonrootImage,
+	"nonewprivs":        nonewprivsImage,
 }
 
 // bins is the directory of the files that go into the images, which
@@ -191,6 +192,42 @@ func agnhostImage(ctx context.Context, b bins) (v1.Image, error) {
 	}
 	return imageOf(es, []string{"/agnhost"}, []string{"pause"})
 }
+
+// glibcDNSTestingImage is a glibc root, as upstream's Debian one, for the
+// specs that ask glibc's resolver: the host's dash as /bin/sh, Debian's
+// hostname (whose -f looks the name up through NSS) and getent, with the
+// libraries they link, an nsswitch.conf that reads /etc/hosts before
+// DNS, and busybox for the other tools (cat, ls…).
+func glibcDNSTestingImage(ctx context.Context, _ bins) (v1.Image, error) {
+	es, err := busyboxEntries(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	progs := []struct{ path, name string }{{Dash, "bin/sh"}, {Hostname, "bin/hostname"}, {Getent, "usr/bin/getent"}}
+	for _, p := range progs {
+		es = slices.DeleteFunc(es, func(e entry) bool { return e.name == p.name })
+	}
+	for _, p := range progs {
+		pe, err := hostProgram(ctx, p.path, p.name)
+		if err != nil {
+			return nil, err
+		}
+		// The programs share libc and the loader: each file once.
+		es = append(es, slices.DeleteFunc(pe, func(n entry) bool {
+			return slices.ContainsFunc(es, func(e entry) bool { return e.name == n.name })
+		})...)
+	}
+	es = append(es, entry{name: "etc/nsswitch.conf", mode: 0o644, data: []byte("passwd: files\ngroup: files\nhosts: files dns\n")})
+	return imageOf(es, nil, []string{"sh"})
+}
+
+// Programs of the host that glibc-dns-testing's image has, from Debian's
+// essential packages dash, hostname and libc-bin.
+const (
+	Dash     = "/bin/dash"
+	Hostname = "/bin/hostname"
+	Getent   = "/usr/bin/getent"
+)
 
 // Programs of the host that agnhost's image has, as upstream's has them
 // from Alpine: bash from Debian's bash-static, curl from Debian's curl with

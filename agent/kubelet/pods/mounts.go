@@ -30,19 +30,27 @@ type Volumes interface {
 }
 
 // mounts sets up the pod's volumes if c mounts any and returns c's CRI
-// mounts of them.
-func (w *Worker) mounts(ctx context.Context, pod *corev1.Pod, c *corev1.Container) ([]*criv1.Mount, error) {
-	if len(c.VolumeMounts) == 0 {
-		return nil, nil
+// mounts of them, and of the pod's hosts file (etcHostsMount) in the pod
+// whose IP is podIP.
+func (w *Worker) mounts(ctx context.Context, pod *corev1.Pod, c *corev1.Container, podIP string) ([]*criv1.Mount, error) {
+	var out []*criv1.Mount
+	if len(c.VolumeMounts) > 0 {
+		if w.cfg.Volumes == nil {
+			return nil, errors.New("the node cannot set up volumes")
+		}
+		paths, err := w.cfg.Volumes.Setup(ctx, pod)
+		if err != nil {
+			return nil, err
+		}
+		if out, err = containerMounts(pod, c, paths); err != nil {
+			return nil, err
+		}
 	}
-	if w.cfg.Volumes == nil {
-		return nil, errors.New("the node cannot set up volumes")
+	hosts, err := w.etcHostsMount(pod, c, podIP)
+	if hosts != nil {
+		out = append(out, hosts)
 	}
-	paths, err := w.cfg.Volumes.Setup(ctx, pod)
-	if err != nil {
-		return nil, err
-	}
-	return containerMounts(pod, c, paths)
+	return out, err
 }
 
 // containerMounts turns c's volumeMounts into CRI mounts of the host

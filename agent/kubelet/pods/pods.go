@@ -99,6 +99,12 @@ type Config struct {
 	// Volumes, if set, keeps the volumes that containers mount; without
 	// it, a container that mounts one cannot start.
 	Volumes Volumes
+	// PodsDir, if set, holds a directory per pod, named by its UID, where
+	// the worker writes the /etc/hosts of the pod's containers
+	// (etchosts.go); without it, they have the runtime's. The kubelet
+	// makes it the Volumes' root, whose TearDown removes a pod's
+	// directory, the file with it.
+	PodsDir string
 	// Log receives what Sync and Cleanup only log; nil means
 	// slog.Default().
 	Log *slog.Logger
@@ -504,7 +510,7 @@ func (w *Worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 	if err != nil {
 		return w.failed(pod, c, waiting, &waitError{ErrCreateContainerConfig, err.Error()})
 	}
-	mounts, err := w.mounts(ctx, pod, c)
+	mounts, err := w.mounts(ctx, pod, c, sb.ip)
 	if err != nil {
 		return w.failed(pod, c, waiting, &waitError{ErrCreateContainerConfig, err.Error()})
 	}

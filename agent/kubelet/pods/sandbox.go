@@ -51,7 +51,7 @@ func (w *Worker) sandboxConfig(pod *corev1.Pod, attempt uint32) *criv1.PodSandbo
 			Uid:       string(pod.UID),
 			Attempt:   attempt,
 		},
-		Hostname:     hostname(pod),
+		Hostname:     w.kernelHostname(pod),
 		LogDirectory: w.podLogDir(pod),
 		DnsConfig:    w.dnsConfig(pod),
 		PortMappings: portMappings(pod),
@@ -75,24 +75,47 @@ func (w *Worker) sandboxConfig(pod *corev1.Pod, attempt uint32) *criv1.PodSandbo
 			cfg.Linux.SecurityContext.RunAsGroup = &criv1.Int64Value{Value: *sc.RunAsGroup}
 		}
 		cfg.Linux.SecurityContext.SupplementalGroups = sc.SupplementalGroups
+		cfg.Linux.Sysctls = sysctls(pod)
 	}
 	return cfg
 }
 
-// hostname is the pod's hostname; none on the host network, where the pod
-// has no UTS namespace of its own and the runtime refuses one.
-func hostname(pod *corev1.Pod) string {
+// kernelHostname is the pod's hostname in its UTS namespace: its
+// hostname, or its FQDN with setHostnameAsFQDN; none on the host network,
+// where the pod has no UTS namespace of its own and the runtime refuses
+// one.
+func (w *Worker) kernelHostname(pod *corev1.Pod) string {
 	if pod.Spec.HostNetwork {
 		return ""
 	}
-	h := pod.Name
-	if pod.Spec.Hostname != "" {
-		h = pod.Spec.Hostname
+	host, domain := w.podHostname(pod)
+	if fqdn := pod.Spec.SetHostnameAsFQDN; fqdn != nil && *fqdn && domain != "" {
+		// Longer than the kernel's 64 bytes, the runtime refuses it
+		// and the sandbox fails, as with the kubelet.
+		return host + "." + domain
 	}
-	if len(h) > 63 { // a DNS label, as the kubelet truncates it
-		h = strings.TrimRight(h[:63], "-.")
+	return host
+}
+
+// podHostname is the pod's hostname and, if it has a subdomain and the
+// node knows the cluster's domain, its domain, as the kubelet makes them:
+// hostnameOverride if set (and then no domain), else its hostname, else
+// its name, cut to a DNS label's 63 characters.
+func (w *Worker) podHostname(pod *corev1.Pod) (host, domain string) {
+	host = pod.Name
+	switch {
+	case pod.Spec.HostnameOverride != nil:
+		host = *pod.Spec.HostnameOverride
+	case pod.Spec.Hostname != "":
+		host = pod.Spec.Hostname
 	}
-	return h
+	if len(host) > 63 {
+		host = strings.TrimRight(host[:63], "-.")
+	}
+	if pod.Spec.HostnameOverride == nil && pod.Spec.Subdomain != "" && w.cfg.ClusterDNS != nil && w.cfg.ClusterDNS.Domain != "" {
+		domain = pod.Spec.Subdomain + "." + pod.Namespace + ".svc." + w.cfg.ClusterDNS.Domain
+	}
+	return host, domain
 }
 
 // podLogDir is where the runtime writes the pod's container logs, in the
