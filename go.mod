@@ -36,13 +36,13 @@ require (
 require k8s.io/kubelet v0.37.2
 
 require (
+	github.com/beevik/ntp v1.6.0
 	github.com/creack/pty v1.1.24
 	github.com/fsnotify/fsnotify v1.10.1
 )
 
 require (
 	github.com/bahlo/generic-list-go v0.2.0 // indirect
-	github.com/beevik/ntp v1.6.0 // indirect
 	github.com/buger/jsonparser v1.1.2 // indirect
 	github.com/evanphx/json-patch/v5 v5.9.11 // indirect
 	github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674 // indirect
