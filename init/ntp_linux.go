@@ -46,17 +46,22 @@ type kernelClock struct{}
 
 func (kernelClock) step(offset time.Duration) error {
 	// ADJ_SETOFFSET adds to the clock in the kernel: nothing is lost
-	// between reading the time and setting it. The nanoseconds must be in
-	// [0, 1e9), the seconds negative for a step back.
-	sec, nsec := int64(offset/time.Second), int64(offset%time.Second)
-	if nsec < 0 {
-		sec, nsec = sec-1, nsec+int64(time.Second)
-	}
-	tx := unix.Timex{Modes: unix.ADJ_SETOFFSET | unix.ADJ_NANO, Time: unix.Timeval{Sec: sec, Usec: nsec}}
+	// between reading the time and setting it.
+	tx := unix.Timex{Modes: unix.ADJ_SETOFFSET | unix.ADJ_NANO, Time: nanoTimeval(offset)}
 	if _, err := unix.Adjtimex(&tx); err != nil {
 		return fmt.Errorf("step the clock by %s: %w", offset, err)
 	}
 	return nil
+}
+
+// nanoTimeval is d as adjtimex's ADJ_NANO reads a time: seconds, negative
+// for a step back, and nanoseconds in [0, 1e9) in the Usec field.
+func nanoTimeval(d time.Duration) unix.Timeval {
+	sec, nsec := int64(d/time.Second), int64(d%time.Second)
+	if nsec < 0 {
+		sec, nsec = sec-1, nsec+int64(time.Second)
+	}
+	return unix.Timeval{Sec: sec, Usec: nsec}
 }
 
 func (kernelClock) slew(offset time.Duration) error {

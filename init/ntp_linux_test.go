@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/beevik/ntp"
+	"golang.org/x/sys/unix"
 
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/test/need"
@@ -291,5 +292,24 @@ func TestTimeSyncControl(t *testing.T) {
 	tl, err = c.BootTimeline(ctx, &machine.BootTimelineRequest{})
 	if err != nil || !tl.TimeSync.GetSynced() || tl.TimeSync.GetServer() != server || tl.TimeSync.GetLastSync() == nil {
 		t.Errorf("BootTimeline() = %v, %v; want the time synced from %s", tl, err, server)
+	}
+}
+
+// TestNanoTimeval checks the offsets kernelClock.step gives adjtimex, which
+// no test may call: a step back has negative seconds and positive
+// nanoseconds.
+func TestNanoTimeval(t *testing.T) {
+	for _, tt := range []struct {
+		d    time.Duration
+		want unix.Timeval
+	}{
+		{5*time.Second + 250*time.Millisecond, unix.Timeval{Sec: 5, Usec: 250e6}},
+		{-5*time.Second - 250*time.Millisecond, unix.Timeval{Sec: -6, Usec: 750e6}},
+		{-2 * time.Second, unix.Timeval{Sec: -2, Usec: 0}},
+		{-time.Nanosecond, unix.Timeval{Sec: -1, Usec: 999999999}},
+	} {
+		if got := nanoTimeval(tt.d); got != tt.want {
+			t.Errorf("nanoTimeval(%v) = %+v, want %+v", tt.d, got, tt.want)
+		}
 	}
 }
