@@ -44,6 +44,11 @@ func kernelArgName(arg string) string {
 	return strings.ReplaceAll(name, "-", "_")
 }
 
+// MaxKernelArgsLen bounds machine.kernel.args joined by spaces: x86's
+// kernel takes a command line of 2048 bytes with its NUL, and cuts the
+// rest, which the image's own arguments share.
+const MaxKernelArgsLen = 1536
+
 // moduleNameRE is a kernel module's name, without .ko.
 var moduleNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
@@ -60,6 +65,9 @@ func (v *validator) kernel(k *Kernel) {
 		case who != "":
 			v.add(p, "%q is Cairn's: %s; leave it out", arg, who)
 		}
+	}
+	if n := len(strings.Join(k.Args, " ")); n > MaxKernelArgsLen {
+		v.add("machine.kernel.args", "%d bytes in all, more than %d: the kernel's command line is 2048 bytes with the image's own", n, MaxKernelArgsLen)
 	}
 	seen := map[string]string{}
 	for i, mod := range k.Modules {

@@ -2,6 +2,8 @@ package machineconfig
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -81,5 +83,24 @@ func TestParseTimeKernelInvalid(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, verr.Errors); diff != "" {
 		t.Errorf("Parse() errors mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestKernelArgsLen refuses arguments longer in all than the kernel's
+// command line leaves the machine's, and takes them up to it.
+func TestKernelArgsLen(t *testing.T) {
+	arg := "x=" + strings.Repeat("a", MaxKernelArgsLen-2)
+	for _, tt := range []struct {
+		args []string
+		want []FieldError
+	}{
+		{args: []string{arg}},
+		{args: []string{arg, "y"}, want: []FieldError{{"machine.kernel.args", fmt.Sprintf("%d bytes in all, more than %d: the kernel's command line is 2048 bytes with the image's own", MaxKernelArgsLen+2, MaxKernelArgsLen)}}},
+	} {
+		var v validator
+		v.kernel(&Kernel{Args: tt.args})
+		if diff := cmp.Diff(tt.want, v.errs); diff != "" {
+			t.Errorf("kernel args of %d bytes: errors (-want +got):\n%s", len(strings.Join(tt.args, " ")), diff)
+		}
 	}
 }

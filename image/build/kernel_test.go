@@ -115,6 +115,15 @@ func TestBuildUnknownModule(t *testing.T) {
 	}
 }
 
+// TestCmdlineLen wants the longest command line the machine config
+// accepts to fit the kernel's 2048 bytes, with its NUL.
+func TestCmdlineLen(t *testing.T) {
+	args := machineconfig.Kernel{Args: []string{strings.Repeat("a", machineconfig.MaxKernelArgsLen)}}
+	if n := len(kernelCmdline(args)); n > 2047 {
+		t.Errorf("kernelCmdline() of machine.kernel.args of %d bytes is %d bytes, more than the kernel's 2047", machineconfig.MaxKernelArgsLen, n)
+	}
+}
+
 // TestOwnedCmdline wants each argument of KernelCmdline that Cairn's boot
 // depends on (all but quiet) refused in machine.kernel.args.
 func TestOwnedCmdline(t *testing.T) {
