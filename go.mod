@@ -37,6 +37,7 @@ require (
 require k8s.io/kubelet v0.37.2
 
 require (
+	github.com/beevik/ntp v1.6.0
 	github.com/creack/pty v1.1.24
 	github.com/evanphx/json-patch/v5 v5.9.11
 	github.com/fsnotify/fsnotify v1.10.1

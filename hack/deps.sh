@@ -10,6 +10,7 @@ pkgs=(
   nftables                             # nft: in the image, and for the CNI tests
   busybox-static bash-static curl      # the conformance images: busybox, agnhost's shells and curl
   iproute2                             # ip netns, veth: the network tests
+  chrony                               # chronyd -x: a real NTP server on loopback for init's time keeper tests
   binutils ca-certificates             # objdump in tests, CA bundle
   libseccomp-dev gcc libc6-dev pkg-config  # runc: cgo, static, with seccomp
 )

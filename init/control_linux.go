@@ -83,7 +83,10 @@ func recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h
 }
 
 func (c *controlServer) BootTimeline(context.Context, *machine.BootTimelineRequest) (*machine.BootTimelineResponse, error) {
-	resp := &machine.BootTimelineResponse{}
+	c.n.mu.Lock()
+	keeper := c.n.timeKeeper
+	c.n.mu.Unlock()
+	resp := &machine.BootTimelineResponse{TimeSync: keeper.timeSync()}
 	for _, r := range c.n.timeline.Records() {
 		resp.Steps = append(resp.Steps, &machine.BootStep{
 			Name:     r.Name,

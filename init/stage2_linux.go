@@ -46,6 +46,9 @@ type node struct {
 	// disks are the filesystems on disk mounted by stage 2, unmounted in
 	// reverse order at shutdown (memory filesystems need no unmount).
 	disks []string
+	// timeKeeper keeps the clock in step with machine.time.servers; nil
+	// when none are configured.
+	timeKeeper *timeKeeper
 }
 
 func newNode(sys system, timeline []boot.Record) *node {
@@ -136,6 +139,7 @@ func (n *node) bootSequence() boot.Sequence {
 		{Name: "set hostname", Run: func() error { return setHostname(conf.Machine.Hostname) }},
 		{Name: "write machine files", Run: func() error { _, err := writeFiles("/", conf.Machine.Files); return err }},
 		{Name: "configure network", Run: func() error { return n.configureNetwork(conf.Network) }},
+		{Name: "set the clock", Run: func() error { return n.startTimeKeeper(conf.Machine.Time.Servers) }},
 		{Name: "serve control socket", Run: n.serveControl},
 		{Name: "start services", Run: func() error { return n.startNodeServices(conf, varErr) }},
 	}}

@@ -62,6 +62,12 @@ type Machine struct {
 	// Files are files that init writes at boot under /etc or /var, before
 	// the services start.
 	Files []File `json:"files,omitempty"`
+
+	// Time sets how the node keeps its clock: NTP servers.
+	Time Time `json:"time,omitzero"`
+	// Kernel adds kernel arguments and modules to the image that
+	// `cairn image build` makes.
+	Kernel Kernel `json:"kernel,omitzero"`
 }
 
 // API configures the node API server. Clients authenticate with

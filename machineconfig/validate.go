@@ -129,6 +129,9 @@ func (v *validator) machine(m *Machine) {
 
 	v.sysctls(m.Sysctls)
 	v.files(m.Files)
+
+	v.time(&m.Time)
+	v.kernel(&m.Kernel)
 }
 
 // cert checks that s holds a PEM certificate and returns it, or nil.

@@ -78,6 +78,7 @@ func (s *machineServer) Version(ctx context.Context, _ *machine.VersionRequest) 
 		return nil, fmt.Errorf("boot timeline from init: %w", err)
 	}
 	resp.BootTimeline = tl.Steps
+	resp.TimeSync = tl.TimeSync
 	return resp, nil
 }
 

@@ -34,7 +34,7 @@ type recordingInit struct {
 
 func (r *recordingInit) BootTimeline(context.Context, *machine.BootTimelineRequest, ...grpc.CallOption) (*machine.BootTimelineResponse, error) {
 	r.timelines.Add(1)
-	return &machine.BootTimelineResponse{Steps: []*machine.BootStep{{Name: "mount STATE"}}}, nil
+	return &machine.BootTimelineResponse{Steps: []*machine.BootStep{{Name: "mount STATE"}}, TimeSync: &machine.TimeSync{Synced: true, Server: "time.example.com"}}, nil
 }
 
 func (r *recordingInit) Reboot(context.Context, *machine.RebootRequest, ...grpc.CallOption) (*machine.RebootResponse, error) {
@@ -105,8 +105,8 @@ func TestRoles(t *testing.T) {
 		if status.Code(err) != tt.wantVersion {
 			t.Errorf("%s: Version() = %v, want %v", tt.role, err, tt.wantVersion)
 		}
-		if err == nil && (len(v.BootTimeline) != 1 || v.Kernel == "") {
-			t.Errorf("%s: Version() = %v, want the kernel and init's boot timeline", tt.role, v)
+		if err == nil && (len(v.BootTimeline) != 1 || v.Kernel == "" || v.TimeSync.GetServer() != "time.example.com") {
+			t.Errorf("%s: Version() = %v, want the kernel, init's boot timeline and time sync", tt.role, v)
 		}
 		if _, err := c.Reboot(ctx, &machine.RebootRequest{}); status.Code(err) != tt.wantReboot {
 			t.Errorf("%s: Reboot() = %v, want %v", tt.role, err, tt.wantReboot)

@@ -68,9 +68,12 @@ type VersionResponse struct {
 	Kernel       string                 `protobuf:"bytes,2,opt,name=kernel,proto3" json:"kernel,omitempty"`
 	Hostname     string                 `protobuf:"bytes,3,opt,name=hostname,proto3" json:"hostname,omitempty"`
 	// Addresses of the node's interfaces, in CIDR notation, loopback excluded.
-	Addresses     []string             `protobuf:"bytes,4,rep,name=addresses,proto3" json:"addresses,omitempty"`
-	Uptime        *durationpb.Duration `protobuf:"bytes,5,opt,name=uptime,proto3" json:"uptime,omitempty"`
-	BootTimeline  []*BootStep          `protobuf:"bytes,6,rep,name=boot_timeline,json=bootTimeline,proto3" json:"boot_timeline,omitempty"`
+	Addresses    []string             `protobuf:"bytes,4,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	Uptime       *durationpb.Duration `protobuf:"bytes,5,opt,name=uptime,proto3" json:"uptime,omitempty"`
+	BootTimeline []*BootStep          `protobuf:"bytes,6,rep,name=boot_timeline,json=bootTimeline,proto3" json:"boot_timeline,omitempty"`
+	// TimeSync is how init keeps the clock in step with
+	// machine.time.servers; unset when none are configured.
+	TimeSync      *TimeSync `protobuf:"bytes,7,opt,name=time_sync,json=timeSync,proto3" json:"time_sync,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -147,6 +150,106 @@ func (x *VersionResponse) GetBootTimeline() []*BootStep {
 	return nil
 }
 
+func (x *VersionResponse) GetTimeSync() *TimeSync {
+	if x != nil {
+		return x.TimeSync
+	}
+	return nil
+}
+
+// TimeSync is the state of the node's clock against its NTP servers.
+type TimeSync struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Synced is set when the last poll of the servers corrected the clock.
+	Synced bool `protobuf:"varint,1,opt,name=synced,proto3" json:"synced,omitempty"`
+	// Server is the one the clock was last corrected from, as configured.
+	Server string `protobuf:"bytes,2,opt,name=server,proto3" json:"server,omitempty"`
+	// Offset is how far the clock was from that server's, before it was
+	// corrected: stepped when beyond a second, else slewed.
+	Offset *durationpb.Duration `protobuf:"bytes,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	// LastSync is when the clock was last corrected.
+	LastSync *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_sync,json=lastSync,proto3" json:"last_sync,omitempty"`
+	// Error is why the last poll failed, each server that did not answer
+	// named; empty when it succeeded.
+	Error string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// NextPoll is when init polls the servers again.
+	NextPoll      *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=next_poll,json=nextPoll,proto3" json:"next_poll,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TimeSync) Reset() {
+	*x = TimeSync{}
+	mi := &file_machine_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TimeSync) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TimeSync) ProtoMessage() {}
+
+func (x *TimeSync) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TimeSync.ProtoReflect.Descriptor instead.
+func (*TimeSync) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TimeSync) GetSynced() bool {
+	if x != nil {
+		return x.Synced
+	}
+	return false
+}
+
+func (x *TimeSync) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *TimeSync) GetOffset() *durationpb.Duration {
+	if x != nil {
+		return x.Offset
+	}
+	return nil
+}
+
+func (x *TimeSync) GetLastSync() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastSync
+	}
+	return nil
+}
+
+func (x *TimeSync) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *TimeSync) GetNextPoll() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextPoll
+	}
+	return nil
+}
+
 // BootStep is one named step of init's boot sequence.
 type BootStep struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -162,7 +265,7 @@ type BootStep struct {
 
 func (x *BootStep) Reset() {
 	*x = BootStep{}
-	mi := &file_machine_proto_msgTypes[2]
+	mi := &file_machine_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -174,7 +277,7 @@ func (x *BootStep) String() string {
 func (*BootStep) ProtoMessage() {}
 
 func (x *BootStep) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[2]
+	mi := &file_machine_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -187,7 +290,7 @@ func (x *BootStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootStep.ProtoReflect.Descriptor instead.
 func (*BootStep) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{2}
+	return file_machine_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *BootStep) GetName() string {
@@ -226,7 +329,7 @@ type BootTimelineRequest struct {
 
 func (x *BootTimelineRequest) Reset() {
 	*x = BootTimelineRequest{}
-	mi := &file_machine_proto_msgTypes[3]
+	mi := &file_machine_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -238,7 +341,7 @@ func (x *BootTimelineRequest) String() string {
 func (*BootTimelineRequest) ProtoMessage() {}
 
 func (x *BootTimelineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[3]
+	mi := &file_machine_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -251,19 +354,22 @@ func (x *BootTimelineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootTimelineRequest.ProtoReflect.Descriptor instead.
 func (*BootTimelineRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{3}
+	return file_machine_proto_rawDescGZIP(), []int{4}
 }
 
 type BootTimelineResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Steps         []*BootStep            `protobuf:"bytes,1,rep,name=steps,proto3" json:"steps,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Steps []*BootStep            `protobuf:"bytes,1,rep,name=steps,proto3" json:"steps,omitempty"`
+	// TimeSync is init's, for Version; unset when no NTP server is
+	// configured.
+	TimeSync      *TimeSync `protobuf:"bytes,2,opt,name=time_sync,json=timeSync,proto3" json:"time_sync,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BootTimelineResponse) Reset() {
 	*x = BootTimelineResponse{}
-	mi := &file_machine_proto_msgTypes[4]
+	mi := &file_machine_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -275,7 +381,7 @@ func (x *BootTimelineResponse) String() string {
 func (*BootTimelineResponse) ProtoMessage() {}
 
 func (x *BootTimelineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[4]
+	mi := &file_machine_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -288,12 +394,19 @@ func (x *BootTimelineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootTimelineResponse.ProtoReflect.Descriptor instead.
 func (*BootTimelineResponse) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{4}
+	return file_machine_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *BootTimelineResponse) GetSteps() []*BootStep {
 	if x != nil {
 		return x.Steps
+	}
+	return nil
+}
+
+func (x *BootTimelineResponse) GetTimeSync() *TimeSync {
+	if x != nil {
+		return x.TimeSync
 	}
 	return nil
 }
@@ -306,7 +419,7 @@ type RebootRequest struct {
 
 func (x *RebootRequest) Reset() {
 	*x = RebootRequest{}
-	mi := &file_machine_proto_msgTypes[5]
+	mi := &file_machine_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -318,7 +431,7 @@ func (x *RebootRequest) String() string {
 func (*RebootRequest) ProtoMessage() {}
 
 func (x *RebootRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[5]
+	mi := &file_machine_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -331,7 +444,7 @@ func (x *RebootRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebootRequest.ProtoReflect.Descriptor instead.
 func (*RebootRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{5}
+	return file_machine_proto_rawDescGZIP(), []int{6}
 }
 
 type RebootResponse struct {
@@ -342,7 +455,7 @@ type RebootResponse struct {
 
 func (x *RebootResponse) Reset() {
 	*x = RebootResponse{}
-	mi := &file_machine_proto_msgTypes[6]
+	mi := &file_machine_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -354,7 +467,7 @@ func (x *RebootResponse) String() string {
 func (*RebootResponse) ProtoMessage() {}
 
 func (x *RebootResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[6]
+	mi := &file_machine_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -367,7 +480,7 @@ func (x *RebootResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebootResponse.ProtoReflect.Descriptor instead.
 func (*RebootResponse) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{6}
+	return file_machine_proto_rawDescGZIP(), []int{7}
 }
 
 type ShutdownRequest struct {
@@ -378,7 +491,7 @@ type ShutdownRequest struct {
 
 func (x *ShutdownRequest) Reset() {
 	*x = ShutdownRequest{}
-	mi := &file_machine_proto_msgTypes[7]
+	mi := &file_machine_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +503,7 @@ func (x *ShutdownRequest) String() string {
 func (*ShutdownRequest) ProtoMessage() {}
 
 func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[7]
+	mi := &file_machine_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +516,7 @@ func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{7}
+	return file_machine_proto_rawDescGZIP(), []int{8}
 }
 
 type ShutdownResponse struct {
@@ -414,7 +527,7 @@ type ShutdownResponse struct {
 
 func (x *ShutdownResponse) Reset() {
 	*x = ShutdownResponse{}
-	mi := &file_machine_proto_msgTypes[8]
+	mi := &file_machine_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -426,7 +539,7 @@ func (x *ShutdownResponse) String() string {
 func (*ShutdownResponse) ProtoMessage() {}
 
 func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[8]
+	mi := &file_machine_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -439,7 +552,7 @@ func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownResponse.ProtoReflect.Descriptor instead.
 func (*ShutdownResponse) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{8}
+	return file_machine_proto_rawDescGZIP(), []int{9}
 }
 
 type ServicesRequest struct {
@@ -450,7 +563,7 @@ type ServicesRequest struct {
 
 func (x *ServicesRequest) Reset() {
 	*x = ServicesRequest{}
-	mi := &file_machine_proto_msgTypes[9]
+	mi := &file_machine_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -462,7 +575,7 @@ func (x *ServicesRequest) String() string {
 func (*ServicesRequest) ProtoMessage() {}
 
 func (x *ServicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[9]
+	mi := &file_machine_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -475,7 +588,7 @@ func (x *ServicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServicesRequest.ProtoReflect.Descriptor instead.
 func (*ServicesRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{9}
+	return file_machine_proto_rawDescGZIP(), []int{10}
 }
 
 type ServicesResponse struct {
@@ -487,7 +600,7 @@ type ServicesResponse struct {
 
 func (x *ServicesResponse) Reset() {
 	*x = ServicesResponse{}
-	mi := &file_machine_proto_msgTypes[10]
+	mi := &file_machine_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -499,7 +612,7 @@ func (x *ServicesResponse) String() string {
 func (*ServicesResponse) ProtoMessage() {}
 
 func (x *ServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[10]
+	mi := &file_machine_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -512,7 +625,7 @@ func (x *ServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServicesResponse.ProtoReflect.Descriptor instead.
 func (*ServicesResponse) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{10}
+	return file_machine_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ServicesResponse) GetServices() []*ServiceStatus {
@@ -551,7 +664,7 @@ type ServiceStatus struct {
 
 func (x *ServiceStatus) Reset() {
 	*x = ServiceStatus{}
-	mi := &file_machine_proto_msgTypes[11]
+	mi := &file_machine_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -563,7 +676,7 @@ func (x *ServiceStatus) String() string {
 func (*ServiceStatus) ProtoMessage() {}
 
 func (x *ServiceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[11]
+	mi := &file_machine_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -576,7 +689,7 @@ func (x *ServiceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceStatus.ProtoReflect.Descriptor instead.
 func (*ServiceStatus) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{11}
+	return file_machine_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ServiceStatus) GetName() string {
@@ -684,7 +797,7 @@ type CgroupLimits struct {
 
 func (x *CgroupLimits) Reset() {
 	*x = CgroupLimits{}
-	mi := &file_machine_proto_msgTypes[12]
+	mi := &file_machine_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -696,7 +809,7 @@ func (x *CgroupLimits) String() string {
 func (*CgroupLimits) ProtoMessage() {}
 
 func (x *CgroupLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[12]
+	mi := &file_machine_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -709,7 +822,7 @@ func (x *CgroupLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CgroupLimits.ProtoReflect.Descriptor instead.
 func (*CgroupLimits) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{12}
+	return file_machine_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CgroupLimits) GetCgroup() string {
@@ -756,7 +869,7 @@ type ServiceRestartRequest struct {
 
 func (x *ServiceRestartRequest) Reset() {
 	*x = ServiceRestartRequest{}
-	mi := &file_machine_proto_msgTypes[13]
+	mi := &file_machine_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -768,7 +881,7 @@ func (x *ServiceRestartRequest) String() string {
 func (*ServiceRestartRequest) ProtoMessage() {}
 
 func (x *ServiceRestartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[13]
+	mi := &file_machine_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -781,7 +894,7 @@ func (x *ServiceRestartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRestartRequest.ProtoReflect.Descriptor instead.
 func (*ServiceRestartRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{13}
+	return file_machine_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ServiceRestartRequest) GetName() string {
@@ -799,7 +912,7 @@ type ServiceRestartResponse struct {
 
 func (x *ServiceRestartResponse) Reset() {
 	*x = ServiceRestartResponse{}
-	mi := &file_machine_proto_msgTypes[14]
+	mi := &file_machine_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -811,7 +924,7 @@ func (x *ServiceRestartResponse) String() string {
 func (*ServiceRestartResponse) ProtoMessage() {}
 
 func (x *ServiceRestartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[14]
+	mi := &file_machine_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -824,7 +937,7 @@ func (x *ServiceRestartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRestartResponse.ProtoReflect.Descriptor instead.
 func (*ServiceRestartResponse) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{14}
+	return file_machine_proto_rawDescGZIP(), []int{15}
 }
 
 type ServiceKillRequest struct {
@@ -838,7 +951,7 @@ type ServiceKillRequest struct {
 
 func (x *ServiceKillRequest) Reset() {
 	*x = ServiceKillRequest{}
-	mi := &file_machine_proto_msgTypes[15]
+	mi := &file_machine_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -850,7 +963,7 @@ func (x *ServiceKillRequest) String() string {
 func (*ServiceKillRequest) ProtoMessage() {}
 
 func (x *ServiceKillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[15]
+	mi := &file_machine_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -863,7 +976,7 @@ func (x *ServiceKillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceKillRequest.ProtoReflect.Descriptor instead.
 func (*ServiceKillRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{15}
+	return file_machine_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ServiceKillRequest) GetName() string {
@@ -888,7 +1001,7 @@ type ServiceKillResponse struct {
 
 func (x *ServiceKillResponse) Reset() {
 	*x = ServiceKillResponse{}
-	mi := &file_machine_proto_msgTypes[16]
+	mi := &file_machine_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1013,7 @@ func (x *ServiceKillResponse) String() string {
 func (*ServiceKillResponse) ProtoMessage() {}
 
 func (x *ServiceKillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[16]
+	mi := &file_machine_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1026,7 @@ func (x *ServiceKillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceKillResponse.ProtoReflect.Descriptor instead.
 func (*ServiceKillResponse) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{16}
+	return file_machine_proto_rawDescGZIP(), []int{17}
 }
 
 type LogsRequest struct {
@@ -928,7 +1041,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_machine_proto_msgTypes[17]
+	mi := &file_machine_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +1053,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[17]
+	mi := &file_machine_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +1066,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{17}
+	return file_machine_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LogsRequest) GetService() string {
@@ -986,7 +1099,7 @@ type LogsChunk struct {
 
 func (x *LogsChunk) Reset() {
 	*x = LogsChunk{}
-	mi := &file_machine_proto_msgTypes[18]
+	mi := &file_machine_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1111,7 @@ func (x *LogsChunk) String() string {
 func (*LogsChunk) ProtoMessage() {}
 
 func (x *LogsChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[18]
+	mi := &file_machine_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1124,7 @@ func (x *LogsChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsChunk.ProtoReflect.Descriptor instead.
 func (*LogsChunk) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{18}
+	return file_machine_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LogsChunk) GetData() []byte {
@@ -1039,7 +1152,7 @@ type PodLogsRequest struct {
 
 func (x *PodLogsRequest) Reset() {
 	*x = PodLogsRequest{}
-	mi := &file_machine_proto_msgTypes[19]
+	mi := &file_machine_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1051,7 +1164,7 @@ func (x *PodLogsRequest) String() string {
 func (*PodLogsRequest) ProtoMessage() {}
 
 func (x *PodLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[19]
+	mi := &file_machine_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1064,7 +1177,7 @@ func (x *PodLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodLogsRequest.ProtoReflect.Descriptor instead.
 func (*PodLogsRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{19}
+	return file_machine_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PodLogsRequest) GetNamespace() string {
@@ -1110,7 +1223,7 @@ type ContainersRequest struct {
 
 func (x *ContainersRequest) Reset() {
 	*x = ContainersRequest{}
-	mi := &file_machine_proto_msgTypes[20]
+	mi := &file_machine_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1122,7 +1235,7 @@ func (x *ContainersRequest) String() string {
 func (*ContainersRequest) ProtoMessage() {}
 
 func (x *ContainersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[20]
+	mi := &file_machine_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1135,7 +1248,7 @@ func (x *ContainersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainersRequest.ProtoReflect.Descriptor instead.
 func (*ContainersRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{20}
+	return file_machine_proto_rawDescGZIP(), []int{21}
 }
 
 type ContainersResponse struct {
@@ -1147,7 +1260,7 @@ type ContainersResponse struct {
 
 func (x *ContainersResponse) Reset() {
 	*x = ContainersResponse{}
-	mi := &file_machine_proto_msgTypes[21]
+	mi := &file_machine_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1159,7 +1272,7 @@ func (x *ContainersResponse) String() string {
 func (*ContainersResponse) ProtoMessage() {}
 
 func (x *ContainersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[21]
+	mi := &file_machine_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1172,7 +1285,7 @@ func (x *ContainersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainersResponse.ProtoReflect.Descriptor instead.
 func (*ContainersResponse) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{21}
+	return file_machine_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ContainersResponse) GetNamespaces() []*ContainerNamespace {
@@ -1193,7 +1306,7 @@ type ContainerNamespace struct {
 
 func (x *ContainerNamespace) Reset() {
 	*x = ContainerNamespace{}
-	mi := &file_machine_proto_msgTypes[22]
+	mi := &file_machine_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1318,7 @@ func (x *ContainerNamespace) String() string {
 func (*ContainerNamespace) ProtoMessage() {}
 
 func (x *ContainerNamespace) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[22]
+	mi := &file_machine_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1331,7 @@ func (x *ContainerNamespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerNamespace.ProtoReflect.Descriptor instead.
 func (*ContainerNamespace) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{22}
+	return file_machine_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ContainerNamespace) GetName() string {
@@ -1255,7 +1368,7 @@ type Container struct {
 
 func (x *Container) Reset() {
 	*x = Container{}
-	mi := &file_machine_proto_msgTypes[23]
+	mi := &file_machine_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1380,7 @@ func (x *Container) String() string {
 func (*Container) ProtoMessage() {}
 
 func (x *Container) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[23]
+	mi := &file_machine_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1393,7 @@ func (x *Container) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Container.ProtoReflect.Descriptor instead.
 func (*Container) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{23}
+	return file_machine_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Container) GetId() string {
@@ -1322,7 +1435,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_machine_proto_msgTypes[24]
+	mi := &file_machine_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1334,7 +1447,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[24]
+	mi := &file_machine_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1347,7 +1460,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{24}
+	return file_machine_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Image) GetName() string {
@@ -1376,22 +1489,31 @@ var File_machine_proto protoreflect.FileDescriptor
 const file_machine_proto_rawDesc = "" +
 	"\n" +
 	"\rmachine.proto\x12\x16cairn.machine.v1alpha1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x10\n" +
-	"\x0eVersionRequest\"\x82\x02\n" +
+	"\x0eVersionRequest\"\xc1\x02\n" +
 	"\x0fVersionResponse\x12#\n" +
 	"\rcairn_version\x18\x01 \x01(\tR\fcairnVersion\x12\x16\n" +
 	"\x06kernel\x18\x02 \x01(\tR\x06kernel\x12\x1a\n" +
 	"\bhostname\x18\x03 \x01(\tR\bhostname\x12\x1c\n" +
 	"\taddresses\x18\x04 \x03(\tR\taddresses\x121\n" +
 	"\x06uptime\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x06uptime\x12E\n" +
-	"\rboot_timeline\x18\x06 \x03(\v2 .cairn.machine.v1alpha1.BootStepR\fbootTimeline\"\x9c\x01\n" +
+	"\rboot_timeline\x18\x06 \x03(\v2 .cairn.machine.v1alpha1.BootStepR\fbootTimeline\x12=\n" +
+	"\ttime_sync\x18\a \x01(\v2 .cairn.machine.v1alpha1.TimeSyncR\btimeSync\"\xf5\x01\n" +
+	"\bTimeSync\x12\x16\n" +
+	"\x06synced\x18\x01 \x01(\bR\x06synced\x12\x16\n" +
+	"\x06server\x18\x02 \x01(\tR\x06server\x121\n" +
+	"\x06offset\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06offset\x127\n" +
+	"\tlast_sync\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\blastSync\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x127\n" +
+	"\tnext_poll\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bnextPoll\"\x9c\x01\n" +
 	"\bBootStep\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x05start\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05start\x125\n" +
 	"\bduration\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\"\x15\n" +
-	"\x13BootTimelineRequest\"N\n" +
+	"\x13BootTimelineRequest\"\x8d\x01\n" +
 	"\x14BootTimelineResponse\x126\n" +
-	"\x05steps\x18\x01 \x03(\v2 .cairn.machine.v1alpha1.BootStepR\x05steps\"\x0f\n" +
+	"\x05steps\x18\x01 \x03(\v2 .cairn.machine.v1alpha1.BootStepR\x05steps\x12=\n" +
+	"\ttime_sync\x18\x02 \x01(\v2 .cairn.machine.v1alpha1.TimeSyncR\btimeSync\"\x0f\n" +
 	"\rRebootRequest\"\x10\n" +
 	"\x0eRebootResponse\"\x11\n" +
 	"\x0fShutdownRequest\"\x12\n" +
@@ -1498,89 +1620,95 @@ func file_machine_proto_rawDescGZIP() []byte {
 	return file_machine_proto_rawDescData
 }
 
-var file_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_machine_proto_goTypes = []any{
 	(*VersionRequest)(nil),         // 0: cairn.machine.v1alpha1.VersionRequest
 	(*VersionResponse)(nil),        // 1: cairn.machine.v1alpha1.VersionResponse
-	(*BootStep)(nil),               // 2: cairn.machine.v1alpha1.BootStep
-	(*BootTimelineRequest)(nil),    // 3: cairn.machine.v1alpha1.BootTimelineRequest
-	(*BootTimelineResponse)(nil),   // 4: cairn.machine.v1alpha1.BootTimelineResponse
-	(*RebootRequest)(nil),          // 5: cairn.machine.v1alpha1.RebootRequest
-	(*RebootResponse)(nil),         // 6: cairn.machine.v1alpha1.RebootResponse
-	(*ShutdownRequest)(nil),        // 7: cairn.machine.v1alpha1.ShutdownRequest
-	(*ShutdownResponse)(nil),       // 8: cairn.machine.v1alpha1.ShutdownResponse
-	(*ServicesRequest)(nil),        // 9: cairn.machine.v1alpha1.ServicesRequest
-	(*ServicesResponse)(nil),       // 10: cairn.machine.v1alpha1.ServicesResponse
-	(*ServiceStatus)(nil),          // 11: cairn.machine.v1alpha1.ServiceStatus
-	(*CgroupLimits)(nil),           // 12: cairn.machine.v1alpha1.CgroupLimits
-	(*ServiceRestartRequest)(nil),  // 13: cairn.machine.v1alpha1.ServiceRestartRequest
-	(*ServiceRestartResponse)(nil), // 14: cairn.machine.v1alpha1.ServiceRestartResponse
-	(*ServiceKillRequest)(nil),     // 15: cairn.machine.v1alpha1.ServiceKillRequest
-	(*ServiceKillResponse)(nil),    // 16: cairn.machine.v1alpha1.ServiceKillResponse
-	(*LogsRequest)(nil),            // 17: cairn.machine.v1alpha1.LogsRequest
-	(*LogsChunk)(nil),              // 18: cairn.machine.v1alpha1.LogsChunk
-	(*PodLogsRequest)(nil),         // 19: cairn.machine.v1alpha1.PodLogsRequest
-	(*ContainersRequest)(nil),      // 20: cairn.machine.v1alpha1.ContainersRequest
-	(*ContainersResponse)(nil),     // 21: cairn.machine.v1alpha1.ContainersResponse
-	(*ContainerNamespace)(nil),     // 22: cairn.machine.v1alpha1.ContainerNamespace
-	(*Container)(nil),              // 23: cairn.machine.v1alpha1.Container
-	(*Image)(nil),                  // 24: cairn.machine.v1alpha1.Image
-	(*durationpb.Duration)(nil),    // 25: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
+	(*TimeSync)(nil),               // 2: cairn.machine.v1alpha1.TimeSync
+	(*BootStep)(nil),               // 3: cairn.machine.v1alpha1.BootStep
+	(*BootTimelineRequest)(nil),    // 4: cairn.machine.v1alpha1.BootTimelineRequest
+	(*BootTimelineResponse)(nil),   // 5: cairn.machine.v1alpha1.BootTimelineResponse
+	(*RebootRequest)(nil),          // 6: cairn.machine.v1alpha1.RebootRequest
+	(*RebootResponse)(nil),         // 7: cairn.machine.v1alpha1.RebootResponse
+	(*ShutdownRequest)(nil),        // 8: cairn.machine.v1alpha1.ShutdownRequest
+	(*ShutdownResponse)(nil),       // 9: cairn.machine.v1alpha1.ShutdownResponse
+	(*ServicesRequest)(nil),        // 10: cairn.machine.v1alpha1.ServicesRequest
+	(*ServicesResponse)(nil),       // 11: cairn.machine.v1alpha1.ServicesResponse
+	(*ServiceStatus)(nil),          // 12: cairn.machine.v1alpha1.ServiceStatus
+	(*CgroupLimits)(nil),           // 13: cairn.machine.v1alpha1.CgroupLimits
+	(*ServiceRestartRequest)(nil),  // 14: cairn.machine.v1alpha1.ServiceRestartRequest
+	(*ServiceRestartResponse)(nil), // 15: cairn.machine.v1alpha1.ServiceRestartResponse
+	(*ServiceKillRequest)(nil),     // 16: cairn.machine.v1alpha1.ServiceKillRequest
+	(*ServiceKillResponse)(nil),    // 17: cairn.machine.v1alpha1.ServiceKillResponse
+	(*LogsRequest)(nil),            // 18: cairn.machine.v1alpha1.LogsRequest
+	(*LogsChunk)(nil),              // 19: cairn.machine.v1alpha1.LogsChunk
+	(*PodLogsRequest)(nil),         // 20: cairn.machine.v1alpha1.PodLogsRequest
+	(*ContainersRequest)(nil),      // 21: cairn.machine.v1alpha1.ContainersRequest
+	(*ContainersResponse)(nil),     // 22: cairn.machine.v1alpha1.ContainersResponse
+	(*ContainerNamespace)(nil),     // 23: cairn.machine.v1alpha1.ContainerNamespace
+	(*Container)(nil),              // 24: cairn.machine.v1alpha1.Container
+	(*Image)(nil),                  // 25: cairn.machine.v1alpha1.Image
+	(*durationpb.Duration)(nil),    // 26: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 27: google.protobuf.Timestamp
 }
 var file_machine_proto_depIdxs = []int32{
-	25, // 0: cairn.machine.v1alpha1.VersionResponse.uptime:type_name -> google.protobuf.Duration
-	2,  // 1: cairn.machine.v1alpha1.VersionResponse.boot_timeline:type_name -> cairn.machine.v1alpha1.BootStep
-	25, // 2: cairn.machine.v1alpha1.BootStep.start:type_name -> google.protobuf.Duration
-	25, // 3: cairn.machine.v1alpha1.BootStep.duration:type_name -> google.protobuf.Duration
-	2,  // 4: cairn.machine.v1alpha1.BootTimelineResponse.steps:type_name -> cairn.machine.v1alpha1.BootStep
-	11, // 5: cairn.machine.v1alpha1.ServicesResponse.services:type_name -> cairn.machine.v1alpha1.ServiceStatus
-	26, // 6: cairn.machine.v1alpha1.ServiceStatus.since:type_name -> google.protobuf.Timestamp
-	26, // 7: cairn.machine.v1alpha1.ServiceStatus.started_at:type_name -> google.protobuf.Timestamp
-	25, // 8: cairn.machine.v1alpha1.ServiceStatus.since_boot:type_name -> google.protobuf.Duration
-	12, // 9: cairn.machine.v1alpha1.ServiceStatus.limits:type_name -> cairn.machine.v1alpha1.CgroupLimits
-	22, // 10: cairn.machine.v1alpha1.ContainersResponse.namespaces:type_name -> cairn.machine.v1alpha1.ContainerNamespace
-	23, // 11: cairn.machine.v1alpha1.ContainerNamespace.containers:type_name -> cairn.machine.v1alpha1.Container
-	24, // 12: cairn.machine.v1alpha1.ContainerNamespace.images:type_name -> cairn.machine.v1alpha1.Image
-	0,  // 13: cairn.machine.v1alpha1.Machine.Version:input_type -> cairn.machine.v1alpha1.VersionRequest
-	5,  // 14: cairn.machine.v1alpha1.Machine.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
-	7,  // 15: cairn.machine.v1alpha1.Machine.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
-	9,  // 16: cairn.machine.v1alpha1.Machine.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
-	13, // 17: cairn.machine.v1alpha1.Machine.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
-	15, // 18: cairn.machine.v1alpha1.Machine.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
-	17, // 19: cairn.machine.v1alpha1.Machine.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
-	20, // 20: cairn.machine.v1alpha1.Machine.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
-	19, // 21: cairn.machine.v1alpha1.Machine.PodLogs:input_type -> cairn.machine.v1alpha1.PodLogsRequest
-	3,  // 22: cairn.machine.v1alpha1.Init.BootTimeline:input_type -> cairn.machine.v1alpha1.BootTimelineRequest
-	5,  // 23: cairn.machine.v1alpha1.Init.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
-	7,  // 24: cairn.machine.v1alpha1.Init.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
-	9,  // 25: cairn.machine.v1alpha1.Init.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
-	13, // 26: cairn.machine.v1alpha1.Init.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
-	15, // 27: cairn.machine.v1alpha1.Init.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
-	17, // 28: cairn.machine.v1alpha1.Init.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
-	20, // 29: cairn.machine.v1alpha1.Init.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
-	1,  // 30: cairn.machine.v1alpha1.Machine.Version:output_type -> cairn.machine.v1alpha1.VersionResponse
-	6,  // 31: cairn.machine.v1alpha1.Machine.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
-	8,  // 32: cairn.machine.v1alpha1.Machine.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
-	10, // 33: cairn.machine.v1alpha1.Machine.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
-	14, // 34: cairn.machine.v1alpha1.Machine.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
-	16, // 35: cairn.machine.v1alpha1.Machine.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
-	18, // 36: cairn.machine.v1alpha1.Machine.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	21, // 37: cairn.machine.v1alpha1.Machine.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
-	18, // 38: cairn.machine.v1alpha1.Machine.PodLogs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	4,  // 39: cairn.machine.v1alpha1.Init.BootTimeline:output_type -> cairn.machine.v1alpha1.BootTimelineResponse
-	6,  // 40: cairn.machine.v1alpha1.Init.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
-	8,  // 41: cairn.machine.v1alpha1.Init.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
-	10, // 42: cairn.machine.v1alpha1.Init.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
-	14, // 43: cairn.machine.v1alpha1.Init.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
-	16, // 44: cairn.machine.v1alpha1.Init.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
-	18, // 45: cairn.machine.v1alpha1.Init.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	21, // 46: cairn.machine.v1alpha1.Init.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
-	30, // [30:47] is the sub-list for method output_type
-	13, // [13:30] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	26, // 0: cairn.machine.v1alpha1.VersionResponse.uptime:type_name -> google.protobuf.Duration
+	3,  // 1: cairn.machine.v1alpha1.VersionResponse.boot_timeline:type_name -> cairn.machine.v1alpha1.BootStep
+	2,  // 2: cairn.machine.v1alpha1.VersionResponse.time_sync:type_name -> cairn.machine.v1alpha1.TimeSync
+	26, // 3: cairn.machine.v1alpha1.TimeSync.offset:type_name -> google.protobuf.Duration
+	27, // 4: cairn.machine.v1alpha1.TimeSync.last_sync:type_name -> google.protobuf.Timestamp
+	27, // 5: cairn.machine.v1alpha1.TimeSync.next_poll:type_name -> google.protobuf.Timestamp
+	26, // 6: cairn.machine.v1alpha1.BootStep.start:type_name -> google.protobuf.Duration
+	26, // 7: cairn.machine.v1alpha1.BootStep.duration:type_name -> google.protobuf.Duration
+	3,  // 8: cairn.machine.v1alpha1.BootTimelineResponse.steps:type_name -> cairn.machine.v1alpha1.BootStep
+	2,  // 9: cairn.machine.v1alpha1.BootTimelineResponse.time_sync:type_name -> cairn.machine.v1alpha1.TimeSync
+	12, // 10: cairn.machine.v1alpha1.ServicesResponse.services:type_name -> cairn.machine.v1alpha1.ServiceStatus
+	27, // 11: cairn.machine.v1alpha1.ServiceStatus.since:type_name -> google.protobuf.Timestamp
+	27, // 12: cairn.machine.v1alpha1.ServiceStatus.started_at:type_name -> google.protobuf.Timestamp
+	26, // 13: cairn.machine.v1alpha1.ServiceStatus.since_boot:type_name -> google.protobuf.Duration
+	13, // 14: cairn.machine.v1alpha1.ServiceStatus.limits:type_name -> cairn.machine.v1alpha1.CgroupLimits
+	23, // 15: cairn.machine.v1alpha1.ContainersResponse.namespaces:type_name -> cairn.machine.v1alpha1.ContainerNamespace
+	24, // 16: cairn.machine.v1alpha1.ContainerNamespace.containers:type_name -> cairn.machine.v1alpha1.Container
+	25, // 17: cairn.machine.v1alpha1.ContainerNamespace.images:type_name -> cairn.machine.v1alpha1.Image
+	0,  // 18: cairn.machine.v1alpha1.Machine.Version:input_type -> cairn.machine.v1alpha1.VersionRequest
+	6,  // 19: cairn.machine.v1alpha1.Machine.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
+	8,  // 20: cairn.machine.v1alpha1.Machine.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
+	10, // 21: cairn.machine.v1alpha1.Machine.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
+	14, // 22: cairn.machine.v1alpha1.Machine.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
+	16, // 23: cairn.machine.v1alpha1.Machine.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
+	18, // 24: cairn.machine.v1alpha1.Machine.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
+	21, // 25: cairn.machine.v1alpha1.Machine.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
+	20, // 26: cairn.machine.v1alpha1.Machine.PodLogs:input_type -> cairn.machine.v1alpha1.PodLogsRequest
+	4,  // 27: cairn.machine.v1alpha1.Init.BootTimeline:input_type -> cairn.machine.v1alpha1.BootTimelineRequest
+	6,  // 28: cairn.machine.v1alpha1.Init.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
+	8,  // 29: cairn.machine.v1alpha1.Init.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
+	10, // 30: cairn.machine.v1alpha1.Init.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
+	14, // 31: cairn.machine.v1alpha1.Init.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
+	16, // 32: cairn.machine.v1alpha1.Init.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
+	18, // 33: cairn.machine.v1alpha1.Init.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
+	21, // 34: cairn.machine.v1alpha1.Init.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
+	1,  // 35: cairn.machine.v1alpha1.Machine.Version:output_type -> cairn.machine.v1alpha1.VersionResponse
+	7,  // 36: cairn.machine.v1alpha1.Machine.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
+	9,  // 37: cairn.machine.v1alpha1.Machine.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
+	11, // 38: cairn.machine.v1alpha1.Machine.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
+	15, // 39: cairn.machine.v1alpha1.Machine.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
+	17, // 40: cairn.machine.v1alpha1.Machine.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
+	19, // 41: cairn.machine.v1alpha1.Machine.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	22, // 42: cairn.machine.v1alpha1.Machine.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
+	19, // 43: cairn.machine.v1alpha1.Machine.PodLogs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	5,  // 44: cairn.machine.v1alpha1.Init.BootTimeline:output_type -> cairn.machine.v1alpha1.BootTimelineResponse
+	7,  // 45: cairn.machine.v1alpha1.Init.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
+	9,  // 46: cairn.machine.v1alpha1.Init.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
+	11, // 47: cairn.machine.v1alpha1.Init.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
+	15, // 48: cairn.machine.v1alpha1.Init.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
+	17, // 49: cairn.machine.v1alpha1.Init.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
+	19, // 50: cairn.machine.v1alpha1.Init.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	22, // 51: cairn.machine.v1alpha1.Init.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
+	35, // [35:52] is the sub-list for method output_type
+	18, // [18:35] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_machine_proto_init() }
@@ -1594,7 +1722,7 @@ func file_machine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_machine_proto_rawDesc), len(file_machine_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -290,4 +290,17 @@ func printVersion(w io.Writer, v *machine.VersionResponse) {
 		}
 		fmt.Fprintln(w, line)
 	}
+	if ts := v.TimeSync; ts != nil {
+		line := "Time sync:  not synced"
+		if ts.Synced {
+			line = "Time sync:  synced"
+		}
+		if ts.LastSync != nil {
+			line += fmt.Sprintf(", last from %s at %s (offset %s)", ts.Server, ts.LastSync.AsTime().Format(time.RFC3339), ts.Offset.AsDuration())
+		}
+		if ts.Error != "" {
+			line += "; " + ts.Error
+		}
+		fmt.Fprintln(w, line)
+	}
 }

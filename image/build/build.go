@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/cairn-os/cairn/image/oci"
 	"github.com/cairn-os/cairn/internal/layout"
 	"github.com/cairn-os/cairn/internal/version"
+	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/machineconfig/staticpod"
 	"github.com/cairn-os/cairn/rootfs"
 )
@@ -36,9 +38,29 @@ const (
 // reproducible (and is after 1980, which FAT cannot go below).
 const DefaultSourceDateEpoch = 1767225600 // 2026-01-01T00:00:00Z
 
-// KernelCmdline is the kernel command line baked into the UKI. quiet keeps
-// the serial console short: a verbose one slows boots under emulation.
+// KernelCmdline is the kernel command line baked into the UKI, before
+// machine.kernel.args. quiet keeps the serial console short: a verbose one
+// slows boots under emulation. The machine config refuses the others in
+// machine.kernel.args.
 const KernelCmdline = "console=tty0 console=ttyS0,115200 quiet panic=10"
+
+// kernelCmdline is the UKI's command line: KernelCmdline, then the
+// machine's arguments, validated by the machine config.
+func kernelCmdline(k machineconfig.Kernel) string {
+	return strings.Join(append([]string{KernelCmdline}, k.Args...), " ")
+}
+
+// checkModules checks that the kernel package has each of
+// machine.kernel.modules (built in counts), which the image then carries
+// with their dependencies among its system modules, for init to load.
+func checkModules(kernel *rootfs.Kernel, k machineconfig.Kernel) error {
+	for i, mod := range k.Modules {
+		if _, err := rootfs.ResolveModules(kernel.ModulesDir(), []string{mod}); err != nil {
+			return fmt.Errorf("machine.kernel.modules[%d]: %w: the kernel package %s %s has no such module; remove it from the machine config", i, err, rootfs.KernelPackage, rootfs.KernelVersion)
+		}
+	}
+	return nil
+}
 
 // hostTool is a program of the build host, from a Debian package, that
 // the node runs; its shared libraries come along.
@@ -160,7 +182,8 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("machine config: %w (`cairn config gen` writes one)", err)
 	}
-	if _, err := staticpod.Parse(cfgBytes); err != nil {
+	cfg, err := staticpod.Parse(cfgBytes)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", o.Config, err)
 	}
 	format, err := image.FormatByName(o.Format)
@@ -181,6 +204,9 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 	}
 	kernel, err := rootfs.FetchKernel(ctx, o.CacheDir, o.Progress)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkModules(kernel, cfg.Machine.Kernel); err != nil {
 		return nil, err
 	}
 
@@ -218,7 +244,7 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 		CABundle:        caBundlePath,
 		SandboxImage:    sandbox,
 		BootModules:     bootModules(),
-		SystemModules:   systemModules(),
+		SystemModules:   slices.Concat(systemModules(), cfg.Machine.Kernel.Modules),
 		SourceDateEpoch: o.SourceDateEpoch,
 	}, work, o.Progress)
 	if err != nil {
@@ -230,7 +256,7 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 	if err := image.WriteUKI(uki, image.UKI{
 		Stub:      stubPath,
 		OSRelease: osRelease,
-		Cmdline:   []byte(KernelCmdline),
+		Cmdline:   []byte(kernelCmdline(cfg.Machine.Kernel)),
 		Linux:     kernel.Vmlinuz,
 		Initrd:    parts.Initramfs,
 	}); err != nil {
