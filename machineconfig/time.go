@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"regexp"
 	"strconv"
 	"strings"
 )
@@ -20,9 +19,6 @@ type Time struct {
 	Servers []string `json:"servers,omitempty"`
 }
 
-// dnsNameRE matches a DNS host name, in any case.
-var dnsNameRE = regexp.MustCompile(`^(?i)[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*\.?$`)
-
 // checkNTPServer says what is wrong with s as an NTP server, or "".
 func checkNTPServer(s string) string {
 	host := s
@@ -37,7 +33,7 @@ func checkNTPServer(s string) string {
 	if _, err := netip.ParseAddr(host); err == nil {
 		return ""
 	}
-	if len(host) > 253 || !dnsNameRE.MatchString(host) {
+	if !validDNSName(strings.TrimSuffix(host, ".")) {
 		return "is not a host name or IP address"
 	}
 	return ""
