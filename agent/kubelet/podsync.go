@@ -551,10 +551,9 @@ func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod,
 		w.poke() // deleted meanwhile: terminate next
 		return timedWake{}, nil
 	}
-	now := metav1.Now()
 	var st *pods.Status
 	var syncErr error
-	overdue := pastDeadline(pod, now.Time)
+	overdue := pastDeadline(pod, time.Now())
 	if overdue {
 		st, syncErr = s.stopOverdue(sctx, pod, log)
 	} else {
@@ -580,7 +579,7 @@ func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod,
 	if overdue && syncErr != nil {
 		return timedWake{}, syncErr // not stopped yet: it is not over
 	}
-	status := s.podStatus(pod, st, now)
+	status := s.podStatus(pod, st, metav1.Now())
 	if overdue {
 		status.Phase, status.Reason, status.Message = corev1.PodFailed, deadlineReason, deadlineMessage
 	}
