@@ -39,7 +39,8 @@ func newMetrics(reg, probeReg prometheus.Registerer) (*metrics, error) {
 			Help: "Syncs of pods, by what woke the pod's worker (a sync asked for by several counts for each): " +
 				"pod (the Pod object was added, its spec changed or it is being deleted), " +
 				"event (a CRI container event), relist (the runtime's periodic list), probe (a probe's result changed), " +
-				"conflict (a status write met a newer Pod), resync (the pod resync period passed), backoff (a container's back-off ended) " +
+				"conflict (a status write met a newer Pod), resync (the pod resync period passed), backoff (a container's back-off ended), " +
+				"deadline (the pod's activeDeadlineSeconds passed) " +
 				"or retry (after a failed sync).",
 		}, []string{"source"}),
 		probes: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -26,6 +26,8 @@ func (s *podSyncer) podStatus(pod *corev1.Pod, st *pods.Status, now metav1.Time)
 	now = metav1.NewTime(now.Truncate(time.Second))
 	out := *pod.Status.DeepCopy()
 	out.Phase = st.Phase
+	// The spec this status comes from, as the kubelet tells since 1.34.
+	out.ObservedGeneration = pod.Generation
 	if out.StartTime == nil {
 		out.StartTime = &now
 	}
@@ -109,11 +111,33 @@ func (s *podSyncer) podStatus(pod *corev1.Pod, st *pods.Status, now metav1.Time)
 	}
 	podReady := ready
 	podReady.Type = corev1.PodReady
+	if ready.Status == corev1.ConditionTrue {
+		if unmet := unmetGates(pod, out.Conditions); len(unmet) > 0 {
+			podReady.Status, podReady.Reason, podReady.Message = corev1.ConditionFalse, "ReadinessGatesNotReady", strings.Join(unmet, ", ")
+		}
+	}
 	conds = append(conds, ready, podReady)
 	for _, c := range conds {
+		c.ObservedGeneration = pod.Generation
 		setCondition(&out.Conditions, c, now)
 	}
 	return out
+}
+
+// unmetGates says, in the kubelet's words, which of pod's readiness gates
+// the conditions that others set (through the status) do not hold True.
+func unmetGates(pod *corev1.Pod, conds []corev1.PodCondition) []string {
+	var unmet []string
+	for _, g := range pod.Spec.ReadinessGates {
+		i := slices.IndexFunc(conds, func(c corev1.PodCondition) bool { return c.Type == g.ConditionType })
+		switch {
+		case i < 0:
+			unmet = append(unmet, fmt.Sprintf("corresponding condition of pod readiness gate %q does not exist.", g.ConditionType))
+		case conds[i].Status != corev1.ConditionTrue:
+			unmet = append(unmet, fmt.Sprintf("the status of pod readiness gate %q is not \"True\", but %v", g.ConditionType, conds[i].Status))
+		}
+	}
+	return unmet
 }
 
 // probed sets whether the container c, an app container or a sidecar,
@@ -271,6 +295,13 @@ func (s *podSyncer) containerStatus(c pods.ContainerStatus, prev corev1.Containe
 // labels as a change.
 func (s *podSyncer) writeStatus(ctx context.Context, w *podWorker, pod *corev1.Pod, status corev1.PodStatus) (written bool, err error) {
 	if apiequality.Semantic.DeepEqual(pod.Status, status) {
+		return false, nil
+	}
+	if w.newer(pod) {
+		// A newer Pod came meanwhile (its spec updated many times in a
+		// row): this write would conflict, and the next sync, at once,
+		// writes the status of that one.
+		w.nudge(wakeConflict)
 		return false, nil
 	}
 	patch, err := json.Marshal(map[string]any{

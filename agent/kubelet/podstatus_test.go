@@ -2,6 +2,7 @@ package kubelet
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -106,5 +107,72 @@ func TestLastState(t *testing.T) {
 		if i == 2 && (got.State.Running == nil || got.RestartCount != 1 || !got.Ready) {
 			t.Errorf("restarted: %+v", got)
 		}
+	}
+}
+
+// TestReadinessGates follows a ready pod whose two readiness gates others
+// set: Ready only once both conditions are True, ContainersReady all the
+// while, the gates' conditions kept as they were set, and every condition
+// the node sets telling the spec's generation.
+func TestReadinessGates(t *testing.T) {
+	s := testSyncer()
+	pod := &corev1.Pod{Spec: corev1.PodSpec{
+		Containers:     []corev1.Container{{Name: "app", Image: "a"}},
+		ReadinessGates: []corev1.PodReadinessGate{{ConditionType: "example.com/one"}, {ConditionType: "example.com/two"}},
+	}}
+	pod.Generation = 3
+	st := &pods.Status{Phase: corev1.PodRunning, SandboxID: "sb", PodIP: "10.244.0.5",
+		Containers: []pods.ContainerStatus{{Name: "app", ID: "a1", State: pods.Running, StartedAt: time.Now()}}}
+	cond := func(st corev1.PodStatus, ct corev1.PodConditionType) corev1.PodCondition {
+		for _, c := range st.Conditions {
+			if c.Type == ct {
+				return c
+			}
+		}
+		return corev1.PodCondition{}
+	}
+	for _, step := range []struct {
+		name     string
+		one, two corev1.ConditionStatus // "" for none set
+		ready    corev1.ConditionStatus
+		message  string
+	}{
+		{"no gate set", "", "", corev1.ConditionFalse,
+			`corresponding condition of pod readiness gate "example.com/one" does not exist., corresponding condition of pod readiness gate "example.com/two" does not exist.`},
+		{"one True", corev1.ConditionTrue, "", corev1.ConditionFalse,
+			`corresponding condition of pod readiness gate "example.com/two" does not exist.`},
+		{"both True", corev1.ConditionTrue, corev1.ConditionTrue, corev1.ConditionTrue, ""},
+		{"one False again", corev1.ConditionFalse, corev1.ConditionTrue, corev1.ConditionFalse,
+			`the status of pod readiness gate "example.com/one" is not "True", but False`},
+	} {
+		pod.Status.Conditions = slices.DeleteFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool { return c.Type == "example.com/one" || c.Type == "example.com/two" })
+		for ct, v := range map[corev1.PodConditionType]corev1.ConditionStatus{"example.com/one": step.one, "example.com/two": step.two} {
+			if v != "" {
+				pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: ct, Status: v})
+			}
+		}
+		got := roundTrip(t, s.podStatus(pod, st, metav1.Now()))
+		ready := cond(got, corev1.PodReady)
+		if ready.Status != step.ready || ready.Message != step.message {
+			t.Errorf("%s: Ready %s %q, want %s %q", step.name, ready.Status, ready.Message, step.ready, step.message)
+		}
+		if want := "ReadinessGatesNotReady"; step.ready == corev1.ConditionFalse && ready.Reason != want {
+			t.Errorf("%s: Ready's reason %q, want %q", step.name, ready.Reason, want)
+		}
+		if c := cond(got, corev1.ContainersReady); c.Status != corev1.ConditionTrue {
+			t.Errorf("%s: ContainersReady %s, want True: the containers are ready", step.name, c.Status)
+		}
+		if c := cond(got, "example.com/one"); c.Status != step.one || c.ObservedGeneration != 0 {
+			t.Errorf("%s: gate condition %+v changed, want status %q as set", step.name, c, step.one)
+		}
+		if got.ObservedGeneration != 3 {
+			t.Errorf("%s: observedGeneration %d, want 3", step.name, got.ObservedGeneration)
+		}
+		for _, ct := range []corev1.PodConditionType{corev1.PodReadyToStartContainers, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady} {
+			if c := cond(got, ct); c.ObservedGeneration != 3 {
+				t.Errorf("%s: condition %s's observedGeneration %d, want 3", step.name, ct, c.ObservedGeneration)
+			}
+		}
+		pod.Status = got
 	}
 }

@@ -37,7 +37,12 @@ import (
 //     and every PodResync, later after errors (backoff), and patches the
 //     Pod's status when what it sees differs from what the API holds. A
 //     pod in a terminal API phase is not synced again: its containers
-//     would otherwise be started anew should its sandbox be gone.
+//     would otherwise be started anew should its sandbox be gone. A pod
+//     the node's admission refuses (admit.go) ends Failed before
+//     anything of it starts; one that runs past its activeDeadlineSeconds
+//     (counted from status.startTime, as its spec now says) is stopped
+//     and ends Failed, DeadlineExceeded. The status tells the spec's
+//     generation it comes from (observedGeneration).
 //   - terminating: its deletion was asked for (deletionTimestamp), and it
 //     is killed with its grace period and then its object deleted with
 //     grace 0, which takes the object away; or its object went away
@@ -59,6 +64,7 @@ const (
 	wakeConflict wakeSource = "conflict" // a status write met a newer Pod
 	wakeResync   wakeSource = "resync"   // PodResync passed
 	wakeBackoff  wakeSource = "backoff"  // a container's back-off ended
+	wakeDeadline wakeSource = "deadline" // the pod's activeDeadlineSeconds passed
 	wakeRetry    wakeSource = "retry"    // the error back-off after a failed sync ended
 )
 
@@ -110,6 +116,9 @@ type podWorker struct {
 	uid  types.UID
 	seen time.Time // when the node first saw the pod
 	wake chan struct{}
+	// admitted says the pod passed the node's admission (admit.go),
+	// which is done once; only the pod's goroutine uses it.
+	admitted bool
 
 	mu    sync.Mutex
 	pod   *corev1.Pod // latest seen
@@ -404,6 +413,13 @@ func (w *podWorker) setLatest(pod *corev1.Pod) {
 	}
 }
 
+// newer says whether a newer version of pod than this one was seen.
+func (w *podWorker) newer(pod *corev1.Pod) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pod != nil && w.pod.ResourceVersion != pod.ResourceVersion && newerOrSame(w.pod.ResourceVersion, pod.ResourceVersion)
+}
+
 // newerOrSame compares resource versions, which the API server makes
 // from etcd's revisions: decimal numbers.
 func newerOrSame(a, b string) bool {
@@ -442,7 +458,7 @@ func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) {
 		log := log.With("pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID)
 		// A wake by an update that changed only the status (our own
 		// writes) waits for the timer, which keeps the error backoff.
-		podChanged := synced == nil || phase == podTerminating || pod.Generation != synced.Generation
+		podChanged := synced == nil || phase == podTerminating || pod.Generation != synced.Generation || gatesChanged(synced, pod)
 		if !podChanged && len(wakes) == 0 && time.Now().Before(next) {
 			continue
 		}
@@ -458,10 +474,10 @@ func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) {
 			s.k.metrics.woke(due)
 		}
 		var err error
-		var retryAt time.Time
+		var at timedWake
 		switch phase {
 		case podSyncing:
-			retryAt, err = s.syncOnce(ctx, w, pod, log)
+			at, err = s.syncOnce(ctx, w, pod, log)
 		case podTerminating:
 			s.probes.Terminating(pod.UID)
 			if err = s.terminateShowingReadiness(ctx, w, pod, objectGone, log); err == nil {
@@ -485,9 +501,10 @@ func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) {
 			errBackoff.Reset()
 		}
 		// A container's back-off ends when it ends, whatever else failed:
-		// restarting it needs only the runtime.
-		if !retryAt.IsZero() && time.Until(retryAt) < d {
-			d, due = max(time.Until(retryAt), 0), wakeBackoff
+		// restarting it needs only the runtime; so does killing a pod
+		// past its deadline.
+		if !at.at.IsZero() && time.Until(at.at) < d {
+			d, due = max(time.Until(at.at), 0), at.source
 		}
 		if err != nil {
 			log.Warn("pod sync failed", "err", err, "retry in", d)
@@ -503,11 +520,26 @@ func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) {
 	}
 }
 
+// timedWake is when a pod is worth syncing again, and why; zero if only
+// its resync is due.
+type timedWake struct {
+	at     time.Time
+	source wakeSource
+}
+
 // syncOnce takes the next steps for a running pod and reports its status;
-// retryAt, if not zero, is when a backoff ends.
-func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod, log *slog.Logger) (retryAt time.Time, err error) {
+// the returned wake, if set, is when a backoff ends or its deadline
+// passes. A pod the node's admission refuses, or whose deadline passed,
+// ends Failed instead, with nothing started again.
+func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod, log *slog.Logger) (timedWake, error) {
 	if terminal(pod.Status.Phase) {
-		return time.Time{}, nil // ended for good: nothing runs again
+		return timedWake{}, nil // ended for good: nothing runs again
+	}
+	if !w.admitted {
+		if reason, message := admit(pod, s.node()); reason != "" {
+			return timedWake{}, s.reject(ctx, w, pod, reason, message, log)
+		}
+		w.admitted = true
 	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute) // image pulls take long
 	w.mu.Lock()
@@ -517,27 +549,44 @@ func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod,
 	if terminating {
 		cancel()
 		w.poke() // deleted meanwhile: terminate next
-		return time.Time{}, nil
+		return timedWake{}, nil
 	}
-	st, syncErr := s.worker.Sync(sctx, pod)
+	var st *pods.Status
+	var syncErr error
+	overdue := pastDeadline(pod, time.Now())
+	if overdue {
+		st, syncErr = s.stopOverdue(sctx, pod, log)
+	} else {
+		st, syncErr = s.worker.Sync(sctx, pod)
+	}
 	w.mu.Lock()
 	w.cancelSync = nil
 	w.mu.Unlock()
 	canceled := sctx.Err() == context.Canceled
 	cancel()
 	if ctx.Err() != nil {
-		return time.Time{}, ctx.Err()
+		return timedWake{}, ctx.Err()
 	}
 	if canceled {
 		w.poke() // deleted meanwhile: terminate next
-		return time.Time{}, nil
+		return timedWake{}, nil
 	}
 	if st == nil {
 		// The runtime could not be read: the API keeps the last status,
 		// and the probes go on until the runtime answers again.
-		return time.Time{}, syncErr
+		return timedWake{}, syncErr
+	}
+	if overdue && syncErr != nil {
+		return timedWake{}, syncErr // not stopped yet: it is not over
 	}
 	status := s.podStatus(pod, st, metav1.Now())
+	if overdue {
+		status.Phase, status.Reason, status.Message = corev1.PodFailed, deadlineReason, deadlineMessage
+	}
+	next := timedWake{at: st.RetryAt(), source: wakeBackoff}
+	if d := deadline(pod, status.StartTime); !d.IsZero() && !overdue && (next.at.IsZero() || d.Before(next.at)) {
+		next = timedWake{at: d, source: wakeDeadline}
+	}
 	var running []probe.Running
 	if !terminal(status.Phase) {
 		for _, c := range slices.Concat(st.InitContainers, st.Containers) { // sidecars have probes too
@@ -554,20 +603,12 @@ func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod,
 		_, err := s.k.cfg.Pods.Runtime.StopPodSandbox(rctx, &criv1.StopPodSandboxRequest{PodSandboxId: st.SandboxID})
 		cancel()
 		if err != nil {
-			return st.RetryAt(), errors.Join(syncErr, fmt.Errorf("stop sandbox of ended pod: %w", err))
+			return next, errors.Join(syncErr, fmt.Errorf("stop sandbox of ended pod: %w", err))
 		}
 	}
-	var written bool
-	if isStatic(pod) {
-		// Kept here, and published in the API by its mirror Pod.
-		if written = w.setStatus(status); written {
-			s.pokeMirrors()
-		}
-	} else {
-		written, err = s.writeStatus(ctx, w, pod, status)
-	}
+	written, err := s.publish(ctx, w, pod, status)
 	if err != nil {
-		return st.RetryAt(), errors.Join(syncErr, err)
+		return next, errors.Join(syncErr, err)
 	}
 	if written && status.Phase != pod.Status.Phase {
 		log.Info("pod phase", "phase", status.Phase)
@@ -575,7 +616,93 @@ func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod,
 			s.k.metrics.podStarted(w.seen)
 		}
 	}
-	return st.RetryAt(), syncErr
+	return next, syncErr
+}
+
+// publish writes status as pod's, in the API, or here for a static pod,
+// whose mirror Pod shows it; written says it changed.
+func (s *podSyncer) publish(ctx context.Context, w *podWorker, pod *corev1.Pod, status corev1.PodStatus) (written bool, err error) {
+	if isStatic(pod) {
+		if written = w.setStatus(status); written {
+			s.pokeMirrors()
+		}
+		return written, nil
+	}
+	return s.writeStatus(ctx, w, pod, status)
+}
+
+// reject ends pod Failed, without starting anything of it, for the
+// reason and message of the node's admission, told in an event too.
+func (s *podSyncer) reject(ctx context.Context, w *podWorker, pod *corev1.Pod, reason, message string, log *slog.Logger) error {
+	status := *pod.Status.DeepCopy()
+	status.Phase, status.Reason, status.Message = corev1.PodFailed, reason, message
+	status.ObservedGeneration = pod.Generation
+	written, err := s.publish(ctx, w, pod, status)
+	if written {
+		s.worker.Event(pod, "", corev1.EventTypeWarning, reason, "%s", message)
+		log.Info("pod rejected", "reason", reason, "message", message)
+	}
+	return err
+}
+
+// The status of a pod killed for running past its activeDeadlineSeconds,
+// in the kubelet's words.
+const (
+	deadlineReason  = "DeadlineExceeded"
+	deadlineMessage = "Pod was active on the node longer than the specified deadline"
+)
+
+// deadline is when pod, started at start, runs out its
+// activeDeadlineSeconds; zero if it has none or has not started.
+func deadline(pod *corev1.Pod, start *metav1.Time) time.Time {
+	if pod.Spec.ActiveDeadlineSeconds == nil || start == nil {
+		return time.Time{}
+	}
+	return start.Add(time.Duration(*pod.Spec.ActiveDeadlineSeconds) * time.Second)
+}
+
+// pastDeadline says whether pod, as the API holds it, ran past its
+// activeDeadlineSeconds at now.
+func pastDeadline(pod *corev1.Pod, now time.Time) bool {
+	d := deadline(pod, pod.Status.StartTime)
+	return !d.IsZero() && !now.Before(d)
+}
+
+// stopOverdue stops the containers and sandbox of pod, which ran past its
+// deadline, with its grace period, and returns what the runtime then
+// holds: their ends, for the pod's Failed status.
+func (s *podSyncer) stopOverdue(ctx context.Context, pod *corev1.Pod, log *slog.Logger) (*pods.Status, error) {
+	log.Info("pod past its deadline: stopping it", "activeDeadlineSeconds", *pod.Spec.ActiveDeadlineSeconds)
+	s.worker.Event(pod, "", corev1.EventTypeNormal, deadlineReason, deadlineMessage)
+	stopErr := s.worker.Stop(ctx, pod, pods.GracePeriod(pod))
+	st, err := s.worker.Observe(ctx, pod)
+	if err != nil {
+		return nil, errors.Join(stopErr, err)
+	}
+	if st == nil {
+		st = &pods.Status{} // nothing of it ever ran
+	}
+	return st, stopErr
+}
+
+// gatesChanged says whether the conditions of pod's readiness gates, which
+// others set through the status, changed from was to is: its Ready
+// condition follows them.
+func gatesChanged(was, is *corev1.Pod) bool {
+	for _, g := range is.Spec.ReadinessGates {
+		find := func(p *corev1.Pod) corev1.ConditionStatus {
+			for _, c := range p.Status.Conditions {
+				if c.Type == g.ConditionType {
+					return c.Status
+				}
+			}
+			return ""
+		}
+		if find(was) != find(is) {
+			return true
+		}
+	}
+	return false
 }
 
 // terminate kills a pod whose deletion was asked for and then deletes

@@ -597,24 +597,9 @@ func (w *Worker) kill(ctx context.Context, pod *corev1.Pod, grace time.Duration)
 	w.forget(pod)
 	var errs []error
 	for _, sb := range sandboxes {
-		resp, err := w.cfg.Runtime.ListContainers(ctx, &criv1.ListContainersRequest{
-			Filter: &criv1.ContainerFilter{PodSandboxId: sb.Id},
-		})
-		if err != nil {
-			errs = append(errs, fmt.Errorf("list containers of sandbox %s: %w", sb.Id, err))
-			continue
-		}
-		var ip string // for httpGet preStop hooks
-		if sb.State == criv1.PodSandboxState_SANDBOX_READY {
-			ip, _ = w.podIP(ctx, pod, sb.Id)
-		}
-		if err := w.stopInOrder(ctx, pod, resp.Containers, ip, grace); err != nil {
-			errs = append(errs, err)
-		}
-		if _, err := w.cfg.Runtime.StopPodSandbox(ctx, &criv1.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
-			errs = append(errs, fmt.Errorf("stop sandbox %s of pod %s/%s: %w", sb.Id, pod.Namespace, pod.Name, err))
-			continue
-		}
+		// Removed even if a container would not stop: the runtime
+		// removes a sandbox's containers with it, forcibly.
+		errs = append(errs, w.stopSandbox(ctx, pod, sb, grace))
 		if _, err := w.cfg.Runtime.RemovePodSandbox(ctx, &criv1.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
 			errs = append(errs, fmt.Errorf("remove sandbox %s of pod %s/%s: %w", sb.Id, pod.Namespace, pod.Name, err))
 		}

@@ -76,6 +76,9 @@ type key struct {
 type worker struct {
 	containerID string
 	cancel      context.CancelFunc
+	// now asks the worker to probe at once rather than at its next
+	// period: a readiness probe, once the startup probe succeeded.
+	now chan struct{}
 }
 
 // Running is a running container of a pod, as the pod worker saw it.
@@ -108,7 +111,7 @@ func (m *Manager) Update(pod *corev1.Pod, host string, running []Running) {
 				w.cancel()
 			}
 			ctx, cancel := context.WithCancel(context.Background())
-			w := &worker{containerID: r.ContainerID, cancel: cancel}
+			w := &worker{containerID: r.ContainerID, cancel: cancel, now: make(chan struct{}, 1)}
 			m.workers[k] = w
 			// Readiness and startup start false, liveness true.
 			m.cfg.Results.reset(k, r.ContainerID, kind == Liveness)
@@ -167,6 +170,20 @@ func (m *Manager) set(k key, w *worker, v bool) bool {
 	return m.workers[k] == w && m.cfg.Results.set(k, w.containerID, v)
 }
 
+// probeNow has the readiness probe of k's container, if any, run at once:
+// its startup probe just succeeded, and the container is ready as soon as
+// that probe says, not a readiness period later.
+func (m *Manager) probeNow(k key) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if w := m.workers[key{k.uid, k.container, Readiness}]; w != nil {
+		select {
+		case w.now <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // run probes until ctx ends, a startup probe succeeds, or a liveness or
 // startup probe fails and the container is stopped.
 func (m *Manager) run(ctx context.Context, k key, w *worker, pod *corev1.Pod, c *corev1.Container, p *corev1.Probe, host string) {
@@ -182,7 +199,7 @@ func (m *Manager) run(ctx context.Context, k key, w *worker, pod *corev1.Pod, c 
 	if k.kind != Readiness {
 		success = 1 // the API requires 1 for liveness and startup
 	}
-	wait := time.Duration(p.InitialDelaySeconds) * time.Second
+	notBefore := time.Now().Add(time.Duration(p.InitialDelaySeconds) * time.Second)
 	var oks, fails int
 	target := handler.Target{Container: c, ContainerID: w.containerID, Host: host}
 	if m.cfg.Events != nil {
@@ -190,15 +207,19 @@ func (m *Manager) run(ctx context.Context, k key, w *worker, pod *corev1.Pod, c 
 			m.cfg.Events.Event(pod, c.Name, corev1.EventTypeWarning, "ProbeWarning", "%s probe warning: %s", kindTitle[k.kind], msg)
 		}
 	}
+	t := time.NewTimer(time.Until(notBefore))
+	defer t.Stop()
 	for {
-		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return
 		case <-t.C:
+		case <-w.now:
+			if time.Now().Before(notBefore) {
+				continue // the initial delay holds, and the timer ends it
+			}
 		}
-		wait = period
+		t.Reset(period) // from this run: a probe asked for now moves the next
 		if k.kind != Startup && !m.cfg.Results.Started(pod, c.Name, w.containerID) {
 			continue // startup gates the others
 		}
@@ -225,6 +246,7 @@ func (m *Manager) run(ctx context.Context, k key, w *worker, pod *corev1.Pod, c 
 				m.cfg.Results.tell(ctx, Update{UID: pod.UID, Container: c.Name, Kind: k.kind})
 			}
 			if k.kind == Startup {
+				m.probeNow(k)
 				return
 			}
 		case fails >= failure:

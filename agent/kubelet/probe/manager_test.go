@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cairn-os/cairn/test/poll"
 )
 
 // stopper records the containers the Manager stops.
@@ -129,5 +131,66 @@ func TestManager(t *testing.T) {
 	m.Remove(pod.UID)
 	if results.Ready(pod, "app", "c1") || !results.Started(pod, "app", "c1") {
 		t.Error("after Remove: want not Ready, Started (no startup probe)")
+	}
+}
+
+// TestReadyOnceStarted wants the readiness probe, whose period is long,
+// to run as soon as the startup probe succeeds: the container is ready
+// within a second of being started, not a readiness period later.
+func TestReadyOnceStarted(t *testing.T) {
+	var started atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/startup" && !started.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	host, portStr, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	port, _ := strconv.Atoi(portStr)
+	get := func(path string) corev1.ProbeHandler {
+		return corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt(port)}}
+	}
+
+	results := NewResults()
+	var startupRuns atomic.Int32
+	probed := func(_ *corev1.Pod, _ string, kind Kind, _ error) {
+		if kind == Startup {
+			startupRuns.Add(1)
+		}
+	}
+	m, err := New(Config{Runtime: struct{ criv1.RuntimeServiceClient }{}, Results: results, Stopper: &stopper{}, Probed: probed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.RemoveAll()
+	pod := &corev1.Pod{}
+	pod.UID = types.UID("uid-1")
+	pod.Spec.Containers = []corev1.Container{{
+		Name:           "app",
+		StartupProbe:   &corev1.Probe{ProbeHandler: get("/startup"), PeriodSeconds: 1, FailureThreshold: 100},
+		ReadinessProbe: &corev1.Probe{ProbeHandler: get("/ready"), PeriodSeconds: 600},
+	}}
+	m.Update(pod, host, []Running{{Name: "app", ContainerID: "c1"}})
+	// The readiness probe's first period began with the container, held
+	// back by the startup probe: once that failed twice, a second
+	// apart, the next readiness run is not due for ten minutes.
+	poll.Until(t, 10*time.Second, "two failed startup probes", func() error {
+		if n := startupRuns.Load(); n < 2 {
+			return fmt.Errorf("%d runs", n)
+		}
+		return nil
+	})
+	if results.Started(pod, "app", "c1") || results.Ready(pod, "app", "c1") {
+		t.Fatal("started or ready before the startup probe succeeded")
+	}
+	started.Store(true)
+	waitUpdate(t, results, Update{UID: "uid-1", Container: "app", Kind: Startup})
+	startedAt := time.Now()
+	waitUpdate(t, results, Update{UID: "uid-1", Container: "app", Kind: Readiness})
+	if d := time.Since(startedAt); d > 2*time.Second {
+		t.Errorf("ready %v after the startup probe succeeded, want at once (the readiness period is 600 s)", d)
+	}
+	if !results.Ready(pod, "app", "c1") {
+		t.Error("not Ready after the readiness probe succeeded")
 	}
 }

@@ -8,7 +8,7 @@
 //
 //   - startup gates the others: until it succeeds they do not run and
 //     the container is neither started nor ready; once it succeeds it
-//     stops;
+//     stops, and the readiness probe runs at once, not a period later;
 //   - readiness is the container's ready;
 //   - liveness (and startup) failing stops the container through the CRI,
 //     with its grace period, so that the pod worker restarts it as its
