@@ -4,6 +4,8 @@ import (
 	"runtime"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/cairn-os/cairn/agent/kubelet/pods"
 )
 
 // Pod admission: before the node starts a pod it first sees, it checks
@@ -24,6 +26,7 @@ var admitChecks = []admitCheck{
 	admitOSLabel,
 	admitOS,
 	admitSupplementalGroupsPolicy,
+	admitSysctls,
 }
 
 // admit returns why pod cannot run on node; "" if it can.
@@ -67,4 +70,10 @@ func admitSupplementalGroupsPolicy(pod *corev1.Pod, node *corev1.Node) (reason, 
 		return "", ""
 	}
 	return "SupplementalGroupsPolicyNotSupported", "SupplementalGroupsPolicy=Strict is not supported in this node"
+}
+
+// admitSysctls refuses a pod that asks for a sysctl the node does not
+// allow (agent/kubelet/pods says which it allows).
+func admitSysctls(pod *corev1.Pod, _ *corev1.Node) (reason, message string) {
+	return pods.AdmitSysctls(pod)
 }

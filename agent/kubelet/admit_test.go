@@ -36,6 +36,11 @@ func TestAdmit(t *testing.T) {
 		{name: "Strict supplemental groups, node supports it",
 			pod:  corev1.Pod{Spec: corev1.PodSpec{SecurityContext: &corev1.PodSecurityContext{SupplementalGroupsPolicy: &strict}}},
 			node: corev1.Node{Status: corev1.NodeStatus{Features: &corev1.NodeFeatures{SupplementalGroupsPolicy: &yes}}}},
+		{name: "safe sysctl",
+			pod: corev1.Pod{Spec: corev1.PodSpec{SecurityContext: &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: "kernel.shm_rmid_forced", Value: "1"}}}}}},
+		{name: "unsafe sysctl",
+			pod:    corev1.Pod{Spec: corev1.PodSpec{SecurityContext: &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: "kernel.msgmax", Value: "10000000000"}}}}},
+			reason: "SysctlForbidden", message: `Pod was rejected: forbidden sysctl: "kernel.msgmax" not allowlisted`},
 	} {
 		reason, message := admit(&tc.pod, &tc.node)
 		if reason != tc.reason || message != tc.message {
