@@ -67,7 +67,7 @@ func (k *Kubelet) newPodWorker(results *probe.Results) (w *pods.Worker, stop fun
 	b := record.NewBroadcasterWithCorrelatorOptions(record.CorrelatorOptions{SpamKeyFunc: spamKey})
 	k.events = b
 	w, err = pods.New(pods.Config{
-		Runtime: pc.Runtime, Images: pc.Images, LogRoot: pc.LogRoot, ClusterDNS: pc.ClusterDNS,
+		Runtime: pc.Runtime, Images: pc.Images, LogRoot: pc.LogRoot, PodsDir: k.podsDir(), ClusterDNS: pc.ClusterDNS,
 		Refs: k.refs, Started: results.Started,
 		Volumes: k.volumes,
 		Events:  b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: k.cfg.NodeName}),
