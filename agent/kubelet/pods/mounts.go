@@ -81,7 +81,9 @@ func containerMounts(pod *corev1.Pod, c *corev1.Container, paths map[string]stri
 }
 
 // subPath is the host path of sub inside the volume at dir, made a
-// directory if it does not exist, as the kubelet does. Symbolic links are
+// directory if it does not exist, as the kubelet does; sub is relative
+// and has no .. (the API checks a subPath so, not what a subPathExpr
+// expands to). Symbolic links are
 // resolved and checked before anything is made and again after, so that
 // a link a container left in its volume cannot point the mount, or the
 // directory made, outside of it. (A container swapping links at that very
@@ -89,7 +91,7 @@ func containerMounts(pod *corev1.Pod, c *corev1.Container, paths map[string]stri
 // that.)
 func subPath(dir, sub string) (string, error) {
 	if !filepath.IsLocal(sub) || slices.Contains(strings.Split(sub, "/"), "..") {
-		return "", fmt.Errorf("subPath %q: not a relative path inside the volume without ..", sub)
+		return "", fmt.Errorf("subPath %q: not a relative path inside the volume", sub)
 	}
 	root, err := filepath.EvalSymlinks(dir)
 	if err != nil {

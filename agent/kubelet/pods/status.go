@@ -36,13 +36,12 @@ func (s *Status) RetryAt() time.Time {
 // capMessages cuts the messages of the terminated containers to an equal
 // share each of what a pod may hold (maxPodMessages), as the kubelet does.
 func (s *Status) capMessages() {
-	all := [][]ContainerStatus{s.InitContainers, s.Containers, s.EphemeralContainers}
 	n := len(s.InitContainers) + len(s.Containers) + len(s.EphemeralContainers)
 	if n == 0 {
 		return
 	}
 	share := maxPodMessages / n
-	for _, css := range all {
+	for _, css := range [][]ContainerStatus{s.InitContainers, s.Containers, s.EphemeralContainers} {
 		for i := range css {
 			if cs := &css[i]; cs.State == Terminated && len(cs.Message) > share {
 				cs.Message = cs.Message[:share]
