@@ -102,21 +102,12 @@ func pushImages(ctx context.Context, reg *registry.Registry, b bins, refs []stri
 
 // busyboxImage is busybox with a link in /bin for each applet, as the
 // upstream image has them (specs run /bin/sysctl), and a shell as its
-// command. The shell, /bin/sh, is bash (bash-static): Debian's busybox
-// ash drops the variables of its environment whose names are no shell
-// names (data-1, from envFrom), which upstream's busybox passes on to
-// the commands it runs, as bash does, and specs run env in sh -c.
+// command.
 func busyboxImage(ctx context.Context, _ bins) (v1.Image, error) {
 	es, err := busyboxEntries(ctx, true)
 	if err != nil {
 		return nil, err
 	}
-	bash, err := os.ReadFile(BashStatic)
-	if err != nil {
-		return nil, fmt.Errorf("%w: install the Debian package bash-static (hack/deps.sh)", err)
-	}
-	es = slices.DeleteFunc(es, func(e entry) bool { return e.name == "bin/sh" })
-	es = append(es, entry{name: "bin/sh", mode: 0o755, data: bash})
 	return imageOf(es, nil, []string{"sh"})
 }
 
