@@ -76,6 +76,11 @@ func (r *Reader) Next() (Entry, error) {
 	}
 }
 
+// Partial is the text of a line begun in P entries that no F entry has
+// ended yet: what a container that exited printed last without a newline,
+// which containerd logs as P.
+func (r *Reader) Partial() []byte { return r.partial }
+
 // Tail returns the last n complete lines of r (every line when n <= 0)
 // and the Reader, positioned after them, to follow r with. Malformed lines
 // are skipped.

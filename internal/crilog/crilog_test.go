@@ -175,3 +175,22 @@ func TestFind(t *testing.T) {
 		}
 	}
 }
+
+// TestPartial reads the log of a container whose last output had no
+// newline: containerd writes it as a P entry that no F entry ends.
+func TestPartial(t *testing.T) {
+	log := sample + "2026-01-02T15:04:11Z stdout P DO\n2026-01-02T15:04:11Z stdout P NE\n"
+	got, r, err := Tail(strings.NewReader(log), 1)
+	if err != nil {
+		t.Fatalf("Tail: %v", err)
+	}
+	if diff := cmp.Diff([]string{"stdout: tick 1"}, lines(got)); diff != "" {
+		t.Errorf("Tail lines (-want +got):\n%s", diff)
+	}
+	if p := string(r.Partial()); p != "DONE" {
+		t.Errorf("Partial() = %q, want %q", p, "DONE")
+	}
+	if _, r, _ := Tail(strings.NewReader(sample), 0); r.Partial() != nil {
+		t.Errorf("Partial() of a log whose lines all ended = %q, want none", r.Partial())
+	}
+}

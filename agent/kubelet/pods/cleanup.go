@@ -21,10 +21,11 @@ const orphanLogsKeep = time.Minute
 const listTimeout = 10 * time.Second
 
 // Cleanup removes what pods the node no longer has left behind — their
-// sandboxes, their volumes and, orphanLogsKeep after it first found them,
-// their container logs —, those of pods deleted while the agent was not
-// running among them. keep says which pods the node still has. Failures
-// are logged: the next Cleanup tries again. Calls must not overlap.
+// sandboxes, their volumes, their termination messages and,
+// orphanLogsKeep after it first found them, their container logs —,
+// those of pods deleted while the agent was not running among them. keep
+// says which pods the node still has. Failures are logged: the next
+// Cleanup tries again. Calls must not overlap.
 func (w *Worker) Cleanup(ctx context.Context, keep func(types.UID) bool) {
 	log := w.cfg.Log
 	lctx, cancel := context.WithTimeout(ctx, listTimeout)
@@ -58,6 +59,7 @@ func (w *Worker) Cleanup(ctx context.Context, keep func(types.UID) bool) {
 			"pod", sb.GetMetadata().GetNamespace()+"/"+sb.GetMetadata().GetName())
 	}
 	w.removeOrphanVolumes(kept)
+	w.removeOrphanPodFiles(kept)
 	w.removeOrphanLogs(kept, w.now())
 }
 

@@ -47,9 +47,10 @@ func containerConfig(pod *corev1.Pod, c *corev1.Container, p containerParams) *c
 			LabelPodUID:        string(pod.UID),
 			LabelContainerName: c.Name,
 		},
-		LogPath: crilog.ContainerLog(c.Name, p.attempt),
-		Stdin:   c.Stdin,
-		Tty:     c.TTY,
+		Annotations: messageAnnotations(c),
+		LogPath:     crilog.ContainerLog(c.Name, p.attempt),
+		Stdin:       c.Stdin,
+		Tty:         c.TTY,
 		Linux: &criv1.LinuxContainerConfig{
 			Resources:       resources(c.Resources),
 			SecurityContext: securityContext(pod, c, p.pidTarget),

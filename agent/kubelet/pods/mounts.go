@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,8 +32,8 @@ type Volumes interface {
 
 // mounts sets up the pod's volumes if c mounts any and returns c's CRI
 // mounts of them, and of the pod's hosts file (etcHostsMount) in the pod
-// whose IP is podIP.
-func (w *Worker) mounts(ctx context.Context, pod *corev1.Pod, c *corev1.Container, podIP string) ([]*criv1.Mount, error) {
+// whose IP is podIP; env is c's environment, for subPathExpr.
+func (w *Worker) mounts(ctx context.Context, pod *corev1.Pod, c *corev1.Container, podIP string, env []*criv1.KeyValue) ([]*criv1.Mount, error) {
 	var out []*criv1.Mount
 	if len(c.VolumeMounts) > 0 {
 		if w.cfg.Volumes == nil {
@@ -42,7 +43,7 @@ func (w *Worker) mounts(ctx context.Context, pod *corev1.Pod, c *corev1.Containe
 		if err != nil {
 			return nil, err
 		}
-		if out, err = containerMounts(pod, c, paths); err != nil {
+		if out, err = containerMounts(pod, c, paths, env); err != nil {
 			return nil, err
 		}
 	}
@@ -56,8 +57,9 @@ func (w *Worker) mounts(ctx context.Context, pod *corev1.Pod, c *corev1.Containe
 // containerMounts turns c's volumeMounts into CRI mounts of the host
 // paths of the pod's volumes. Volumes whose files the node writes from the
 // API — projected, configMap, secret, downwardAPI — are read-only in every
-// container, as the kubelet mounts them.
-func containerMounts(pod *corev1.Pod, c *corev1.Container, paths map[string]string) ([]*criv1.Mount, error) {
+// container, as the kubelet mounts them. A subPathExpr is expanded with
+// c's environment env, then taken as a subPath.
+func containerMounts(pod *corev1.Pod, c *corev1.Container, paths map[string]string, env []*criv1.KeyValue) ([]*criv1.Mount, error) {
 	readOnly := map[string]bool{}
 	for _, v := range pod.Spec.Volumes {
 		readOnly[v.Name] = v.Projected != nil || v.ConfigMap != nil || v.Secret != nil || v.DownwardAPI != nil
@@ -68,12 +70,16 @@ func containerMounts(pod *corev1.Pod, c *corev1.Container, paths map[string]stri
 		if !ok {
 			return nil, fmt.Errorf("volume %q mounted at %s: the pod has no such volume", vm.Name, vm.MountPath)
 		}
+		sub := vm.SubPath
 		if vm.SubPathExpr != "" {
-			return nil, fmt.Errorf("volume %q mounted at %s: subPathExpr not supported yet", vm.Name, vm.MountPath)
-		}
-		if vm.SubPath != "" {
 			var err error
-			if host, err = subPath(host, vm.SubPath); err != nil {
+			if sub, err = expandSubPath(vm.SubPathExpr, env); err != nil {
+				return nil, fmt.Errorf("volume %q mounted at %s: %w", vm.Name, vm.MountPath, err)
+			}
+		}
+		if sub != "" {
+			var err error
+			if host, err = subPath(host, sub); err != nil {
 				return nil, fmt.Errorf("volume %q mounted at %s: %w", vm.Name, vm.MountPath, err)
 			}
 		}
@@ -83,14 +89,16 @@ func containerMounts(pod *corev1.Pod, c *corev1.Container, paths map[string]stri
 }
 
 // subPath is the host path of sub inside the volume at dir, made a
-// directory if it does not exist, as the kubelet does. Symbolic links are
+// directory if it does not exist, as the kubelet does; sub is relative
+// and has no .. (the API checks a subPath so, not what a subPathExpr
+// expands to). Symbolic links are
 // resolved and checked before anything is made and again after, so that
 // a link a container left in its volume cannot point the mount, or the
 // directory made, outside of it. (A container swapping links at that very
 // moment could still race the check; the kubelet's openat walk closes
 // that.)
 func subPath(dir, sub string) (string, error) {
-	if !filepath.IsLocal(sub) {
+	if !filepath.IsLocal(sub) || slices.Contains(strings.Split(sub, "/"), "..") {
 		return "", fmt.Errorf("subPath %q: not a relative path inside the volume", sub)
 	}
 	root, err := filepath.EvalSymlinks(dir)
@@ -118,6 +126,31 @@ func subPath(dir, sub string) (string, error) {
 		return "", fmt.Errorf("subPath %q: %w", sub, err)
 	}
 	return real, nil
+}
+
+// expandSubPath is the subPath that expr names: each $(VAR) replaced by
+// the value of the variable VAR of env, $$ a literal $, as the kubelet
+// expands it. A reference to a variable that env lacks, or whose value is
+// empty, is an error, as with the kubelet: the container waits
+// (CreateContainerConfigError) and a later attempt, with a new
+// environment (a downward API annotation set meanwhile), may succeed.
+func expandSubPath(expr string, env []*criv1.KeyValue) (string, error) {
+	vars := make(map[string]string, len(env))
+	for _, kv := range env {
+		vars[kv.Key] = string(kv.Value)
+	}
+	var missing []string
+	out := expand(expr, func(name string) (string, bool) {
+		v := vars[name]
+		if v == "" && !slices.Contains(missing, name) {
+			missing = append(missing, name)
+		}
+		return v, true
+	})
+	if len(missing) > 0 {
+		return "", fmt.Errorf("subPathExpr %q: no value for %s", expr, strings.Join(missing, ", "))
+	}
+	return out, nil
 }
 
 // inside resolves the links of p and checks that it stays under root, a

@@ -29,8 +29,11 @@ func TestContainerMounts(t *testing.T) {
 		{Name: "scratch", MountPath: "/scratch"},
 		{Name: "scratch", MountPath: "/ro", ReadOnly: true},
 		{Name: "scratch", MountPath: "/sub", SubPath: "a/b"},
+		{Name: "scratch", MountPath: "/expr", SubPathExpr: "$(ANNOTATION)/$(POD_NAME)-$$(POD_NAME)"},
 	}}
-	got, err := containerMounts(pod, c, paths)
+	env := []*criv1.KeyValue{{Key: "POD_NAME", Value: []byte("web-1")}, {Key: "ANNOTATION", Value: []byte("mypath")},
+		{Key: "EMPTY"}, {Key: "UP", Value: []byte("..")}, {Key: "ABS", Value: []byte("/tmp")}}
+	got, err := containerMounts(pod, c, paths, env)
 	if err != nil {
 		t.Fatalf("containerMounts = %v", err)
 	}
@@ -40,6 +43,7 @@ func TestContainerMounts(t *testing.T) {
 		{ContainerPath: "/scratch", HostPath: dir + "/scratch"},
 		{ContainerPath: "/ro", HostPath: dir + "/scratch", Readonly: true},
 		{ContainerPath: "/sub", HostPath: dir + "/scratch/a/b"},
+		{ContainerPath: "/expr", HostPath: dir + "/scratch/mypath/web-1-$(POD_NAME)"},
 	}
 	if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
 		t.Errorf("containerMounts (-want +got):\n%s", diff)
@@ -51,10 +55,14 @@ func TestContainerMounts(t *testing.T) {
 		want string
 	}{
 		{"no such volume", corev1.VolumeMount{Name: "nope", MountPath: "/x"}, `volume "nope" mounted at /x: the pod has no such volume`},
-		{"subPathExpr", corev1.VolumeMount{Name: "scratch", MountPath: "/x", SubPathExpr: "$(POD)"}, "subPathExpr not supported yet"},
+		{"subPathExpr of an undefined variable", corev1.VolumeMount{Name: "scratch", MountPath: "/x", SubPathExpr: "a/$(POD)"}, `subPathExpr "a/$(POD)": no value for POD`},
+		{"subPathExpr of an empty variable", corev1.VolumeMount{Name: "scratch", MountPath: "/x", SubPathExpr: "$(EMPTY)"}, "no value for EMPTY"},
+		{"subPathExpr to ..", corev1.VolumeMount{Name: "scratch", MountPath: "/x", SubPathExpr: "$(UP)"}, "not a relative path inside the volume"},
+		{"subPathExpr with .. inside", corev1.VolumeMount{Name: "scratch", MountPath: "/x", SubPathExpr: "a/$(UP)/b"}, "not a relative path inside the volume"},
+		{"subPathExpr to an absolute path", corev1.VolumeMount{Name: "scratch", MountPath: "/x", SubPathExpr: "$(ABS)"}, "not a relative path inside the volume"},
 		{"subPath leaving the volume", corev1.VolumeMount{Name: "scratch", MountPath: "/x", SubPath: "../api"}, "not a relative path inside the volume"},
 	} {
-		_, err := containerMounts(pod, &corev1.Container{VolumeMounts: []corev1.VolumeMount{tc.vm}}, paths)
+		_, err := containerMounts(pod, &corev1.Container{VolumeMounts: []corev1.VolumeMount{tc.vm}}, paths, env)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: containerMounts = %v, want an error with %q", tc.name, err, tc.want)
 		}

@@ -72,6 +72,13 @@ type Config struct {
 	Images  criv1.ImageServiceClient
 	// LogRoot holds the pods' log directories, /var/log/pods on a node.
 	LogRoot string
+	// PodsDir, if set, holds a directory per pod, named by its UID, where
+	// the worker writes the /etc/hosts of the pod's containers
+	// (etchosts.go) and their termination message files
+	// (termination.go); without it, they have the runtime's /etc/hosts
+	// and no such file. The kubelet makes it the Volumes' root, whose
+	// TearDown removes a pod's directory, the files with it.
+	PodsDir string
 	// ClusterDNS, if set, is the resolver of ClusterFirst pods.
 	ClusterDNS *ClusterDNS
 	// CgroupParent, if set, names the cgroup a pod's sandbox goes under;
@@ -99,12 +106,6 @@ type Config struct {
 	// Volumes, if set, keeps the volumes that containers mount; without
 	// it, a container that mounts one cannot start.
 	Volumes Volumes
-	// PodsDir, if set, holds a directory per pod, named by its UID, where
-	// the worker writes the /etc/hosts of the pod's containers
-	// (etchosts.go); without it, they have the runtime's. The kubelet
-	// makes it the Volumes' root, whose TearDown removes a pod's
-	// directory, the file with it.
-	PodsDir string
 	// Log receives what Sync and Cleanup only log; nil means
 	// slog.Default().
 	Log *slog.Logger
@@ -283,6 +284,7 @@ func (w *Worker) sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
 			errs = append(errs, err)
 		}
 	}
+	st.capMessages()
 	st.Phase = phase(pod, st.InitContainers, st.Containers)
 	return st, errors.Join(errs...)
 }
@@ -361,6 +363,7 @@ func (w *Worker) observe(ctx context.Context, pod *corev1.Pod, sandboxes []*criv
 		c := (*corev1.Container)(&pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
 		st.EphemeralContainers = append(st.EphemeralContainers, seen(c, corev1.RestartPolicyNever))
 	}
+	st.capMessages()
 	st.Phase = phase(pod, st.InitContainers, st.Containers)
 	return st, nil
 }
@@ -510,9 +513,14 @@ func (w *Worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 	if err != nil {
 		return w.failed(pod, c, waiting, &waitError{ErrCreateContainerConfig, err.Error()})
 	}
-	mounts, err := w.mounts(ctx, pod, c, sb.ip)
+	mounts, err := w.mounts(ctx, pod, c, sb.ip, env)
 	if err != nil {
 		return w.failed(pod, c, waiting, &waitError{ErrCreateContainerConfig, err.Error()})
+	}
+	if m, err := w.messageMount(pod, c, attempt); err != nil {
+		return w.failed(pod, c, waiting, &waitError{ErrCreateContainerConfig, err.Error()})
+	} else if m != nil {
+		mounts = append(mounts, m)
 	}
 	params := containerParams{attempt: attempt, image: image, env: env, mounts: mounts}
 	if target := ephemeralTarget(pod, c.Name); target != "" {
@@ -577,15 +585,18 @@ func (w *Worker) status(ctx context.Context, name, id string) (ContainerStatus, 
 // Terminate stops every container of pod, running preStop hooks and
 // giving each grace to exit after SIGTERM before SIGKILL, then stops and
 // removes its sandboxes, which removes the containers, their logs'
-// handles and the pod's network, and last removes the pod's volumes.
+// handles and the pod's network, and last removes the pod's volumes and
+// termination message files.
 func (w *Worker) Terminate(ctx context.Context, pod *corev1.Pod, grace time.Duration) error {
 	if err := w.kill(ctx, pod, grace); err != nil {
 		return fmt.Errorf("kill: %w", err)
 	}
 	if w.cfg.Volumes != nil {
-		return w.cfg.Volumes.TearDown(pod.UID)
+		if err := w.cfg.Volumes.TearDown(pod.UID); err != nil {
+			return err
+		}
 	}
-	return nil
+	return w.removePodFiles(pod.UID)
 }
 
 // kill stops and removes pod's containers and sandboxes, as Terminate.

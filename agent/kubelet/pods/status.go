@@ -33,6 +33,23 @@ func (s *Status) RetryAt() time.Time {
 	return at
 }
 
+// capMessages cuts the messages of the terminated containers to an equal
+// share each of what a pod may hold (maxPodMessages), as the kubelet does.
+func (s *Status) capMessages() {
+	n := len(s.InitContainers) + len(s.Containers) + len(s.EphemeralContainers)
+	if n == 0 {
+		return
+	}
+	share := maxPodMessages / n
+	for _, css := range [][]ContainerStatus{s.InitContainers, s.Containers, s.EphemeralContainers} {
+		for i := range css {
+			if cs := &css[i]; cs.State == Terminated && len(cs.Message) > share {
+				cs.Message = cs.Message[:share]
+			}
+		}
+	}
+}
+
 // State is a container's state, the API's three.
 type State string
 
@@ -100,6 +117,13 @@ func containerStatus(name string, cs *criv1.ContainerStatus) ContainerStatus {
 			if cs.ExitCode == 0 {
 				out.Reason = "Completed"
 			}
+		}
+		// What the container left is told after what the runtime said.
+		if msg := terminationMessage(cs); msg != "" {
+			if out.Message != "" {
+				out.Message += ": "
+			}
+			out.Message += msg
 		}
 	case criv1.ContainerState_CONTAINER_UNKNOWN:
 		out.Reason = "Unknown"

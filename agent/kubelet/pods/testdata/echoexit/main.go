@@ -5,6 +5,8 @@
 // With ECHO_ID=1 it first prints "uid=U gid=G" and whether it could write
 // a file in /: "root=writable" or "root=read-only". With IGNORE_TERM=1 it
 // ignores SIGTERM and, after its output, prints "waiting" and never exits.
+// With WRITE=PATH it writes $TEXT to the file PATH first (failing if it
+// cannot); with LAST=TEXT it prints TEXT last, with no newline.
 package main
 
 import (
@@ -22,6 +24,12 @@ import (
 func main() {
 	if os.Getenv("IGNORE_TERM") == "1" {
 		signal.Ignore(syscall.SIGTERM)
+	}
+	if path := os.Getenv("WRITE"); path != "" {
+		if err := os.WriteFile(path, []byte(os.Getenv("TEXT")), 0o644); err != nil {
+			fmt.Println(err)
+			os.Exit(3)
+		}
 	}
 	if os.Getenv("ECHO_ID") == "1" {
 		fmt.Printf("uid=%d gid=%d\n", os.Getuid(), os.Getgid())
@@ -50,6 +58,7 @@ func main() {
 			time.Sleep(time.Hour)
 		}
 	}
+	fmt.Print(os.Getenv("LAST"))
 	code, _ := strconv.Atoi(os.Getenv("EXIT_CODE"))
 	os.Exit(code)
 }
