@@ -30,7 +30,7 @@ func hostPath(src *corev1.HostPathVolumeSource) (string, error) {
 		return p, nil
 	case corev1.HostPathDirectoryOrCreate:
 		if !exists(p) {
-			return p, ignoreExist(os.MkdirAll(p, 0o755))
+			return made(p, ignoreExist(os.MkdirAll(p, 0o755)))
 		}
 		want = corev1.HostPathDirectory
 	case corev1.HostPathFileOrCreate:
@@ -40,7 +40,7 @@ func hostPath(src *corev1.HostPathVolumeSource) (string, error) {
 			if err == nil {
 				err = f.Close()
 			}
-			return p, ignoreExist(err)
+			return made(p, ignoreExist(err))
 		}
 		want = corev1.HostPathFile
 	case corev1.HostPathDirectory, corev1.HostPathFile, corev1.HostPathSocket, corev1.HostPathCharDev, corev1.HostPathBlockDev:
@@ -54,6 +54,14 @@ func hostPath(src *corev1.HostPathVolumeSource) (string, error) {
 	}
 	if got != want {
 		return "", fmt.Errorf("hostPath type check failed: %s is not a %s, it's a %s", p, typeNames[want], got)
+	}
+	return p, nil
+}
+
+// made is p once made, or err.
+func made(p string, err error) (string, error) {
+	if err != nil {
+		return "", err
 	}
 	return p, nil
 }
