@@ -184,16 +184,16 @@ func (e *volumeEnv) review(t *testing.T, token string, pod *corev1.Pod) {
 // set up yet to wait with the kubelet's reason and a message naming it.
 func (e *volumeEnv) testUnsupported(t *testing.T) {
 	pod := e.createPod(t, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "hostpath"},
+		ObjectMeta: metav1.ObjectMeta{Name: "nfs"},
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{
 				Name: "saread", Image: e.saread, ImagePullPolicy: corev1.PullIfNotPresent,
-				VolumeMounts: []corev1.VolumeMount{{Name: "host", MountPath: "/host"}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "nfs", MountPath: "/nfs"}},
 			}},
-			Volumes: []corev1.Volume{{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/etc"}}}},
+			Volumes: []corev1.Volume{{Name: "nfs", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "nfs.example", Path: "/"}}}},
 		},
 	})
-	const msg = `volume "host": type hostPath not supported yet`
+	const msg = `MountVolume.SetUp failed for volume "nfs" : type nfs not supported yet`
 	p := waitPod(t, e.c.Client, "default", pod.Name, 60*time.Second, "waiting for its volume", func(p *corev1.Pod) bool {
 		cs := p.Status.ContainerStatuses
 		return len(cs) == 1 && cs[0].State.Waiting != nil && cs[0].State.Waiting.Reason == pods.ErrCreateContainerConfig.Error()

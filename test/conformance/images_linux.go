@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"image"
+	"image/jpeg"
 	"io"
 	"maps"
 	"os"
@@ -50,6 +52,7 @@ var builders = map[string]func(ctx context.Context, b bins) (v1.Image, error){
 	"agnhost":           agnhostImage,
 	"busybox":           busyboxImage,
 	"glibc-dns-testing": glibcDNSTestingImage,
+	"kitten":            kittenImage,
 	"nonroot":           nonrootImage,
 	"nonewprivs":        nonewprivsImage,
 }
@@ -152,6 +155,37 @@ func nonewprivsImage(ctx context.Context, b bins) (v1.Image, error) {
 // it, with the user and group that upstream's image defines and porter's
 // test certificate at /localhost.crt and /localhost.key.
 func agnhostImage(ctx context.Context, b bins) (v1.Image, error) {
+	es, err := agnhostEntries(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	return imageOf(es, []string{"/agnhost"}, []string{"pause"})
+}
+
+// kittenImage is agnhost's with a picture, as upstream's kitten: /data.json
+// naming /kitten.jpg, which agnhost's test-webserver (its command) serves.
+// Its /etc/os-release names Alpine Linux, upstream's base, which this one
+// stands in for: the ImageVolume spec reads it there.
+func kittenImage(ctx context.Context, b bins) (v1.Image, error) {
+	es, err := agnhostEntries(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	var jpg bytes.Buffer
+	if err := jpeg.Encode(&jpg, image.NewGray(image.Rect(0, 0, 16, 16)), nil); err != nil {
+		return nil, fmt.Errorf("kitten.jpg: %w", err)
+	}
+	es = append(es,
+		entry{name: "kitten.jpg", mode: 0o644, data: jpg.Bytes()},
+		entry{name: "data.json", mode: 0o644, data: []byte(`{"picture": "kitten.jpg"}` + "\n")},
+		entry{name: "etc/os-release", mode: 0o644, data: []byte("NAME=\"cairn-test (stands in for Alpine Linux)\"\nID=cairn-test\n" +
+			"PRETTY_NAME=\"busybox and agnhost, built by Cairn's test/conformance in place of upstream's image on Alpine Linux\"\n")},
+	)
+	return imageOf(es, []string{"/agnhost"}, []string{"test-webserver"})
+}
+
+// agnhostEntries are the files of agnhost's image.
+func agnhostEntries(ctx context.Context, b bins) ([]entry, error) {
 	es, err := busyboxEntries(ctx, false)
 	if err != nil {
 		return nil, err
@@ -190,7 +224,7 @@ func agnhostImage(ctx context.Context, b bins) (v1.Image, error) {
 			es[i].data = append(es[i].data, "user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n"...)
 		}
 	}
-	return imageOf(es, []string{"/agnhost"}, []string{"pause"})
+	return es, nil
 }
 
 // glibcDNSTestingImage is a glibc root, as upstream's Debian one, for the

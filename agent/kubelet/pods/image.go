@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,10 +36,16 @@ type pullFailure struct {
 }
 
 // ensureImage makes the container's image present by its pull policy and
-// returns the runtime's reference to it (its image ID). Its errors are
-// waitErrors; while the image's pulls back off, ErrImagePullBackOff with
-// the time they may resume.
+// returns the runtime's reference to it (its image ID), after the images
+// of the image volumes it mounts, as the kubelet pulls those first. Its
+// errors are waitErrors; while the image's pulls back off,
+// ErrImagePullBackOff with the time they may resume.
 func (w *Worker) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Container, sandbox *criv1.PodSandboxConfig) (string, time.Time, error) {
+	for _, v := range volumeImages(pod, c) {
+		if _, until, err := w.ensureImage(ctx, pod, v, sandbox); err != nil {
+			return "", until, err
+		}
+	}
 	if _, err := reference.ParseNormalizedNamed(c.Image); err != nil {
 		msg := fmt.Sprintf("Failed to apply default image tag %q: couldn't parse image name %q: %v", c.Image, c.Image, err)
 		w.Event(pod, c.Name, corev1.EventTypeWarning, "InspectFailed", "%s", msg)
@@ -152,6 +159,20 @@ func (w *Worker) pullCredentials(ctx context.Context, pod *corev1.Pod, c *corev1
 		w.Event(pod, "", corev1.EventTypeWarning, "FailedToRetrieveImagePullSecret", "Some image pull secrets are not valid: %v", err)
 	}
 	return keys.lookup(c.Image)
+}
+
+// volumeImages are the images of the image volumes that c mounts, each as
+// a container to pull for, with no name, so that its events are about the
+// pod, as the kubelet's are.
+func volumeImages(pod *corev1.Pod, c *corev1.Container) []*corev1.Container {
+	var out []*corev1.Container
+	for _, v := range pod.Spec.Volumes {
+		if v.Image == nil || !slices.ContainsFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool { return vm.Name == v.Name }) {
+			continue
+		}
+		out = append(out, &corev1.Container{Image: v.Image.Reference, ImagePullPolicy: v.Image.PullPolicy})
+	}
+	return out
 }
 
 // pullPolicy is the container's, or the API server's default when unset:

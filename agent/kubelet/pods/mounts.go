@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/distribution/reference"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -41,6 +42,14 @@ func (w *Worker) mounts(ctx context.Context, pod *corev1.Pod, c *corev1.Containe
 		}
 		paths, err := w.cfg.Volumes.Setup(ctx, pod)
 		if err != nil {
+			// The kubelet's FailedMount event, one for each volume.
+			errs := []error{err}
+			if j, ok := err.(interface{ Unwrap() []error }); ok {
+				errs = j.Unwrap()
+			}
+			for _, e := range errs {
+				w.Event(pod, "", corev1.EventTypeWarning, "FailedMount", "%v", e)
+			}
 			return nil, err
 		}
 		if out, err = containerMounts(pod, c, paths, env); err != nil {
@@ -58,24 +67,42 @@ func (w *Worker) mounts(ctx context.Context, pod *corev1.Pod, c *corev1.Containe
 // paths of the pod's volumes. Volumes whose files the node writes from the
 // API — projected, configMap, secret, downwardAPI — are read-only in every
 // container, as the kubelet mounts them. A subPathExpr is expanded with
-// c's environment env, then taken as a subPath.
+// c's environment env, then taken as a subPath. An image volume is the
+// runtime's mount of its image (pulled by ensureImage), read-only.
 func containerMounts(pod *corev1.Pod, c *corev1.Container, paths map[string]string, env []*criv1.KeyValue) ([]*criv1.Mount, error) {
 	readOnly := map[string]bool{}
+	images := map[string]string{}
 	for _, v := range pod.Spec.Volumes {
 		readOnly[v.Name] = v.Projected != nil || v.ConfigMap != nil || v.Secret != nil || v.DownwardAPI != nil
+		if v.Image != nil {
+			images[v.Name] = v.Image.Reference
+		}
 	}
+	privileged := c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged
 	var out []*criv1.Mount
 	for _, vm := range c.VolumeMounts {
-		host, ok := paths[vm.Name]
-		if !ok {
-			return nil, fmt.Errorf("volume %q mounted at %s: the pod has no such volume", vm.Name, vm.MountPath)
+		prop, err := propagation(vm.MountPropagation, privileged)
+		if err != nil {
+			return nil, fmt.Errorf("volume %q mounted at %s: %w", vm.Name, vm.MountPath, err)
 		}
 		sub := vm.SubPath
 		if vm.SubPathExpr != "" {
-			var err error
 			if sub, err = expandSubPath(vm.SubPathExpr, env); err != nil {
 				return nil, fmt.Errorf("volume %q mounted at %s: %w", vm.Name, vm.MountPath, err)
 			}
+		}
+		if image, ok := images[vm.Name]; ok {
+			m, err := imageMount(image, vm.MountPath, sub)
+			if err != nil {
+				return nil, fmt.Errorf("volume %q mounted at %s: %w", vm.Name, vm.MountPath, err)
+			}
+			m.Propagation = prop
+			out = append(out, m)
+			continue
+		}
+		host, ok := paths[vm.Name]
+		if !ok {
+			return nil, fmt.Errorf("volume %q mounted at %s: the pod has no such volume", vm.Name, vm.MountPath)
 		}
 		if sub != "" {
 			var err error
@@ -83,9 +110,44 @@ func containerMounts(pod *corev1.Pod, c *corev1.Container, paths map[string]stri
 				return nil, fmt.Errorf("volume %q mounted at %s: %w", vm.Name, vm.MountPath, err)
 			}
 		}
-		out = append(out, &criv1.Mount{ContainerPath: vm.MountPath, HostPath: host, Readonly: vm.ReadOnly || readOnly[vm.Name]})
+		out = append(out, &criv1.Mount{ContainerPath: vm.MountPath, HostPath: host, Readonly: vm.ReadOnly || readOnly[vm.Name], Propagation: prop})
 	}
 	return out, nil
+}
+
+// imageMount is the CRI mount at path of the image volume of image: the
+// runtime finds the image by the name it pulled it as, and mounts it, or
+// its directory sub, read-only.
+func imageMount(image, path, sub string) (*criv1.Mount, error) {
+	if sub != "" && !filepath.IsLocal(sub) {
+		return nil, fmt.Errorf("subPath %q: not a relative path inside the volume", sub)
+	}
+	ref, err := reference.ParseDockerRef(image)
+	if err != nil {
+		return nil, fmt.Errorf("image %q: %w", image, err)
+	}
+	return &criv1.Mount{ContainerPath: path, Image: &criv1.ImageSpec{Image: ref.String()}, ImageSubPath: sub, Readonly: true}, nil
+}
+
+// propagation is the CRI's mount propagation for a volumeMount's, as the
+// kubelet translates it; Bidirectional only for a privileged container, as
+// the API server validates it.
+func propagation(mode *corev1.MountPropagationMode, privileged bool) (criv1.MountPropagation, error) {
+	if mode == nil {
+		return criv1.MountPropagation_PROPAGATION_PRIVATE, nil
+	}
+	switch *mode {
+	case corev1.MountPropagationNone:
+		return criv1.MountPropagation_PROPAGATION_PRIVATE, nil
+	case corev1.MountPropagationHostToContainer:
+		return criv1.MountPropagation_PROPAGATION_HOST_TO_CONTAINER, nil
+	case corev1.MountPropagationBidirectional:
+		if !privileged {
+			return 0, errors.New("Bidirectional mount propagation is available only to privileged containers")
+		}
+		return criv1.MountPropagation_PROPAGATION_BIDIRECTIONAL, nil
+	}
+	return 0, fmt.Errorf("invalid MountPropagation mode: %q", *mode)
 }
 
 // subPath is the host path of sub inside the volume at dir, made a

@@ -54,9 +54,9 @@ func TestRefreshDue(t *testing.T) {
 
 	// A volume that cannot be made fails the refresh, which is then
 	// tried again only after retryAfter; what was written stays.
-	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{}}})
-	if err := refresh(DefaultResync); err == nil || !strings.Contains(err.Error(), `volume "host": type hostPath not supported yet`) {
-		t.Errorf("Refresh with a hostPath volume = %v, want it not supported", err)
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "nfs", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{}}})
+	if err := refresh(DefaultResync); err == nil || !strings.Contains(err.Error(), `volume "nfs" : type nfs not supported yet`) {
+		t.Errorf("Refresh with an nfs volume = %v, want it not supported", err)
 	}
 	if err := refresh(retryAfter - time.Second); err != nil {
 		t.Errorf("Refresh within retryAfter of a failure = %v, want nothing done", err)

@@ -104,9 +104,9 @@ func TestResourceFieldRefErrors(t *testing.T) {
 		want string
 	}{
 		{"no such container", corev1.ResourceFieldSelector{ContainerName: "absent", Resource: "limits.cpu"},
-			`volume "podinfo": downwardAPI path "x": resourceFieldRef: no container "absent" in the pod`},
+			`MountVolume.SetUp failed for volume "podinfo" : downwardAPI path "x": resourceFieldRef: no container "absent" in the pod`},
 		{"no node", corev1.ResourceFieldSelector{ContainerName: "c", Resource: "limits.memory"},
-			`volume "podinfo": downwardAPI path "x": the node cannot read its Node`},
+			`MountVolume.SetUp failed for volume "podinfo" : downwardAPI path "x": the node cannot read its Node`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := e.createPod(t, &corev1.Pod{

@@ -3,7 +3,11 @@
 // volume the API server adds to every Pod (a service-account token from
 // TokenRequest, the kube-root-ca.crt ConfigMap, the namespace) and the
 // volumes made of the same parts — projected, configMap, secret and
-// downwardAPI volumes — plus emptyDir.
+// downwardAPI volumes — plus emptyDir and hostPath, whose path it checks
+// against the volume's type (or makes, for DirectoryOrCreate and
+// FileOrCreate) and returns as it is: the host's file is mounted, never
+// copied nor removed. An image volume has nothing on the host: the worker
+// pulls its image and the runtime mounts it (agent/kubelet/pods).
 //
 // A volume lives in Root/<pod UID>/volumes/<plugin>/<name>, its files
 // written atomically (see writeAtomic) and rewritten only when their
@@ -20,7 +24,12 @@
 // allows: tokens of the service accounts of pods bound to the node, and
 // the ConfigMaps and Secrets those pods refer to.
 //
-// Not yet here: other volume types (hostPath, PVCs, CSI…), fsGroup
+// A volume that cannot be set up is an error in the words of the
+// kubelet's FailedMount event: MountVolume.SetUp failed for volume "x" :
+// hostPath type check failed: /run/x.sock is not a socket file, it's a
+// Directory.
+//
+// Not yet here: other volume types (PVCs, CSI…), fsGroup
 // ownership and clusterTrustBundle sources; files live
 // on the node's disk, not in a tmpfs as the kubelet keeps secrets, and an
 // emptyDir of medium Memory is a plain directory too.
@@ -152,9 +161,28 @@ func (m *Manager) write(ctx context.Context, pod *corev1.Pod, pv *podVolumes, no
 	var errs []error
 	for i := range pod.Spec.Volumes {
 		v := &pod.Spec.Volumes[i]
+		switch {
+		case v.Image != nil:
+			// Nothing on the host: the runtime mounts the image
+			// (pods.containerMounts).
+			continue
+		case v.HostPath != nil:
+			// Checked, or made, once: the kubelet does not check
+			// again a path that its containers may have changed.
+			p, ok := pv.paths[v.Name]
+			if !ok {
+				var err error
+				if p, err = hostPath(v.HostPath); err != nil {
+					errs = append(errs, setupError(v.Name, err))
+					continue
+				}
+			}
+			paths[v.Name] = p
+			continue
+		}
 		plugin, err := pluginOf(v)
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, setupError(v.Name, err))
 			continue
 		}
 		dir := filepath.Join(m.Root, string(pod.UID), "volumes", plugin, v.Name)
@@ -164,7 +192,7 @@ func (m *Manager) write(ctx context.Context, pod *corev1.Pod, pv *podVolumes, no
 				err = os.Chmod(dir, 0o777)
 			}
 			if err != nil {
-				errs = append(errs, fmt.Errorf("volume %q: %w", v.Name, err))
+				errs = append(errs, setupError(v.Name, err))
 				continue
 			}
 			paths[v.Name] = dir
@@ -175,7 +203,7 @@ func (m *Manager) write(ctx context.Context, pod *corev1.Pod, pv *podVolumes, no
 			_, err = writeAtomic(dir, files)
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("volume %q: %w", v.Name, err))
+			errs = append(errs, setupError(v.Name, err))
 			continue
 		}
 		if !due.IsZero() && due.Before(next) {
@@ -209,7 +237,13 @@ func pluginOf(v *corev1.Volume) (string, error) {
 	case v.EmptyDir != nil:
 		return "kubernetes.io~empty-dir", nil
 	}
-	return "", fmt.Errorf("volume %q: type %s not supported yet", v.Name, volumeType(v))
+	return "", fmt.Errorf("type %s not supported yet", volumeType(v))
+}
+
+// setupError is why the volume named name could not be set up, in the
+// words of the kubelet's FailedMount event.
+func setupError(name string, err error) error {
+	return fmt.Errorf("MountVolume.SetUp failed for volume %q : %w", name, err)
 }
 
 // TearDown removes the pod's volumes; call it once its containers are

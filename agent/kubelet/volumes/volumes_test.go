@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/cairn-os/cairn/test/kube"
 	"github.com/cairn-os/cairn/test/poll"
@@ -328,14 +329,17 @@ func TestSetupErrors(t *testing.T) {
 		volume corev1.Volume
 		want   string
 	}{
-		{"unsupported type", corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/etc"}}},
-			`volume "host": type hostPath not supported yet`},
+		{"unsupported type", corev1.Volume{Name: "nfs", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "nfs.example", Path: "/"}}},
+			`MountVolume.SetUp failed for volume "nfs" : type nfs not supported yet`},
+		{"hostPath of another type", corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
+			Path: "/etc/hostname", Type: ptr.To(corev1.HostPathDirectory)}}},
+			`MountVolume.SetUp failed for volume "host" : hostPath type check failed: /etc/hostname is not a directory, it's a File`},
 		{"missing ConfigMap", corev1.Volume{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: "missing"}}}},
-			`volume "cfg": configmap "missing": configmaps "missing" not found`},
+			`MountVolume.SetUp failed for volume "cfg" : configmap "missing": configmaps "missing" not found`},
 		{"missing key", corev1.Volume{Name: "ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}, Items: []corev1.KeyToPath{{Key: "nokey", Path: "x"}}}}},
-			`volume "ca": configmap "kube-root-ca.crt" has no key "nokey"`},
+			`MountVolume.SetUp failed for volume "ca" : configmap "kube-root-ca.crt" has no key "nokey"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := e.createPod(t, &corev1.Pod{
