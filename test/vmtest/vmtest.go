@@ -62,11 +62,22 @@ func Run(t *testing.T, o Options) bool {
 	if os.Getenv(EnvGuest) != "" {
 		return true
 	}
-	if err := run(t, ".", testPattern(t.Name()), o, func(s string) { t.Log(s) }); err != nil {
+	err := run(t, ".", testPattern(t.Name()), o, func(s string) { t.Log(s) })
+	var skipped skippedError
+	if errors.As(err, &skipped) {
+		t.Skip(err)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	return false
 }
+
+// skippedError says the test skipped in the VM: it skips on the host too,
+// so that a pass never hides a body that did not run.
+type skippedError struct{ line string }
+
+func (e skippedError) Error() string { return "the test skipped in the VM: " + e.line }
 
 // testPattern is the -test.run pattern matching the test (or subtest)
 // named name alone.
@@ -139,13 +150,16 @@ func run(t *testing.T, pkgDir, pattern string, o Options, log func(string)) erro
 		return fmt.Errorf("boot the VM: %w", err)
 	}
 	log(fmt.Sprintf("vmtest: running %s in the VM (%s)", pattern, vm.Accel()))
-	result, err := relay(vm, o.Timeout, log)
+	result, skip, err := relay(vm, o.Timeout, log)
 	if err != nil {
 		return err
 	}
 	log(fmt.Sprintf("vmtest: the VM ended %s after the build started", time.Since(start).Round(100*time.Millisecond)))
 	if result != "PASS" {
 		return fmt.Errorf("%s in the VM: %s", pattern, result)
+	}
+	if skip != "" {
+		return skippedError{skip}
 	}
 	return nil
 }
@@ -196,43 +210,27 @@ func writeInitramfs(out string, files map[string]string, c protocol.Config) erro
 }
 
 // relay logs the VM's console line by line until QEMU exits, and returns
-// what the guest's result line says. It kills the VM after timeout.
-func relay(vm *qemu.VM, timeout time.Duration, log func(string)) (string, error) {
-	var console *os.File
+// what the guest's result line says and the line saying that the test
+// skipped, if it did. It kills the VM after timeout.
+func relay(vm *qemu.VM, timeout time.Duration, log func(string)) (result, skip string, err error) {
+	c := &consoleLines{log: log}
+	var f *os.File
 	defer func() {
-		if console != nil {
-			console.Close()
+		if f != nil {
+			f.Close()
 		}
 	}()
-	var pending []byte
-	result := ""
-	// flush logs the complete lines read since the last call (all of them
-	// once QEMU has exited).
-	flush := func(final bool) {
-		if console == nil {
-			f, err := os.Open(vm.Opts.ConsoleLog)
+	// read takes what QEMU wrote to the console since the last call.
+	read := func() {
+		if f == nil {
+			opened, err := os.Open(vm.Opts.ConsoleLog)
 			if err != nil {
 				return // QEMU has not created it yet
 			}
-			console = f
+			f = opened
 		}
-		more, _ := io.ReadAll(console)
-		pending = append(pending, more...)
-		for {
-			i := bytes.IndexByte(pending, '\n')
-			if i < 0 && !final || len(pending) == 0 {
-				return
-			}
-			if i < 0 {
-				i = len(pending)
-			}
-			line := strings.TrimRight(string(pending[:i]), "\r")
-			pending = pending[min(i+1, len(pending)):]
-			if r, ok := strings.CutPrefix(line, protocol.ResultPrefix); ok {
-				result = r
-			}
-			log("guest: " + line)
-		}
+		more, _ := io.ReadAll(f)
+		c.add(more)
 	}
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
@@ -241,20 +239,63 @@ func relay(vm *qemu.VM, timeout time.Duration, log func(string)) (string, error)
 	for {
 		select {
 		case <-vm.Done():
-			flush(true)
+			read()
+			c.end()
 			if err := vm.Wait(); err != nil {
-				return "", fmt.Errorf("the VM failed: %w", err)
+				return "", "", fmt.Errorf("the VM failed: %w", err)
 			}
-			if result == "" {
-				return "", errors.New("the VM ended without the test's result: see the guest's console above")
+			if c.result == "" {
+				return "", "", errors.New("the VM ended without the test's result: see the guest's console above")
 			}
-			return result, nil
+			return c.result, c.skip, nil
 		case <-deadline.C:
 			vm.Kill()
-			flush(true)
-			return "", fmt.Errorf("the VM did not end within %s: see the guest's console above", timeout)
+			read()
+			c.end()
+			return "", "", fmt.Errorf("the VM did not end within %s: see the guest's console above", timeout)
 		case <-tick.C:
-			flush(false)
+			read()
 		}
 	}
+}
+
+// consoleLines splits the guest's console into lines for log, and keeps
+// what the guest's result line says and the line saying that the test
+// (not a subtest: its line is indented) skipped.
+type consoleLines struct {
+	log          func(string)
+	pending      []byte
+	result, skip string
+}
+
+// add takes more of the console; a line is logged once it is complete.
+func (c *consoleLines) add(p []byte) {
+	c.pending = append(c.pending, p...)
+	for {
+		i := bytes.IndexByte(c.pending, '\n')
+		if i < 0 {
+			return
+		}
+		c.line(string(c.pending[:i]))
+		c.pending = c.pending[i+1:]
+	}
+}
+
+// end logs the last line, if the console did not end with a newline.
+func (c *consoleLines) end() {
+	if len(c.pending) > 0 {
+		c.line(string(c.pending))
+		c.pending = nil
+	}
+}
+
+func (c *consoleLines) line(l string) {
+	l = strings.TrimRight(l, "\r")
+	if r, ok := strings.CutPrefix(l, protocol.ResultPrefix); ok {
+		c.result = r
+	}
+	if strings.HasPrefix(l, "--- SKIP: ") {
+		c.skip = l
+	}
+	c.log("guest: " + l)
 }

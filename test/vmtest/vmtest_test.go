@@ -4,7 +4,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/cairn-os/cairn/rootfs"
+	"github.com/cairn-os/cairn/test/vmtest/internal/protocol"
 )
 
 // TestGuestFailureFailsTheTest boots testdata/guestfails, whose test
@@ -41,5 +44,28 @@ func TestTestPattern(t *testing.T) {
 		if got := testPattern(name); got != want {
 			t.Errorf("testPattern(%q) = %q, want %q", name, got, want)
 		}
+	}
+}
+
+// TestConsoleLines feeds a guest's console in pieces that split lines.
+func TestConsoleLines(t *testing.T) {
+	console := "[    1.0] kernel says\r\n=== RUN   TestA\r\n    --- SKIP: TestA/sub (0.00s)\r\n--- SKIP: TestA (0.00s)\r\nPASS\r\n\r\n" +
+		protocol.ResultPrefix + "PASS\r\n[    2.0] reboot: Power down"
+	var logged []string
+	c := &consoleLines{log: func(s string) { logged = append(logged, s) }}
+	for i := 0; i < len(console); i += 7 {
+		c.add([]byte(console[i:min(i+7, len(console))]))
+	}
+	c.end()
+	want := []string{
+		"guest: [    1.0] kernel says", "guest: === RUN   TestA", "guest:     --- SKIP: TestA/sub (0.00s)",
+		"guest: --- SKIP: TestA (0.00s)", "guest: PASS", "guest: ", "guest: " + protocol.ResultPrefix + "PASS",
+		"guest: [    2.0] reboot: Power down",
+	}
+	if diff := cmp.Diff(want, logged); diff != "" {
+		t.Errorf("logged lines (-want +got):\n%s", diff)
+	}
+	if c.result != "PASS" || c.skip != "--- SKIP: TestA (0.00s)" {
+		t.Errorf("result %q, skip %q; want PASS and TestA's skip", c.result, c.skip)
 	}
 }
