@@ -61,7 +61,7 @@ type Options struct {
 	Notify func(string)
 	// Kernel, if set, is booted directly instead of Disk: no firmware, no
 	// disk, no NIC, and QEMU exits when the guest powers off or reboots.
-	// ConsoleLog must be set.
+	// Set ConsoleLog too: its default is named after Disk.
 	Kernel *KernelBoot
 }
 
