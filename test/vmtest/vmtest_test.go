@@ -1,6 +1,7 @@
 package vmtest
 
 import (
+	"encoding/binary"
 	"strings"
 	"testing"
 
@@ -67,5 +68,30 @@ func TestConsoleLines(t *testing.T) {
 	}
 	if c.result != "PASS" || c.skip != "--- SKIP: TestA (0.00s)" {
 		t.Errorf("result %q, skip %q; want PASS and TestA's skip", c.result, c.skip)
+	}
+}
+
+// TestBzPayloadRefuses checks what is not an xz kernel in a bzImage: the
+// real kernel's payload is tested by booting it (TestGuestFailureFailsTheTest).
+func TestBzPayloadRefuses(t *testing.T) {
+	header := func(payloadLen uint32, payload string) []byte {
+		bz := make([]byte, 5*512)
+		copy(bz[0x202:], "HdrS")
+		bz[0x1f1] = 4
+		binary.LittleEndian.PutUint32(bz[0x248:], 0)
+		binary.LittleEndian.PutUint32(bz[0x24c:], payloadLen)
+		return append(bz, payload...)
+	}
+	for name, bz := range map[string][]byte{
+		"no setup header":       make([]byte, 4096),
+		"payload out of bounds": header(100, "\xfd7zXZ\x00"),
+		"gzip payload":          header(4, "\x1f\x8b\x08\x00"),
+	} {
+		if _, err := bzPayload(bz); err == nil {
+			t.Errorf("bzPayload(%s) = nil error, want one", name)
+		}
+	}
+	if p, err := bzPayload(header(7, "\xfd7zXZ\x00!tail")); err != nil || string(p) != "\xfd7zXZ\x00!" {
+		t.Errorf("bzPayload() = %q, %v; want the 7 bytes of the xz payload", p, err)
 	}
 }
