@@ -11,11 +11,11 @@ import (
 	"github.com/cairn-os/cairn/test/vmtest"
 )
 
-// TestApplyLinksBondVLAN makes, in a VM on the node's kernel and in a network namespace of the test's, a
-// bond of two veth links (one by name, one by MAC) with a VLAN on it and
-// a VLAN on a plain link, then applies the config again without the
-// bond's VLAN, then without the bond: what the config no longer has is
-// removed, the rest kept.
+// TestApplyLinksBondVLAN makes, in a VM on the node's kernel and in a
+// network namespace of the test's, a bond of two veth links (one by name,
+// one by MAC) with a VLAN on it and a VLAN on a plain link, then applies
+// the config again without the bond's VLAN, then without the bond: what
+// the config no longer has is removed, the rest kept.
 func TestApplyLinksBondVLAN(t *testing.T) {
 	// This host's kernel may lack bonding and 802.1Q; the node's has them.
 	if !vmtest.Run(t, vmtest.Options{Modules: []string{"bonding", "8021q", "veth"}}) {
