@@ -1,75 +1,25 @@
 package main
 
 import (
-	"errors"
 	"net"
-	"os"
-	"runtime"
 	"syscall"
 	"testing"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/cairn-os/cairn/machineconfig"
-	"github.com/cairn-os/cairn/test/need"
+	"github.com/cairn-os/cairn/test/vmtest"
 )
 
-// needLinkKinds skips the test when the kernel cannot make bonds and VLANs,
-// as this host's, built without bonding or 802.1Q and without loadable
-// modules. It skips even with need.EnvNoSkip set: no package installs a
-// kernel option. It tries in a network namespace of its own, on a thread
-// of its own.
-func needLinkKinds(t *testing.T) {
-	t.Helper()
-	need.Root(t, "network namespaces")
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	ns, err := netns.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	defer func() {
-		if err := netns.Set(orig); err != nil {
-			panic(err) // the thread is in the wrong namespace
-		}
-	}()
-	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "probe0"}, PeerName: "probe1"}); err != nil {
-		t.Fatal(err)
-	}
-	parent, err := netlink.LinkByName("probe0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for kind, link := range map[string]netlink.Link{
-		"bond": netlink.NewLinkBond(netlink.LinkAttrs{Name: "probe2"}),
-		"vlan": &netlink.Vlan{LinkAttrs: netlink.LinkAttrs{Name: "probe3", ParentIndex: parent.Attrs().Index}, VlanId: 9},
-	} {
-		err := netlink.LinkAdd(link)
-		if errors.Is(err, unix.EOPNOTSUPP) {
-			t.Skipf("the kernel cannot make %s links (CONFIG_BONDING, CONFIG_VLAN_8021Q): %v", kind, err)
-		}
-		if err != nil {
-			t.Fatalf("make a %s link: %v", kind, err)
-		}
-	}
-}
-
-// TestApplyLinksBondVLAN makes, in a network namespace of the test's, a
-// bond of two veth links (one by name, one by MAC) with a VLAN on it and
-// a VLAN on a plain link, then applies the config again without the
-// bond's VLAN, then without the bond: what the config no longer has is
-// removed, the rest kept.
+// TestApplyLinksBondVLAN makes, in a VM on the node's kernel and in a
+// network namespace of the test's, a bond of two veth links (one by name,
+// one by MAC) with a VLAN on it and a VLAN on a plain link, then applies
+// the config again without the bond's VLAN, then without the bond: what
+// the config no longer has is removed, the rest kept.
 func TestApplyLinksBondVLAN(t *testing.T) {
-	if os.Getenv("CAIRN_NS_CHILD") == "" {
-		needLinkKinds(t)
+	// This host's kernel may lack bonding and 802.1Q; the node's has them.
+	if !vmtest.Run(t, vmtest.Options{Modules: []string{"bonding", "8021q", "veth"}}) {
+		return
 	}
 	if !inNamespaces(t, syscall.CLONE_NEWNET) {
 		return

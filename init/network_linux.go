@@ -119,8 +119,10 @@ func findLink(ic machineconfig.Interface, wait time.Duration) (netlink.Link, err
 	}
 	matches := func(l netlink.Link) bool {
 		a := l.Attrs()
+		// A bond member carries the bond's MAC; the bond keeps the one it had.
+		member, _ := a.Slave.(*netlink.BondSlave)
 		return ic.Name != "" && a.Name == ic.Name ||
-			mac != nil && bytes.Equal(a.HardwareAddr, mac) ||
+			mac != nil && (bytes.Equal(a.HardwareAddr, mac) || member != nil && bytes.Equal(member.PermHardwareAddr, mac)) ||
 			ic.Name == "" && ic.MAC == "" && l.Type() == "device" && a.Flags&net.FlagLoopback == 0
 	}
 	deadline := time.Now().Add(wait)

@@ -59,7 +59,15 @@ type Options struct {
 	Stall time.Duration
 	// Notify, if set, is told in one line when the VM falls back to TCG.
 	Notify func(string)
+	// Kernel, if set, is booted directly instead of Disk: no firmware, no
+	// disk, no NIC, and QEMU exits when the guest powers off or reboots.
+	// Set ConsoleLog too: its default is named after Disk.
+	Kernel *KernelBoot
 }
+
+// KernelBoot is a kernel QEMU boots directly, with its initramfs and
+// command line.
+type KernelBoot struct{ Kernel, Initrd, Append string }
 
 // VM is a running QEMU process.
 type VM struct {
@@ -146,6 +154,9 @@ func newVM(o Options) (*VM, error) {
 	if err != nil {
 		return nil, errors.New("qemu-system-x86_64 not found: install the Debian package qemu-system-x86")
 	}
+	if o.Kernel != nil {
+		return &VM{Opts: o, qemu: qemu, qmp: o.ConsoleLog + ".qmp", accel: o.Accel, done: make(chan struct{})}, nil
+	}
 	for _, f := range []string{ovmfCode, ovmfVars} {
 		if _, err := os.Stat(f); err != nil {
 			return nil, fmt.Errorf("%s missing: install the Debian package ovmf", f)
@@ -172,9 +183,12 @@ type attempt struct {
 // this process dies, however it dies. It returns once the first QEMU has
 // started.
 func (vm *VM) start(attempts []attempt) error {
-	format, err := diskFormat(vm.Opts.Disk)
-	if err != nil {
-		return err
+	var format string
+	if vm.Opts.Kernel == nil {
+		var err error
+		if format, err = diskFormat(vm.Opts.Disk); err != nil {
+			return err
+		}
 	}
 	started := make(chan error, 1)
 	go func() {
@@ -211,14 +225,20 @@ func (vm *VM) run(a attempt, format string, started chan<- error) (failed string
 		"-smp", strconv.Itoa(vm.Opts.CPUs),
 		"-m", strconv.Itoa(vm.Opts.MemoryMiB),
 		"-nodefaults", "-display", "none", "-vga", "none",
-		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+ovmfCode,
-		"-drive", "if=pflash,format=raw,unit=1,file="+vm.Opts.EFIVars,
-		"-drive", "if=virtio,format="+format+",file="+vm.Opts.Disk,
-		"-netdev", netdev(vm.Opts),
-		"-device", "virtio-net-pci,netdev=n0",
 		"-serial", "file:"+vm.Opts.ConsoleLog,
 		"-qmp", "unix:"+vm.qmp+",server=on,wait=off",
 	)
+	if k := vm.Opts.Kernel; k != nil {
+		args = append(args, "-kernel", k.Kernel, "-initrd", k.Initrd, "-append", k.Append, "-no-reboot")
+	} else {
+		args = append(args,
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+ovmfCode,
+			"-drive", "if=pflash,format=raw,unit=1,file="+vm.Opts.EFIVars,
+			"-drive", "if=virtio,format="+format+",file="+vm.Opts.Disk,
+			"-netdev", netdev(vm.Opts),
+			"-device", "virtio-net-pci,netdev=n0",
+		)
+	}
 	if vm.Opts.IsolatedNIC {
 		// A hub with nothing else on it: frames go nowhere, DHCP times out.
 		args = append(args, "-netdev", "hubport,id=n1,hubid=1", "-device", "virtio-net-pci,netdev=n1")
