@@ -45,12 +45,12 @@ $(CLUSTER) &: test/cluster/go.mod test/cluster/go.sum hack/build-cluster.sh
 # (see hack/build-conformance.sh); rebuilt only when they change. Its
 # kubectl is the cluster's.
 CONFORMANCE_BIN := $(OUT)/conformance/bin
-CONFORMANCE_SUITE := $(addprefix $(CONFORMANCE_BIN)/,e2e.test ginkgo agnhost nnp localhost.crt localhost.key)
+CONFORMANCE_SUITE := $(addprefix $(CONFORMANCE_BIN)/,e2e.test ginkgo agnhost nnp busybox localhost.crt localhost.key)
 
 .PHONY: conformance-suite conformance
 conformance-suite: cluster $(CONFORMANCE_SUITE)
 
-$(CONFORMANCE_SUITE) &: test/cluster/go.mod test/cluster/go.sum hack/build-conformance.sh
+$(CONFORMANCE_SUITE) &: test/cluster/go.mod test/cluster/go.sum hack/build-conformance.sh hack/build-busybox.sh
 	GO=$(GO) ./hack/build-conformance.sh $(CONFORMANCE_BIN)
 
 build: components

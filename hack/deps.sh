@@ -8,7 +8,8 @@ pkgs=(
   squashfs-tools cpio kmod dpkg        # root filesystem, modules.dep
   dosfstools mtools gdisk e2fsprogs    # ESP, GPT checks, STATE
   nftables                             # nft: in the image, and for the CNI tests
-  busybox-static bash-static curl      # the conformance images: busybox, agnhost's shells and curl
+  busybox-static bash-static curl      # the test images: busybox, agnhost's shells and curl
+  make patch bzip2 xz-utils            # hack/build-busybox.sh: the conformance images' busybox from Debian's source
   iproute2                             # ip netns, veth: the network tests
   chrony                               # chronyd -x: a real NTP server on loopback for init's time keeper tests
   binutils ca-certificates             # objdump in tests, CA bundle

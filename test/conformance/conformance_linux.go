@@ -72,10 +72,9 @@ func Run(tb testing.TB, s Suite) Result {
 	need.Root(tb, "containerd and cairn-agent run as root")
 	dir := binDir(tb)
 	e2eTest, ginkgo := filepath.Join(dir, "e2e.test"), filepath.Join(dir, "ginkgo")
-	for _, name := range []string{"e2e.test", "ginkgo", "agnhost", "nnp", "localhost.crt", "localhost.key"} {
+	for _, name := range []string{"e2e.test", "ginkgo", "agnhost", "nnp", "busybox", "localhost.crt", "localhost.key"} {
 		need.Built(tb, filepath.Join(dir, name), "conformance-suite", EnvBin)
 	}
-	need.File(tb, Busybox, "busybox-static")
 	if s.ReportDir == "" {
 		s.ReportDir = tb.TempDir()
 	}

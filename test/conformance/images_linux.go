@@ -27,11 +27,6 @@ import (
 	"github.com/cairn-os/cairn/test/registry"
 )
 
-// Busybox is the static busybox of Debian's busybox-static package
-// (hack/deps.sh installs it): the busybox image, and the shell and tools
-// in agnhost's.
-const Busybox = "/bin/busybox"
-
 // epoch stamps every file and image config, so the same inputs make the
 // same digest.
 var epoch = time.Unix(0, 0).UTC()
@@ -107,8 +102,8 @@ func pushImages(ctx context.Context, reg *registry.Registry, b bins, refs []stri
 // busyboxImage is busybox with a link in /bin for each applet, as the
 // upstream image has them (specs run /bin/sysctl), and a shell as its
 // command.
-func busyboxImage(ctx context.Context, _ bins) (v1.Image, error) {
-	es, err := busyboxEntries(ctx, true)
+func busyboxImage(ctx context.Context, b bins) (v1.Image, error) {
+	es, err := busyboxEntries(ctx, b, true)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +129,7 @@ func nonrootImage(ctx context.Context, b bins) (v1.Image, error) {
 // nonewprivsImage is busybox with nnp, set-user-ID root, as its command:
 // it prints the effective user ID, which no_new_privs keeps the caller's.
 func nonewprivsImage(ctx context.Context, b bins) (v1.Image, error) {
-	es, err := busyboxEntries(ctx, true)
+	es, err := busyboxEntries(ctx, b, true)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +181,7 @@ func kittenImage(ctx context.Context, b bins) (v1.Image, error) {
 
 // agnhostEntries are the files of agnhost's image.
 func agnhostEntries(ctx context.Context, b bins) ([]entry, error) {
-	es, err := busyboxEntries(ctx, false)
+	es, err := busyboxEntries(ctx, b, false)
 	if err != nil {
 		return nil, err
 	}
@@ -232,8 +227,8 @@ func agnhostEntries(ctx context.Context, b bins) ([]entry, error) {
 // hostname (whose -f looks the name up through NSS) and getent, with the
 // libraries they link, an nsswitch.conf that reads /etc/hosts before
 // DNS, and busybox for the other tools (cat, ls…).
-func glibcDNSTestingImage(ctx context.Context, _ bins) (v1.Image, error) {
-	es, err := busyboxEntries(ctx, true)
+func glibcDNSTestingImage(ctx context.Context, b bins) (v1.Image, error) {
+	es, err := busyboxEntries(ctx, b, true)
 	if err != nil {
 		return nil, err
 	}
@@ -315,16 +310,18 @@ func hostProgram(ctx context.Context, path, name string) ([]entry, error) {
 	return append(ds, es...), nil
 }
 
-// busyboxEntries are the files of a busybox root: the binary, a link per
+// busyboxEntries are the files of a busybox root: b's busybox
+// (hack/build-busybox.sh: Debian's, with an ash that keeps every
+// environment variable, as upstream's does), a link per
 // applet (all in /bin if flat, as in the busybox image, or else where
 // busybox --list-full puts them, as in Alpine's, agnhost's base),
 // /etc/passwd and /etc/group with root and nobody, and /tmp.
-func busyboxEntries(ctx context.Context, flat bool) ([]entry, error) {
-	bin, err := os.ReadFile(Busybox)
+func busyboxEntries(ctx context.Context, b bins, flat bool) ([]entry, error) {
+	bin, err := b.read("busybox")
 	if err != nil {
-		return nil, fmt.Errorf("%w: install the Debian package busybox-static (hack/deps.sh)", err)
+		return nil, err
 	}
-	out, err := exec.CommandContext(ctx, Busybox, "--list-full").Output()
+	out, err := exec.CommandContext(ctx, filepath.Join(string(b), "busybox"), "--list-full").Output()
 	if err != nil {
 		return nil, fmt.Errorf("busybox --list-full: %w", err)
 	}
