@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"crypto/x509"
 	"strings"
 
 	"github.com/cairn-os/cairn/machineconfig"
@@ -20,6 +21,7 @@ var minRole = map[string]string{
 	"Logs":           machineconfig.RoleReader,
 	"Containers":     machineconfig.RoleReader,
 	"PodLogs":        machineconfig.RoleReader,
+	"Audit":          machineconfig.RoleOperator,
 	"Reboot":         machineconfig.RoleOperator,
 	"Shutdown":       machineconfig.RoleOperator,
 	"ServiceRestart": machineconfig.RoleOperator,
@@ -45,22 +47,36 @@ func authorizeStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo,
 	return h(srv, ss)
 }
 
-// authorize checks the caller's role, read from its verified client
-// certificate, against the method it calls.
-func authorize(ctx context.Context, fullMethod string) error {
+// clientCert is the caller's verified client certificate.
+func clientCert(ctx context.Context) (*x509.Certificate, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return status.Error(codes.Unauthenticated, "no peer")
+		return nil, status.Error(codes.Unauthenticated, "no peer")
 	}
 	tlsInfo, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok || len(tlsInfo.State.VerifiedChains) == 0 {
-		return status.Error(codes.Unauthenticated, "no verified client certificate")
+		return nil, status.Error(codes.Unauthenticated, "no verified client certificate")
 	}
-	role, ok := machineconfig.RoleFromCert(tlsInfo.State.VerifiedChains[0][0])
+	return tlsInfo.State.VerifiedChains[0][0], nil
+}
+
+// methodName is the last element of a gRPC method's full name.
+func methodName(fullMethod string) string {
+	return fullMethod[strings.LastIndex(fullMethod, "/")+1:]
+}
+
+// authorize checks the caller's role, read from its verified client
+// certificate, against the method it calls.
+func authorize(ctx context.Context, fullMethod string) error {
+	cert, err := clientCert(ctx)
+	if err != nil {
+		return err
+	}
+	role, ok := machineconfig.RoleFromCert(cert)
 	if !ok {
 		return status.Error(codes.PermissionDenied, "client certificate carries no role")
 	}
-	method := fullMethod[strings.LastIndex(fullMethod, "/")+1:]
+	method := methodName(fullMethod)
 	need, listed := minRole[method]
 	if !listed {
 		need = machineconfig.RoleAdmin

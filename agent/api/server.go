@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"strconv"
@@ -49,12 +50,13 @@ func NewServer(cfg *machineconfig.Config, init machine.InitClient, podLogRoot st
 	if err != nil {
 		return nil, err
 	}
+	audit := newAuditLog(slog.Default(), auditRingSize)
 	srv := grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(tlsCfg)),
-		grpc.UnaryInterceptor(authorizeUnary),
-		grpc.StreamInterceptor(authorizeStream),
+		grpc.ChainUnaryInterceptor(audit.unary, authorizeUnary),
+		grpc.ChainStreamInterceptor(audit.stream, authorizeStream),
 	)
-	machine.RegisterMachineServer(srv, &machineServer{init: init, podLogRoot: podLogRoot})
+	machine.RegisterMachineServer(srv, &machineServer{init: init, podLogRoot: podLogRoot, audit: audit})
 	return srv, nil
 }
 
@@ -62,6 +64,7 @@ type machineServer struct {
 	machine.UnimplementedMachineServer
 	init       machine.InitClient
 	podLogRoot string
+	audit      *auditLog
 }
 
 func (s *machineServer) Version(ctx context.Context, _ *machine.VersionRequest) (*machine.VersionResponse, error) {

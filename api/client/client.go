@@ -18,9 +18,10 @@ type Client struct {
 	conn *grpc.ClientConn
 }
 
-// Dial connects to the node at endpoint (host:port) over mutual TLS. The
-// node's certificate must name the endpoint's host.
-func Dial(cc *machineconfig.ClientConfig, endpoint string) (*Client, error) {
+// Dial connects to the node at endpoint (host:port) over mutual TLS, with
+// opts added to the connection's. The node's certificate must name the
+// endpoint's host.
+func Dial(cc *machineconfig.ClientConfig, endpoint string, opts ...grpc.DialOption) (*Client, error) {
 	host, _, err := net.SplitHostPort(endpoint)
 	if err != nil {
 		return nil, fmt.Errorf("endpoint %q: want host:port: %w", endpoint, err)
@@ -29,7 +30,8 @@ func Dial(cc *machineconfig.ClientConfig, endpoint string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg))}, opts...)
+	conn, err := grpc.NewClient(endpoint, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", endpoint, err)
 	}

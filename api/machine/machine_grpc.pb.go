@@ -31,6 +31,7 @@ const (
 	Machine_Logs_FullMethodName           = "/cairn.machine.v1alpha1.Machine/Logs"
 	Machine_Containers_FullMethodName     = "/cairn.machine.v1alpha1.Machine/Containers"
 	Machine_PodLogs_FullMethodName        = "/cairn.machine.v1alpha1.Machine/PodLogs"
+	Machine_Audit_FullMethodName          = "/cairn.machine.v1alpha1.Machine/Audit"
 )
 
 // MachineClient is the client API for Machine service.
@@ -61,6 +62,10 @@ type MachineClient interface {
 	// chunks of whole lines, read from its log under /var/log/pods: the last
 	// lines, then new ones if follow is set. It needs no API server.
 	PodLogs(ctx context.Context, in *PodLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogsChunk], error)
+	// Audit returns the latest records of the calls that change the node
+	// (every call but the reader ones), refused calls included, oldest
+	// first: those still in the agent's bounded memory since it started.
+	Audit(ctx context.Context, in *AuditRequest, opts ...grpc.CallOption) (*AuditResponse, error)
 }
 
 type machineClient struct {
@@ -179,6 +184,16 @@ func (c *machineClient) PodLogs(ctx context.Context, in *PodLogsRequest, opts ..
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Machine_PodLogsClient = grpc.ServerStreamingClient[LogsChunk]
 
+func (c *machineClient) Audit(ctx context.Context, in *AuditRequest, opts ...grpc.CallOption) (*AuditResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AuditResponse)
+	err := c.cc.Invoke(ctx, Machine_Audit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MachineServer is the server API for Machine service.
 // All implementations must embed UnimplementedMachineServer
 // for forward compatibility.
@@ -207,6 +222,10 @@ type MachineServer interface {
 	// chunks of whole lines, read from its log under /var/log/pods: the last
 	// lines, then new ones if follow is set. It needs no API server.
 	PodLogs(*PodLogsRequest, grpc.ServerStreamingServer[LogsChunk]) error
+	// Audit returns the latest records of the calls that change the node
+	// (every call but the reader ones), refused calls included, oldest
+	// first: those still in the agent's bounded memory since it started.
+	Audit(context.Context, *AuditRequest) (*AuditResponse, error)
 	mustEmbedUnimplementedMachineServer()
 }
 
@@ -243,6 +262,9 @@ func (UnimplementedMachineServer) Containers(context.Context, *ContainersRequest
 }
 func (UnimplementedMachineServer) PodLogs(*PodLogsRequest, grpc.ServerStreamingServer[LogsChunk]) error {
 	return status.Errorf(codes.Unimplemented, "method PodLogs not implemented")
+}
+func (UnimplementedMachineServer) Audit(context.Context, *AuditRequest) (*AuditResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Audit not implemented")
 }
 func (UnimplementedMachineServer) mustEmbedUnimplementedMachineServer() {}
 func (UnimplementedMachineServer) testEmbeddedByValue()                 {}
@@ -413,6 +435,24 @@ func _Machine_PodLogs_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Machine_PodLogsServer = grpc.ServerStreamingServer[LogsChunk]
 
+func _Machine_Audit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AuditRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MachineServer).Audit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Machine_Audit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MachineServer).Audit(ctx, req.(*AuditRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Machine_ServiceDesc is the grpc.ServiceDesc for Machine service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -447,6 +487,10 @@ var Machine_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Containers",
 			Handler:    _Machine_Containers_Handler,
+		},
+		{
+			MethodName: "Audit",
+			Handler:    _Machine_Audit_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

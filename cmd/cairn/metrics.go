@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -18,16 +17,12 @@ func metricsCmd(f *nodeFlags) *cobra.Command {
 		Short: "Print the node's Prometheus metrics",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
-			defer cancel()
-			cc, endpoint, err := f.clientConfig()
-			if err != nil {
-				return err
-			}
-			if err := client.Metrics(ctx, cc, endpoint, port, cmd.OutOrStdout()); err != nil {
-				return fmt.Errorf("%w (is machine.api.metricsPort %d? under `cairn qemu run`, --metrics-port forwards it)", err, port)
-			}
-			return nil
+			return f.onNodes(cmd, callTimeout, func(ctx context.Context, n *target) error {
+				if err := client.Metrics(ctx, n.Config, n.Endpoint, port, n.Out); err != nil {
+					return fmt.Errorf("%w (is machine.api.metricsPort %d? under `cairn qemu run`, --metrics-port forwards it)", err, port)
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().IntVar(&port, "port", port, "the node's metrics port (machine.api.metricsPort)")

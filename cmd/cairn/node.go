@@ -13,16 +13,16 @@ import (
 
 	"github.com/cairn-os/cairn/api/client"
 	"github.com/cairn-os/cairn/api/machine"
-	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
 type nodeFlags struct {
-	cairnconfig string
-	node        string
-	output      string
+	cairnconfig    string
+	nodes          []string
+	connectTimeout time.Duration
+	output         string
 }
 
 // defaultClientConfig is $CAIRNCONFIG, else the file `cairn config gen`
@@ -34,42 +34,18 @@ func defaultClientConfig() string {
 	return "_out/cairnconfig"
 }
 
-func (f *nodeFlags) dial() (*client.Client, error) {
-	cc, endpoint, err := f.clientConfig()
-	if err != nil {
-		return nil, err
-	}
-	return client.Dial(cc, endpoint)
-}
-
-// clientConfig loads the client config and picks the node's endpoint:
-// --nodes, else the config's first.
-func (f *nodeFlags) clientConfig() (*machineconfig.ClientConfig, string, error) {
-	cc, err := machineconfig.LoadClientConfig(f.cairnconfig)
-	if err != nil {
-		return nil, "", fmt.Errorf("%w (make one with `cairn config gen`, or point --cairnconfig at it)", err)
-	}
-	endpoint := f.node
-	if endpoint == "" {
-		if len(cc.Endpoints) == 0 {
-			return nil, "", fmt.Errorf("%s lists no endpoints: pass --nodes HOST:PORT", f.cairnconfig)
-		}
-		endpoint = cc.Endpoints[0]
-	}
-	return cc, endpoint, nil
-}
-
 func nodeCmd() *cobra.Command {
 	f := &nodeFlags{}
 	cmd := &cobra.Command{Use: "node", Short: "Manage a running node through its API"}
 	cmd.PersistentFlags().StringVar(&f.cairnconfig, "cairnconfig", defaultClientConfig(), "client config ($CAIRNCONFIG)")
-	cmd.PersistentFlags().StringVarP(&f.node, "nodes", "n", "", "node endpoint HOST:PORT (default: the client config's first endpoint)")
+	cmd.PersistentFlags().StringSliceVarP(&f.nodes, "nodes", "n", nil, "node endpoints HOST:PORT, comma-separated: the verb runs on each at once (default: the client config's first endpoint)")
+	cmd.PersistentFlags().DurationVar(&f.connectTimeout, "connect-timeout", 10*time.Second, "how long to wait for a node to answer before it counts as failed")
 	call := func(use, short string, run func(context.Context, *client.Client, io.Writer) error) *cobra.Command {
 		return &cobra.Command{
 			Use: use, Short: short, Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				return withClient(cmd, f, func(ctx context.Context, c *client.Client) error {
-					return run(ctx, c, cmd.OutOrStdout())
+				return f.onNodes(cmd, callTimeout, func(ctx context.Context, n *target) error {
+					return run(ctx, n.Client, n.Out)
 				})
 			},
 		}
@@ -102,36 +78,34 @@ func nodeCmd() *cobra.Command {
 			if (pod == "") == (len(args) == 0) {
 				return errors.New("name a service, or a pod with --pod")
 			}
-			c, err := f.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			var stream grpc.ServerStreamingClient[machine.LogsChunk]
-			if pod != "" {
-				ns, name, ok := strings.Cut(pod, "/")
-				if !ok {
-					ns, name = "default", pod
-				}
-				stream, err = c.PodLogs(cmd.Context(), &machine.PodLogsRequest{Namespace: ns, Pod: name, Container: container, TailLines: int32(tail), Follow: follow})
-			} else {
-				stream, err = c.Logs(cmd.Context(), &machine.LogsRequest{Service: args[0], TailLines: int32(tail), Follow: follow})
-			}
-			if err != nil {
-				return err
-			}
-			for {
-				chunk, err := stream.Recv()
-				if err == io.EOF {
-					return nil
+			return f.onNodes(cmd, 0, func(ctx context.Context, n *target) error {
+				var stream grpc.ServerStreamingClient[machine.LogsChunk]
+				var err error
+				if pod != "" {
+					ns, name, ok := strings.Cut(pod, "/")
+					if !ok {
+						ns, name = "default", pod
+					}
+					stream, err = n.Client.PodLogs(ctx, &machine.PodLogsRequest{Namespace: ns, Pod: name, Container: container, TailLines: int32(tail), Follow: follow})
+				} else {
+					stream, err = n.Client.Logs(ctx, &machine.LogsRequest{Service: args[0], TailLines: int32(tail), Follow: follow})
 				}
 				if err != nil {
 					return err
 				}
-				if _, err := cmd.OutOrStdout().Write(chunk.Data); err != nil {
-					return err
+				for {
+					chunk, err := stream.Recv()
+					if err == io.EOF {
+						return nil
+					}
+					if err != nil {
+						return err
+					}
+					if _, err := n.Out.Write(chunk.Data); err != nil {
+						return err
+					}
 				}
-			}
+			})
 		},
 	}
 	logs.Flags().IntVar(&tail, "tail", 0, "lines from the end to show first (0: all kept)")
@@ -142,8 +116,8 @@ func nodeCmd() *cobra.Command {
 	kill := &cobra.Command{
 		Use: "kill SERVICE", Short: "Send a signal (default SIGKILL) to a service; the supervisor restarts it per its policy", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withClient(cmd, f, func(ctx context.Context, c *client.Client) error {
-				_, err := c.ServiceKill(ctx, &machine.ServiceKillRequest{Name: args[0], Signal: int32(signal)})
+			return f.onNodes(cmd, callTimeout, func(ctx context.Context, n *target) error {
+				_, err := n.Client.ServiceKill(ctx, &machine.ServiceKillRequest{Name: args[0], Signal: int32(signal)})
 				return err
 			})
 		},
@@ -152,11 +126,11 @@ func nodeCmd() *cobra.Command {
 	restart := &cobra.Command{
 		Use: "restart SERVICE", Short: "Stop a service and start it again", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withClient(cmd, f, func(ctx context.Context, c *client.Client) error {
-				if _, err := c.ServiceRestart(ctx, &machine.ServiceRestartRequest{Name: args[0]}); err != nil {
+			return f.onNodes(cmd, callTimeout, func(ctx context.Context, n *target) error {
+				if _, err := n.Client.ServiceRestart(ctx, &machine.ServiceRestartRequest{Name: args[0]}); err != nil {
 					return err
 				}
-				_, err := fmt.Fprintf(cmd.OutOrStdout(), "restarted %s\n", args[0])
+				_, err := fmt.Fprintf(n.Out, "restarted %s\n", args[0])
 				return err
 			})
 		},
@@ -197,18 +171,6 @@ func nodeCmd() *cobra.Command {
 		}),
 	)
 	return cmd
-}
-
-// withClient dials the node and runs fn with a bounded context.
-func withClient(cmd *cobra.Command, f *nodeFlags, fn func(context.Context, *client.Client) error) error {
-	c, err := f.dial()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
-	defer cancel()
-	return fn(ctx, c)
 }
 
 func printServices(w io.Writer, services []*machine.ServiceStatus) {
