@@ -123,10 +123,12 @@ func (a *auditLog) record(ctx context.Context, method string, req any, start tim
 	for _, k := range slices.Sorted(maps.Keys(r.Request)) {
 		reqAttrs = append(reqAttrs, slog.String(k, r.Request[k]))
 	}
-	a.log.LogAttrs(ctx, level, "API call", slog.Group("audit",
-		"caller", r.Caller, "role", r.Role, "peer", r.Peer, "method", method,
-		slog.Group("request", reqAttrs...),
-		"code", r.Code, "error", r.Error, "duration", r.Duration.AsDuration()))
+	attrs := []any{"caller", r.Caller, "role", r.Role, "peer", r.Peer, "method", method,
+		slog.Group("request", reqAttrs...), "code", r.Code, "duration", r.Duration.AsDuration()}
+	if r.Error != "" {
+		attrs = append(attrs, "error", r.Error)
+	}
+	a.log.LogAttrs(ctx, level, "API call", slog.Group("audit", attrs...))
 }
 
 // requestFields are the request's set scalar fields, as text. Bytes and

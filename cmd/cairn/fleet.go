@@ -71,14 +71,21 @@ func (f *nodeFlags) onNodes(cmd *cobra.Command, timeout time.Duration, fn func(c
 		width = max(width, len(e))
 	}
 	out := &lockedWriter{w: cmd.OutOrStdout()}
+	errOut := &lockedWriter{w: cmd.ErrOrStderr()}
 	errs := make([]error, len(endpoints))
 	var wg sync.WaitGroup
 	for i, e := range endpoints {
-		w := &linePrefixer{out: out, prefix: fmt.Sprintf("%-*s ", width+1, e+":")}
+		prefix := fmt.Sprintf("%-*s ", width+1, e+":")
+		w := &linePrefixer{out: out, prefix: prefix}
 		wg.Go(func() {
 			errs[i] = f.onNode(cmd.Context(), cc, e, w, timeout, fn)
 			if err := w.Flush(); err != nil && errs[i] == nil {
 				errs[i] = err
+			}
+			if errs[i] != nil {
+				// Now, not only in the summary: a stream (logs -f) of
+				// the others may go on until the user ends it.
+				fmt.Fprintf(errOut, "%serror: %v\n", prefix, errs[i])
 			}
 		})
 	}

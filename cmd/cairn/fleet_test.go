@@ -1,0 +1,303 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+
+	"github.com/cairn-os/cairn/agent/api"
+	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/machineconfig"
+	"github.com/cairn-os/cairn/test/poll"
+)
+
+// nodeInit stands in for one node's init, which only PID 1 serves, on a
+// real control socket: its one service and log lines carry its name.
+type nodeInit struct {
+	machine.UnimplementedInitServer
+	name string
+}
+
+func (n *nodeInit) Services(context.Context, *machine.ServicesRequest) (*machine.ServicesResponse, error) {
+	return &machine.ServicesResponse{Services: []*machine.ServiceStatus{{Name: "svc-" + n.name, State: "Running", Pid: 42}}}, nil
+}
+
+func (n *nodeInit) ServiceRestart(context.Context, *machine.ServiceRestartRequest) (*machine.ServiceRestartResponse, error) {
+	return &machine.ServiceRestartResponse{}, nil
+}
+
+// Logs sends three lines, the second in two chunks, then waits for the
+// client to end a followed stream.
+func (n *nodeInit) Logs(req *machine.LogsRequest, s grpc.ServerStreamingServer[machine.LogsChunk]) error {
+	for _, chunk := range []string{"one " + n.name + "\ntwo ", n.name + "\n", "three " + n.name + "\n"} {
+		if err := s.Send(&machine.LogsChunk{Data: []byte(chunk)}); err != nil {
+			return err
+		}
+	}
+	if req.Follow {
+		<-s.Context().Done()
+	}
+	return nil
+}
+
+// fleet is a client config and the nodes it reaches: real agent API
+// servers on loopback, with real TLS, each with its own init stand-in.
+type fleet struct {
+	config string
+	stop   map[string]func() // by endpoint
+}
+
+// startFleet serves n nodes, the first at [::1]:PORT and the others at
+// 127.0.0.1:PORT, so that their names differ in length.
+func startFleet(t *testing.T, n int) (*fleet, []string) {
+	t.Helper()
+	b, err := machineconfig.Generate(machineconfig.GenerateOptions{Hostname: "unit", Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &fleet{config: filepath.Join(t.TempDir(), "cairnconfig"), stop: map[string]func(){}}
+	var endpoints []string
+	for i := range n {
+		sock := filepath.Join(t.TempDir(), "init.sock")
+		il, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		is := grpc.NewServer()
+		machine.RegisterInitServer(is, &nodeInit{name: "node" + strconv.Itoa(i)})
+		go is.Serve(il)
+		t.Cleanup(is.Stop)
+		initc, err := api.DialInit(sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { initc.Close() })
+
+		addr := "127.0.0.1:0"
+		if i == 0 {
+			addr = "[::1]:0"
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := api.NewServer(b.Config, initc, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		go srv.Serve(l)
+		t.Cleanup(srv.Stop)
+		e := l.Addr().String()
+		endpoints = append(endpoints, e)
+		fl.stop[e] = srv.Stop
+	}
+	// The operator's certificate, for restart and audit.
+	cert, key, err := b.CA.IssueClient("fleet-operator", machineconfig.RoleOperator, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := *b.Client
+	cc.Cert, cc.Key, cc.Endpoints = string(cert), string(key), endpoints
+	if err := cc.Write(fl.config); err != nil {
+		t.Fatal(err)
+	}
+	return fl, endpoints
+}
+
+// cairn runs the CLI with args and returns its output and error.
+func (fl *fleet) cairn(ctx context.Context, args ...string) (stdout, stderr string, err error) {
+	var out, errOut bytes.Buffer
+	cmd := rootCmd()
+	cmd.SetArgs(append([]string{"node", "--cairnconfig", fl.config}, args...))
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	err = cmd.ExecuteContext(ctx)
+	return out.String(), errOut.String(), err
+}
+
+// byNode splits prefixed output into each node's lines, the prefix
+// removed, and fails on a line without one or one not aligned.
+func byNode(t *testing.T, out string, endpoints []string) map[string][]string {
+	t.Helper()
+	width := 0
+	for _, e := range endpoints {
+		width = max(width, len(e)+2)
+	}
+	lines := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		node, _, ok := strings.Cut(line, ": ")
+		if !ok || len(line) < width || strings.TrimSpace(line[:width]) != node+":" {
+			t.Errorf("line %q: want it to start with its node and a colon, padded to %d", line, width)
+			continue
+		}
+		lines[node] = append(lines[node], line[width:])
+	}
+	return lines
+}
+
+// TestNodesFanOut runs verbs on several real node APIs at once, one of
+// them stopped and one that accepts connections but never answers: the
+// others' output is whole and prefixed by node, the failures are named
+// with their addresses, and nothing waits longer than the connect timeout.
+func TestNodesFanOut(t *testing.T) {
+	fl, endpoints := startFleet(t, 3)
+	stopped := endpoints[2]
+	fl.stop[stopped]()
+	silentL, err := net.Listen("tcp", "127.0.0.1:0") // the kernel accepts; nobody speaks TLS
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { silentL.Close() })
+	silent := silentL.Addr().String()
+	all := append(slices.Clone(endpoints), silent)
+	live := endpoints[:2]
+	ctx := context.Background()
+
+	// What each live node says alone, unprefixed, is what it says among others.
+	alone := map[string][]string{}
+	for _, e := range live {
+		out, _, err := fl.cairn(ctx, "--nodes", e, "services")
+		if err != nil {
+			t.Fatalf("cairn node --nodes %s services: %v", e, err)
+		}
+		alone[e] = strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	}
+
+	start := time.Now()
+	out, stderr, err := fl.cairn(ctx, "--nodes", strings.Join(all, ","), "--connect-timeout", "1s", "services")
+	took := time.Since(start)
+	if took > 5*time.Second {
+		t.Errorf("services on %d nodes took %v, want about the connect timeout (1s)", len(all), took)
+	}
+	if diff := cmp.Diff(alone, byNode(t, out, all)); diff != "" {
+		t.Errorf("services on several nodes, by node (-alone +together):\n%s", diff)
+	}
+	for i, e := range live {
+		if !strings.Contains(strings.Join(alone[e], "\n"), fmt.Sprintf("svc-node%d", i)) {
+			t.Errorf("services on %s alone = %q, want its service svc-node%d", e, alone[e], i)
+		}
+	}
+	if err == nil {
+		t.Fatal("services with a stopped node and a silent one succeeded, want an error")
+	}
+	summary := err.Error()
+	if !strings.HasPrefix(summary, "2 of 4 nodes failed:") {
+		t.Errorf("error = %q, want it to start with 2 of 4 nodes failed", summary)
+	}
+	for _, e := range []string{stopped, silent} {
+		if !strings.Contains(summary, "\n  "+e+":") || !strings.Contains(stderr, e+":") {
+			t.Errorf("error = %q, stderr = %q: want both to name %s", summary, stderr, e)
+		}
+	}
+	if !strings.Contains(summary, "connection refused") {
+		t.Errorf("error = %q, want the stopped node's connection refused", summary)
+	}
+	for _, e := range live {
+		if strings.Contains(summary, e+":") {
+			t.Errorf("error = %q names %s, which answered", summary, e)
+		}
+	}
+
+	// A followed log: every node's lines arrive whole, interleaved by
+	// line, while the streams go on; the stopped node's failure is
+	// printed at once.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var outBuf, errBuf syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		cmd := rootCmd()
+		cmd.SetArgs([]string{"node", "--cairnconfig", fl.config, "--nodes", strings.Join([]string{live[0], stopped, live[1]}, ","), "logs", "-f", "svc"})
+		cmd.SetOut(&outBuf)
+		cmd.SetErr(&errBuf)
+		done <- cmd.ExecuteContext(ctx)
+	}()
+	want := map[string][]string{}
+	for i, e := range live {
+		want[e] = []string{fmt.Sprintf("one node%d", i), fmt.Sprintf("two node%d", i), fmt.Sprintf("three node%d", i)}
+	}
+	poll.Until(t, 10*time.Second, "every live node's log lines and the stopped node's error", func() error {
+		if got := strings.Count(outBuf.String(), "\n"); got < 6 {
+			return fmt.Errorf("%d lines: %q", got, outBuf.String())
+		}
+		if !strings.Contains(errBuf.String(), stopped+":") {
+			return fmt.Errorf("stderr %q names no %s", errBuf.String(), stopped)
+		}
+		return nil
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("logs -f ended before it was stopped: %v", err)
+	default:
+	}
+	if diff := cmp.Diff(want, byNode(t, outBuf.String(), []string{live[0], stopped, live[1]})); diff != "" {
+		t.Errorf("logs -f on several nodes, by node (-want +got):\n%s", diff)
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Error("logs -f with a stopped node ended without an error")
+	}
+}
+
+// TestNodesAudit restarts a service on two nodes at once as an operator
+// and reads it back from each node's audit.
+func TestNodesAudit(t *testing.T) {
+	fl, endpoints := startFleet(t, 2)
+	ctx := context.Background()
+	nodes := strings.Join(endpoints, ",")
+	out, _, err := fl.cairn(ctx, "--nodes", nodes, "restart", "containerd")
+	if err != nil {
+		t.Fatalf("restart on %s: %v", nodes, err)
+	}
+	for node, lines := range byNode(t, out, endpoints) {
+		if !cmp.Equal(lines, []string{"restarted containerd"}) {
+			t.Errorf("restart's output from %s = %q, want restarted containerd", node, lines)
+		}
+	}
+	out, _, err = fl.cairn(ctx, "--nodes", nodes, "audit")
+	if err != nil {
+		t.Fatalf("audit on %s: %v", nodes, err)
+	}
+	got := byNode(t, out, endpoints)
+	for _, e := range endpoints {
+		lines := got[e]
+		if len(lines) != 2 || !strings.HasPrefix(lines[0], "TIME") {
+			t.Errorf("audit of %s = %q, want a header and one record", e, lines)
+			continue
+		}
+		f := strings.Fields(lines[1])
+		if len(f) < 8 || f[1] != "fleet-operator" || f[2] != "operator" || f[4] != "ServiceRestart" || f[5] != "name=containerd" || f[6] != "OK" {
+			t.Errorf("audit record of %s = %q, want fleet-operator (operator) ServiceRestart name=containerd OK", e, lines[1])
+		}
+	}
+}
+
+// syncBuffer is output written by the nodes' goroutines and read by the
+// test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
