@@ -1,6 +1,6 @@
 // Package api serves the management API of a Cairn node: gRPC over mutual
 // TLS, every caller identified by its client certificate and allowed by its
-// role (admin, operator, reader).
+// role (admin, operator, reader), every call but a reader's audited.
 package api
 
 import (

@@ -301,3 +301,24 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestLinePrefixer writes lines in pieces: each comes out whole after the
+// prefix, and a last line that did not end is ended by Flush.
+func TestLinePrefixer(t *testing.T) {
+	var out bytes.Buffer
+	w := &linePrefixer{out: &out, prefix: "a: "}
+	for _, p := range []string{"one\ntw", "o\n", "", "three\nfour\nfi", "ve"} {
+		if _, err := w.Write([]byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := out.String(), "a: one\na: two\na: three\na: four\n"; got != want {
+		t.Errorf("before Flush: %q, want %q", got, want)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out.String(), "a: one\na: two\na: three\na: four\na: five\n"; got != want {
+		t.Errorf("after Flush: %q, want %q", got, want)
+	}
+}
