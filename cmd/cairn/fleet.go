@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -32,12 +33,12 @@ type target struct {
 	Out io.Writer
 }
 
-// endpoints are the nodes a verb runs on: --nodes, else the client
-// config's first endpoint.
+// endpoints are the nodes a verb runs on: --nodes, each once (a reboot
+// named twice is one), else the client config's first endpoint.
 func (f *nodeFlags) endpoints(cc *machineconfig.ClientConfig) ([]string, error) {
 	var out []string
 	for _, n := range f.nodes {
-		if n = strings.TrimSpace(n); n != "" {
+		if n = strings.TrimSpace(n); n != "" && !slices.Contains(out, n) {
 			out = append(out, n)
 		}
 	}

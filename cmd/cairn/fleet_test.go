@@ -323,3 +323,23 @@ func TestLinePrefixer(t *testing.T) {
 		t.Errorf("after Flush: %q, want %q", got, want)
 	}
 }
+
+func TestEndpoints(t *testing.T) {
+	cc := &machineconfig.ClientConfig{Endpoints: []string{"10.0.0.1:50000", "10.0.0.2:50000"}}
+	for _, tt := range []struct {
+		nodes []string
+		want  []string
+	}{
+		{nil, []string{"10.0.0.1:50000"}},
+		{[]string{"b:1", " a:1", "b:1", ""}, []string{"b:1", "a:1"}},
+	} {
+		f := &nodeFlags{nodes: tt.nodes}
+		if got, err := f.endpoints(cc); err != nil || !cmp.Equal(got, tt.want) {
+			t.Errorf("endpoints with --nodes %q = %q, %v, want %q", tt.nodes, got, err, tt.want)
+		}
+	}
+	f := &nodeFlags{cairnconfig: "empty"}
+	if got, err := f.endpoints(&machineconfig.ClientConfig{}); err == nil {
+		t.Errorf("endpoints without --nodes nor endpoints in the config = %q, want an error", got)
+	}
+}
