@@ -31,6 +31,11 @@ const (
 	Machine_Logs_FullMethodName           = "/cairn.machine.v1alpha1.Machine/Logs"
 	Machine_Containers_FullMethodName     = "/cairn.machine.v1alpha1.Machine/Containers"
 	Machine_PodLogs_FullMethodName        = "/cairn.machine.v1alpha1.Machine/PodLogs"
+	Machine_Dmesg_FullMethodName          = "/cairn.machine.v1alpha1.Machine/Dmesg"
+	Machine_Mounts_FullMethodName         = "/cairn.machine.v1alpha1.Machine/Mounts"
+	Machine_Processes_FullMethodName      = "/cairn.machine.v1alpha1.Machine/Processes"
+	Machine_Network_FullMethodName        = "/cairn.machine.v1alpha1.Machine/Network"
+	Machine_Read_FullMethodName           = "/cairn.machine.v1alpha1.Machine/Read"
 )
 
 // MachineClient is the client API for Machine service.
@@ -61,6 +66,19 @@ type MachineClient interface {
 	// chunks of whole lines, read from its log under /var/log/pods: the last
 	// lines, then new ones if follow is set. It needs no API server.
 	PodLogs(ctx context.Context, in *PodLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogsChunk], error)
+	// Dmesg streams the kernel log from /dev/kmsg: the records kept, then
+	// new ones if follow is set.
+	Dmesg(ctx context.Context, in *DmesgRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DmesgRecord], error)
+	// Mounts lists the agent's mounts, as /proc/self/mountinfo has them.
+	Mounts(ctx context.Context, in *MountsRequest, opts ...grpc.CallOption) (*MountsResponse, error)
+	// Processes lists the node's processes from /proc.
+	Processes(ctx context.Context, in *ProcessesRequest, opts ...grpc.CallOption) (*ProcessesResponse, error)
+	// Network lists links, addresses and routes, and the nftables ruleset
+	// as text.
+	Network(ctx context.Context, in *NetworkRequest, opts ...grpc.CallOption) (*NetworkResponse, error)
+	// Read streams a file under /var/log, /proc, /sys or /etc, at most a
+	// size limit, refusing key material and other secrets.
+	Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadChunk], error)
 }
 
 type machineClient struct {
@@ -179,6 +197,74 @@ func (c *machineClient) PodLogs(ctx context.Context, in *PodLogsRequest, opts ..
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Machine_PodLogsClient = grpc.ServerStreamingClient[LogsChunk]
 
+func (c *machineClient) Dmesg(ctx context.Context, in *DmesgRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DmesgRecord], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Machine_ServiceDesc.Streams[2], Machine_Dmesg_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[DmesgRequest, DmesgRecord]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Machine_DmesgClient = grpc.ServerStreamingClient[DmesgRecord]
+
+func (c *machineClient) Mounts(ctx context.Context, in *MountsRequest, opts ...grpc.CallOption) (*MountsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MountsResponse)
+	err := c.cc.Invoke(ctx, Machine_Mounts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *machineClient) Processes(ctx context.Context, in *ProcessesRequest, opts ...grpc.CallOption) (*ProcessesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ProcessesResponse)
+	err := c.cc.Invoke(ctx, Machine_Processes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *machineClient) Network(ctx context.Context, in *NetworkRequest, opts ...grpc.CallOption) (*NetworkResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NetworkResponse)
+	err := c.cc.Invoke(ctx, Machine_Network_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *machineClient) Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Machine_ServiceDesc.Streams[3], Machine_Read_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReadRequest, ReadChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Machine_ReadClient = grpc.ServerStreamingClient[ReadChunk]
+
 // MachineServer is the server API for Machine service.
 // All implementations must embed UnimplementedMachineServer
 // for forward compatibility.
@@ -207,6 +293,19 @@ type MachineServer interface {
 	// chunks of whole lines, read from its log under /var/log/pods: the last
 	// lines, then new ones if follow is set. It needs no API server.
 	PodLogs(*PodLogsRequest, grpc.ServerStreamingServer[LogsChunk]) error
+	// Dmesg streams the kernel log from /dev/kmsg: the records kept, then
+	// new ones if follow is set.
+	Dmesg(*DmesgRequest, grpc.ServerStreamingServer[DmesgRecord]) error
+	// Mounts lists the agent's mounts, as /proc/self/mountinfo has them.
+	Mounts(context.Context, *MountsRequest) (*MountsResponse, error)
+	// Processes lists the node's processes from /proc.
+	Processes(context.Context, *ProcessesRequest) (*ProcessesResponse, error)
+	// Network lists links, addresses and routes, and the nftables ruleset
+	// as text.
+	Network(context.Context, *NetworkRequest) (*NetworkResponse, error)
+	// Read streams a file under /var/log, /proc, /sys or /etc, at most a
+	// size limit, refusing key material and other secrets.
+	Read(*ReadRequest, grpc.ServerStreamingServer[ReadChunk]) error
 	mustEmbedUnimplementedMachineServer()
 }
 
@@ -243,6 +342,21 @@ func (UnimplementedMachineServer) Containers(context.Context, *ContainersRequest
 }
 func (UnimplementedMachineServer) PodLogs(*PodLogsRequest, grpc.ServerStreamingServer[LogsChunk]) error {
 	return status.Errorf(codes.Unimplemented, "method PodLogs not implemented")
+}
+func (UnimplementedMachineServer) Dmesg(*DmesgRequest, grpc.ServerStreamingServer[DmesgRecord]) error {
+	return status.Errorf(codes.Unimplemented, "method Dmesg not implemented")
+}
+func (UnimplementedMachineServer) Mounts(context.Context, *MountsRequest) (*MountsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Mounts not implemented")
+}
+func (UnimplementedMachineServer) Processes(context.Context, *ProcessesRequest) (*ProcessesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Processes not implemented")
+}
+func (UnimplementedMachineServer) Network(context.Context, *NetworkRequest) (*NetworkResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Network not implemented")
+}
+func (UnimplementedMachineServer) Read(*ReadRequest, grpc.ServerStreamingServer[ReadChunk]) error {
+	return status.Errorf(codes.Unimplemented, "method Read not implemented")
 }
 func (UnimplementedMachineServer) mustEmbedUnimplementedMachineServer() {}
 func (UnimplementedMachineServer) testEmbeddedByValue()                 {}
@@ -413,6 +527,82 @@ func _Machine_PodLogs_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Machine_PodLogsServer = grpc.ServerStreamingServer[LogsChunk]
 
+func _Machine_Dmesg_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(DmesgRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(MachineServer).Dmesg(m, &grpc.GenericServerStream[DmesgRequest, DmesgRecord]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Machine_DmesgServer = grpc.ServerStreamingServer[DmesgRecord]
+
+func _Machine_Mounts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MountsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MachineServer).Mounts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Machine_Mounts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MachineServer).Mounts(ctx, req.(*MountsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Machine_Processes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ProcessesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MachineServer).Processes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Machine_Processes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MachineServer).Processes(ctx, req.(*ProcessesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Machine_Network_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NetworkRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MachineServer).Network(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Machine_Network_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MachineServer).Network(ctx, req.(*NetworkRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Machine_Read_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ReadRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(MachineServer).Read(m, &grpc.GenericServerStream[ReadRequest, ReadChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Machine_ReadServer = grpc.ServerStreamingServer[ReadChunk]
+
 // Machine_ServiceDesc is the grpc.ServiceDesc for Machine service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -448,6 +638,18 @@ var Machine_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Containers",
 			Handler:    _Machine_Containers_Handler,
 		},
+		{
+			MethodName: "Mounts",
+			Handler:    _Machine_Mounts_Handler,
+		},
+		{
+			MethodName: "Processes",
+			Handler:    _Machine_Processes_Handler,
+		},
+		{
+			MethodName: "Network",
+			Handler:    _Machine_Network_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -458,6 +660,16 @@ var Machine_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "PodLogs",
 			Handler:       _Machine_PodLogs_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Dmesg",
+			Handler:       _Machine_Dmesg_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Read",
+			Handler:       _Machine_Read_Handler,
 			ServerStreams: true,
 		},
 	},
