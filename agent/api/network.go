@@ -11,7 +11,8 @@ import (
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
-	"github.com/vishvananda/netlink"
+	"github.com/mdlayher/netlink"
+	vnl "github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -20,7 +21,7 @@ import (
 // Network reads the links, addresses and routes of the agent's network
 // namespace (the host's on a node) over netlink, and its nftables ruleset.
 func (s *machineServer) Network(context.Context, *machine.NetworkRequest) (*machine.NetworkResponse, error) {
-	links, err := netlink.LinkList()
+	links, err := vnl.LinkList()
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "list links: %v", err)
 	}
@@ -30,7 +31,7 @@ func (s *machineServer) Network(context.Context, *machine.NetworkRequest) (*mach
 		a := l.Attrs()
 		names[a.Index] = a.Name
 		link := &machine.Link{Name: a.Name, Index: int32(a.Index), State: a.OperState.String(), Mtu: int32(a.MTU), Mac: a.HardwareAddr.String(), Type: l.Type()}
-		addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
+		addrs, err := vnl.AddrList(l, vnl.FAMILY_ALL)
 		if err != nil {
 			return nil, status.Errorf(codes.Internal, "list addresses of %s: %v", a.Name, err)
 		}
@@ -40,7 +41,7 @@ func (s *machineServer) Network(context.Context, *machine.NetworkRequest) (*mach
 		resp.Links = append(resp.Links, link)
 	}
 	// Every table, not only main: local and policy routing tables too.
-	routes, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	routes, err := vnl.RouteListFiltered(vnl.FAMILY_ALL, &vnl.Route{Table: unix.RT_TABLE_UNSPEC}, vnl.RT_FILTER_TABLE)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "list routes: %v", err)
 	}
@@ -108,25 +109,14 @@ func nftRuleset() (string, error) {
 	var b strings.Builder
 	for _, t := range tables {
 		fmt.Fprintf(&b, "table %s %s {\n", tableFamily(t.Family), t.Name)
-		sets, err := conn.GetSets(t)
-		if err != nil {
-			return "", fmt.Errorf("sets of table %s: %w", t.Name, err)
-		}
-		for _, s := range sets {
-			if s.Anonymous {
-				continue
-			}
-			kind, typ := "set", s.KeyType.Name
-			if s.IsMap {
-				kind, typ = "map", typ+" : "+s.DataType.Name
-			}
-			fmt.Fprintf(&b, "\t%s %s {\n\t\ttype %s\n\t}\n", kind, s.Name, typ)
-		}
+		// Rules first: the fields they look sets up by tell the sets' types.
+		var body strings.Builder
+		keys := map[string][]string{}
 		for _, c := range chains {
 			if c.Table.Name != t.Name || c.Table.Family != t.Family {
 				continue
 			}
-			fmt.Fprintf(&b, "\tchain %s {\n", c.Name)
+			fmt.Fprintf(&body, "\tchain %s {\n", c.Name)
 			if c.Hooknum != nil {
 				policy := "accept"
 				if c.Policy != nil && *c.Policy == nftables.ChainPolicyDrop {
@@ -136,20 +126,127 @@ func nftRuleset() (string, error) {
 				if c.Priority != nil {
 					prio = int(*c.Priority)
 				}
-				fmt.Fprintf(&b, "\t\ttype %s hook %s priority %d; policy %s;\n", c.Type, chainHook(t.Family, *c.Hooknum), prio, policy)
+				fmt.Fprintf(&body, "\t\ttype %s hook %s priority %d; policy %s;\n", c.Type, chainHook(t.Family, *c.Hooknum), prio, policy)
 			}
 			rules, err := conn.GetRules(t, c)
 			if err != nil {
 				return "", fmt.Errorf("rules of chain %s %s: %w", t.Name, c.Name, err)
 			}
 			for _, r := range rules {
-				fmt.Fprintf(&b, "\t\t%s\n", renderRule(r.Exprs))
+				fmt.Fprintf(&body, "\t\t%s\n", renderRule(r.Exprs, keys))
 			}
-			b.WriteString("\t}\n")
+			body.WriteString("\t}\n")
 		}
+		sets, err := conn.GetSets(t)
+		if err != nil {
+			return "", fmt.Errorf("sets of table %s: %w", t.Name, err)
+		}
+		for _, s := range sets {
+			if s.Anonymous {
+				continue
+			}
+			elems, err := conn.GetSetElements(s)
+			if err != nil {
+				return "", fmt.Errorf("elements of set %s %s: %w", t.Name, s.Name, err)
+			}
+			renderSet(&b, s, keys[s.Name], elems)
+		}
+		b.WriteString(body.String())
 		b.WriteString("}\n")
 	}
 	return b.String(), nil
+}
+
+// renderSet writes a set or map with its elements, one a line. Its key's
+// type is the kernel's, else (nftables v0.3.0 drops a map's key type when
+// it reads the data type) that of the fields rules look it up by.
+func renderSet(b *strings.Builder, s *nftables.Set, lookedUpBy []string, elems []nftables.SetElement) {
+	kind := "set"
+	if s.IsMap {
+		kind = "map"
+	}
+	fmt.Fprintf(b, "\t%s %s {\n", kind, s.Name)
+	var fields []string // how each part of a key is written
+	switch {
+	case s.KeyType.Name != "" && !(s.IsMap && s.KeyType.Name == nftables.TypeVerdict.Name):
+		for _, t := range nftables.ConcatSetTypeElements(s.KeyType) {
+			fields = append(fields, typeFields[t.Name])
+		}
+		fmt.Fprintf(b, "\t\ttype %s", s.KeyType.Name)
+	case len(lookedUpBy) > 0:
+		fields = lookedUpBy
+		fmt.Fprintf(b, "\t\ttypeof %s", strings.Join(lookedUpBy, " . "))
+	default:
+		b.WriteString("\t\ttype unknown")
+	}
+	if s.IsMap {
+		b.WriteString(" : verdict")
+	}
+	b.WriteString("\n")
+	var lines []string
+	for _, e := range elems {
+		if e.IntervalEnd {
+			continue
+		}
+		line := setKey(fields, e.Key)
+		if v, ok := elementVerdict(e); ok {
+			line += " : " + verdict(v)
+		}
+		lines = append(lines, line)
+	}
+	if len(lines) > 0 {
+		fmt.Fprintf(b, "\t\telements = { %s }\n", strings.Join(lines, ",\n\t\t\t     "))
+	}
+	b.WriteString("\t}\n")
+}
+
+// elementVerdict decodes a map element's verdict. nftables v0.3.0 leaves
+// it in Val as the netlink attributes it came in (NFTA_VERDICT_CODE and
+// NFTA_VERDICT_CHAIN).
+func elementVerdict(e nftables.SetElement) (*expr.Verdict, bool) {
+	if e.VerdictData != nil {
+		return e.VerdictData, true
+	}
+	ad, err := netlink.NewAttributeDecoder(e.Val)
+	if err != nil || len(e.Val) == 0 {
+		return nil, false
+	}
+	ad.ByteOrder = binary.BigEndian
+	var v expr.Verdict
+	var ok bool
+	for ad.Next() {
+		switch ad.Type() {
+		case unix.NFTA_VERDICT_CODE:
+			v.Kind, ok = expr.VerdictKind(int32(ad.Uint32())), true
+		case unix.NFTA_VERDICT_CHAIN:
+			v.Chain = ad.String()
+		}
+	}
+	return &v, ok && ad.Err() == nil
+}
+
+// typeFields are the fields that write a set type's values.
+var typeFields = map[string]string{"ipv4_addr": "ip daddr", "ipv6_addr": "ip6 daddr", "inet_proto": "meta l4proto", "inet_service": "th dport", "ifname": "iifname"}
+
+// fieldSizes are the sizes of the fields setKey can split a key into.
+var fieldSizes = map[string]int{"ip daddr": 4, "ip saddr": 4, "ip6 daddr": 16, "ip6 saddr": 16, "meta l4proto": 1, "meta nfproto": 1, "th dport": 2, "th sport": 2, "iifname": 16, "oifname": 16}
+
+// setKey writes a key of concatenated fields, each padded to 4 bytes, as
+// the field that is looked up writes its values.
+func setKey(fields []string, key []byte) string {
+	if len(fields) == 1 {
+		return nftValue(fields[0], key)
+	}
+	var parts []string
+	for _, f := range fields {
+		n := fieldSizes[f]
+		if n == 0 || len(key) < n {
+			return fmt.Sprintf("0x%x", key) // a field of unknown size: the key as is
+		}
+		parts = append(parts, nftValue(f, key[:n]))
+		key = key[min((n+3)/4*4, len(key)):]
+	}
+	return strings.Join(parts, " . ")
 }
 
 func tableFamily(f nftables.TableFamily) string {
@@ -197,48 +294,100 @@ var cmpOps = map[expr.CmpOp]string{
 	expr.CmpOpEq: "", expr.CmpOpNeq: "!= ", expr.CmpOpLt: "< ", expr.CmpOpLte: "<= ", expr.CmpOpGt: "> ", expr.CmpOpGte: ">= ",
 }
 
+// loaded is what a register holds: a field, perhaps masked, or a value.
+type loaded struct {
+	desc   string // as nft writes it: "ip daddr", "meta mark & 0xff"
+	field  string // the field alone, to format what it is compared with
+	prefix int    // bits of an address kept by a mask; -1 for none
+	ctMask []byte // ct state's mask: compared with 0, it names the states
+}
+
 // renderRule follows what each register holds, as nft does to print a
-// load and a comparison as one match ("ip daddr 10.96.0.1").
-func renderRule(exprs []expr.Any) string {
-	regs := map[uint32]string{}
+// load and a comparison as one match ("ip daddr 10.96.0.1"), and the loads
+// into consecutive registers before a lookup as one concatenation
+// ("ip daddr . meta l4proto . th dport vmap @services").
+//
+// It records in keys the fields each set is looked up by, which stand for
+// a set's type where the kernel's answer does not tell it.
+func renderRule(exprs []expr.Any, keys map[string][]string) string {
+	regs := map[uint32]loaded{}
+	var pending []uint32 // registers loaded since the last match, in order
+	load := func(reg uint32, l loaded) {
+		regs[reg] = l
+		pending = append(pending, reg)
+	}
+	// key is the concatenation of the loads from reg on.
+	key := func(reg uint32, set string) string {
+		var parts, fields []string
+		for i, r := range pending {
+			if r == reg {
+				for _, r := range pending[i:] {
+					parts = append(parts, regs[r].desc)
+					fields = append(fields, regs[r].field)
+				}
+				break
+			}
+		}
+		pending = nil
+		if len(parts) == 0 {
+			parts, fields = []string{regs[reg].desc}, []string{regs[reg].field}
+		}
+		keys[set] = fields
+		return strings.Join(parts, " . ")
+	}
 	var out []string
 	for _, e := range exprs {
 		switch e := e.(type) {
 		case *expr.Meta:
+			name := metaKeys[e.Key]
+			if name == "" {
+				name = "meta " + strconv.Itoa(int(e.Key))
+			}
 			if e.SourceRegister {
-				out = append(out, metaKeys[e.Key]+" set "+regs[e.Register])
+				out = append(out, name+" set "+regs[e.Register].desc)
 				continue
 			}
-			regs[e.Register] = metaKeys[e.Key]
-			if regs[e.Register] == "" {
-				regs[e.Register] = "meta " + strconv.Itoa(int(e.Key))
-			}
+			load(e.Register, loaded{desc: name, field: name, prefix: -1})
 		case *expr.Ct:
-			regs[e.Register] = ctKeys[e.Key]
-			if regs[e.Register] == "" {
-				regs[e.Register] = "ct " + strconv.Itoa(int(e.Key))
+			name := ctKeys[e.Key]
+			if name == "" {
+				name = "ct " + strconv.Itoa(int(e.Key))
 			}
+			load(e.Register, loaded{desc: name, field: name, prefix: -1})
 		case *expr.Payload:
-			regs[e.DestRegister] = payloadField(e)
+			f := payloadField(e)
+			load(e.DestRegister, loaded{desc: f, field: f, prefix: -1})
 		case *expr.Bitwise:
-			regs[e.DestRegister] = regs[e.SourceRegister] + " & 0x" + fmt.Sprintf("%x", e.Mask)
+			load(e.DestRegister, bitwise(regs[e.SourceRegister], e))
 		case *expr.Cmp:
-			out = append(out, regs[e.Register]+" "+cmpOps[e.Op]+nftValue(regs[e.Register], e.Data))
+			l := regs[e.Register]
+			pending = nil
+			switch {
+			case l.ctMask != nil && e.Op == expr.CmpOpNeq && allZero(e.Data):
+				out = append(out, l.field+" "+ctStates(l.ctMask))
+			case l.prefix >= 0:
+				out = append(out, l.field+" "+cmpOps[e.Op]+nftValue(l.field, e.Data)+"/"+strconv.Itoa(l.prefix))
+			case e.Op == expr.CmpOpEq && l.desc != l.field: // masked: nft writes the ==
+				out = append(out, l.desc+" == "+nftValue(l.field, e.Data))
+			default:
+				out = append(out, l.desc+" "+cmpOps[e.Op]+nftValue(l.field, e.Data))
+			}
 		case *expr.Lookup:
+			k := key(e.SourceRegister, e.SetName)
 			switch {
 			case e.IsDestRegSet && e.DestRegister == 0: // the verdict register
-				out = append(out, regs[e.SourceRegister]+" vmap @"+e.SetName)
+				out = append(out, k+" vmap @"+e.SetName)
 			case e.IsDestRegSet:
-				regs[e.DestRegister] = regs[e.SourceRegister] + " map @" + e.SetName
+				regs[e.DestRegister] = loaded{desc: k + " map @" + e.SetName, prefix: -1}
 			case e.Invert:
-				out = append(out, regs[e.SourceRegister]+" != @"+e.SetName)
+				out = append(out, k+" != @"+e.SetName)
 			default:
-				out = append(out, regs[e.SourceRegister]+" @"+e.SetName)
+				out = append(out, k+" @"+e.SetName)
 			}
 		case *expr.Immediate:
-			regs[e.Register] = "0x" + fmt.Sprintf("%x", e.Data)
+			regs[e.Register] = loaded{desc: fmt.Sprintf("0x%x", e.Data), prefix: -1}
 		case *expr.Numgen:
-			regs[e.Register] = "numgen random mod " + strconv.Itoa(int(e.Modulus))
+			regs[e.Register] = loaded{desc: "numgen random mod " + strconv.Itoa(int(e.Modulus)), prefix: -1}
 		case *expr.Counter:
 			out = append(out, fmt.Sprintf("counter packets %d bytes %d", e.Packets, e.Bytes))
 		case *expr.Masq:
@@ -248,13 +397,13 @@ func renderRule(exprs []expr.Any) string {
 			if e.Type == expr.NATTypeDestNAT {
 				kind = "dnat"
 			}
-			to := regs[e.RegAddrMin]
+			to := regs[e.RegAddrMin].desc
 			if e.RegProtoMin != 0 {
-				to += ":" + regs[e.RegProtoMin]
+				to += ":" + regs[e.RegProtoMin].desc
 			}
 			out = append(out, kind+" to "+to)
 		case *expr.Reject:
-			out = append(out, "reject")
+			out = append(out, reject(e))
 		case *expr.Verdict:
 			out = append(out, verdict(e))
 		default:
@@ -262,6 +411,90 @@ func renderRule(exprs []expr.Any) string {
 		}
 	}
 	return strings.Join(out, " ")
+}
+
+// bitwise describes src masked and xored as nft writes it: a prefix of an
+// address, "| bits" to set, "^ bits" to flip, "& mask" to keep.
+func bitwise(src loaded, b *expr.Bitwise) loaded {
+	out := loaded{field: src.field, prefix: -1}
+	ones, orBits := true, len(b.Mask) == len(b.Xor)
+	for i, m := range b.Mask {
+		ones = ones && m == 0xff
+		orBits = orBits && m == ^b.Xor[i]
+	}
+	keep := allZero(b.Xor)
+	switch {
+	case keep && strings.HasSuffix(src.field, "addr"):
+		if p, ok := maskPrefix(b.Mask); ok {
+			out.prefix = p
+			out.desc = src.desc + "/" + strconv.Itoa(p)
+			return out
+		}
+		out.desc = src.desc + " & " + hexValue(src.field, b.Mask)
+	case keep && src.field == "ct state":
+		out.ctMask = b.Mask
+		out.desc = src.desc + " & " + hexValue(src.field, b.Mask)
+	case keep:
+		out.desc = src.desc + " & " + hexValue(src.field, b.Mask)
+	case ones:
+		out.desc = src.desc + " ^ " + hexValue(src.field, b.Xor)
+	case orBits:
+		out.desc = src.desc + " | " + hexValue(src.field, b.Xor)
+	default:
+		out.desc = src.desc + " & " + hexValue(src.field, b.Mask) + " ^ " + hexValue(src.field, b.Xor)
+	}
+	return out
+}
+
+// maskPrefix tells whether mask keeps the first bits of an address only.
+func maskPrefix(mask []byte) (int, bool) {
+	n, done := 0, false
+	for _, m := range mask {
+		for bit := 7; bit >= 0; bit-- {
+			set := m&(1<<bit) != 0
+			if set && done {
+				return 0, false
+			}
+			if set {
+				n++
+			} else {
+				done = true
+			}
+		}
+	}
+	return n, true
+}
+
+func allZero(b []byte) bool {
+	for _, x := range b {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// ctStates names the conntrack states of a mask, in host byte order, as
+// nft lists them.
+func ctStates(mask []byte) string {
+	if len(mask) != 4 {
+		return fmt.Sprintf("0x%x", mask)
+	}
+	bits := binary.NativeEndian.Uint32(mask)
+	var names []string
+	for _, s := range []struct {
+		bit  uint32
+		name string
+	}{{1, "invalid"}, {2, "established"}, {4, "related"}, {8, "new"}, {64, "untracked"}} {
+		if bits&s.bit != 0 {
+			names = append(names, s.name)
+			bits &^= s.bit
+		}
+	}
+	if bits != 0 {
+		names = append(names, fmt.Sprintf("0x%x", bits))
+	}
+	return strings.Join(names, ",")
 }
 
 // payloadField names the header fields Cairn matches on; others in nft's
@@ -285,6 +518,17 @@ func payloadField(p *expr.Payload) string {
 	return fmt.Sprintf("@%s,%d,%d", base, p.Offset*8, p.Len*8)
 }
 
+// hostOrder are the fields the kernel keeps in host byte order.
+var hostOrder = map[string]bool{"meta mark": true, "ct mark": true, "ct state": true, "ct status": true, "meta skuid": true}
+
+// hexValue writes data in hex, as a number where the field is one.
+func hexValue(field string, data []byte) string {
+	if hostOrder[field] && len(data) == 4 {
+		return fmt.Sprintf("0x%08x", binary.NativeEndian.Uint32(data))
+	}
+	return fmt.Sprintf("0x%x", data)
+}
+
 // nftValue writes data as the field it is compared with holds it.
 func nftValue(field string, data []byte) string {
 	switch {
@@ -305,7 +549,20 @@ func nftValue(field string, data []byte) string {
 	case field == "iifname" || field == "oifname":
 		return strconv.Quote(strings.TrimRight(string(data), "\x00"))
 	}
-	return fmt.Sprintf("0x%x", data)
+	return hexValue(field, data)
+}
+
+// reject writes how a reject answers, as nft does.
+func reject(r *expr.Reject) string {
+	switch r.Type {
+	case unix.NFT_REJECT_TCP_RST:
+		return "reject with tcp reset"
+	case unix.NFT_REJECT_ICMPX_UNREACH:
+		if name, ok := map[uint8]string{unix.NFT_REJECT_ICMPX_NO_ROUTE: "no-route", unix.NFT_REJECT_ICMPX_PORT_UNREACH: "port-unreachable", unix.NFT_REJECT_ICMPX_HOST_UNREACH: "host-unreachable", unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED: "admin-prohibited"}[r.Code]; ok {
+			return "reject with icmpx " + name
+		}
+	}
+	return "reject"
 }
 
 func verdict(v *expr.Verdict) string {

@@ -162,6 +162,7 @@ func nodeCmd() *cobra.Command {
 		},
 	}
 	cmd.AddCommand(metricsCmd(f))
+	cmd.AddCommand(inspectCmds(f)...)
 	cmd.AddCommand(logs, kill, restart,
 		call("services", "List the services and their state", func(ctx context.Context, c *client.Client, w io.Writer) error {
 			resp, err := c.Services(ctx, &machine.ServicesRequest{})
