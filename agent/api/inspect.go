@@ -122,7 +122,7 @@ func (s *machineServer) Mounts(context.Context, *machine.MountsRequest) (*machin
 }
 
 // procRoot is where procfs is mounted.
-var procRoot = "/proc"
+const procRoot = "/proc"
 
 // Processes lists every process in /proc. One that ends while it is being
 // read is left out.

@@ -261,6 +261,11 @@ func TestNetwork(t *testing.T) {
 	if !local {
 		t.Errorf("Network() routes = %v, want the local route of 127.0.0.1 on lo", resp.Routes)
 	}
+	for _, r := range resp.Routes {
+		if strings.HasSuffix(r.Destination, "/0") {
+			t.Errorf("Network() has route %v, want a default route written as default", r)
+		}
+	}
 	// The map's type is told by the rule that looks it up: nftables v0.3.0
 	// loses a map's key type.
 	want := "table inet " + name + ` {
@@ -417,6 +422,12 @@ func TestRead(t *testing.T) {
 	if err := os.WriteFile(outside, []byte("secret"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, "key"), []byte("secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(filepath.Join(dir, "key"), filepath.Join(dir, "twin.log")); err != nil {
+		t.Fatal(err)
+	}
 	for link, target := range map[string]string{"escape": outside, "shadow": "/etc/shadow", "up": "../../tmp", "ok": "app.log"} {
 		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
 			t.Fatal(err)
@@ -474,6 +485,7 @@ func TestRead(t *testing.T) {
 			{"/usr/bin/env", codes.PermissionDenied, "/usr/bin/env is not under /var/log, /proc, /sys or /etc"},
 			{"var/log/x", codes.InvalidArgument, "not an absolute path"},
 			{dir, codes.InvalidArgument, "is not a regular file"},
+			{filepath.Join(dir, "twin.log"), codes.PermissionDenied, "twin.log has 2 hard links: under /var/log, only a file of one name is served"},
 			{filepath.Join(dir, "none"), codes.NotFound, "does not exist"},
 		} {
 			got, _, err := readFile(c, tt.path, 0)

@@ -48,7 +48,9 @@ func (s *machineServer) Network(context.Context, *machine.NetworkRequest) (*mach
 	for _, r := range routes {
 		route := &machine.Route{Destination: "default", Device: names[r.LinkIndex], Table: uint32(r.Table), Metric: int32(r.Priority), Type: routeType(r.Type)}
 		if r.Dst != nil {
-			route.Destination = r.Dst.String()
+			if ones, _ := r.Dst.Mask.Size(); ones > 0 { // netlink writes a default route as 0.0.0.0/0
+				route.Destination = r.Dst.String()
+			}
 		}
 		if r.Gw != nil {
 			route.Gateway = r.Gw.String()

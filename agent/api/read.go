@@ -8,6 +8,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/internal/layout"
@@ -62,7 +63,7 @@ func (s *machineServer) Read(req *machine.ReadRequest, stream grpc.ServerStreami
 	// link was put in it since.
 	fd, err := unix.Openat2(unix.AT_FDCWD, resolved, &unix.OpenHow{
 		Flags:   unix.O_RDONLY | unix.O_NOCTTY | unix.O_NONBLOCK | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		Resolve: unix.RESOLVE_NO_SYMLINKS,
 	})
 	if err != nil {
 		return status.Errorf(codes.FailedPrecondition, "open %s: %v", resolved, err)
@@ -75,6 +76,11 @@ func (s *machineServer) Read(req *machine.ReadRequest, stream grpc.ServerStreami
 	}
 	if !fi.Mode().IsRegular() {
 		return status.Errorf(codes.InvalidArgument, "%s is not a regular file (%s): only files can be read", req.Path, fi.Mode().Type())
+	}
+	// /var/log shares its filesystem with /var/lib, where the kubelet's
+	// keys are: a second name of a file there would pass the checks.
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 && strings.HasPrefix(resolved, "/var/log/") {
+		return status.Errorf(codes.PermissionDenied, "%s has %d hard links: under /var/log, only a file of one name is served", req.Path, st.Nlink)
 	}
 	limit := req.Limit
 	if limit <= 0 || limit > readLimit {
