@@ -476,6 +476,7 @@ func TestRead(t *testing.T) {
 			{"/proc/self/environ", codes.PermissionDenied, "environment"},
 			{"/proc/self/task/" + tid + "/environ", codes.PermissionDenied, "environment"},
 			{"/proc/self/mem", codes.PermissionDenied, "memory"},
+			{"/proc/kmsg", codes.PermissionDenied, "(use dmesg)"},
 			{filepath.Join(dir, "client.key"), codes.PermissionDenied, "a private key"},
 			{filepath.Join(dir, "server-key.pem"), codes.PermissionDenied, "a private key"},
 			{filepath.Join(dir, "shadow"), codes.PermissionDenied, "(through a link, to /etc/shadow) is never served: password hashes"},
@@ -520,6 +521,7 @@ func TestDenied(t *testing.T) {
 		"/proc/*/mem":                {"/proc/1/mem"},
 		"/proc/*/task/*/mem":         {"/proc/1/task/1/mem"},
 		"/proc/kcore":                {"/proc/kcore"},
+		"/proc/kmsg":                 {"/proc/kmsg"},
 		"/sys/firmware/efi/efivars":  {"/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"},
 		"/sys/kernel/debug":          {"/sys/kernel/debug/tracing/trace"},
 	}

@@ -48,6 +48,7 @@ var readDenied = []struct{ pattern, reason string }{
 	{"/proc/*/mem", "a process's memory"},
 	{"/proc/*/task/*/mem", "a thread's memory"},
 	{"/proc/kcore", "the kernel's memory"},
+	{"/proc/kmsg", "reading it takes the records from the kernel log (use dmesg)"},
 	{"/sys/firmware/efi/efivars", "EFI variables, which may hold keys"},
 	{"/sys/kernel/debug", "debugfs, which exposes kernel memory"},
 }
