@@ -95,7 +95,7 @@ func routeType(t int) string {
 // Cairn programs (meta, payload, cmp, lookup, ct, nat, verdicts…) in nft's
 // words, others by their expression's name.
 func nftRuleset() (string, error) {
-	conn, err := nftables.New()
+	conn, err := nftables.New(nftables.AsLasting()) // one socket for every listing
 	if err != nil {
 		return "", err
 	}
