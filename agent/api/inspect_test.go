@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -289,6 +290,14 @@ func TestNetwork(t *testing.T) {
 		ip saddr 10.244.0.0/16 meta mark set meta mark | 0x00004000
 		iifname "lo" ip saddr != 127.0.0.1 meta l4proto tcp reject with tcp reset
 		drop
+		numgen random mod 2 vmap { 0 : goto ep4, 1 : goto ep6 }
+	}
+	chain ep4 {
+		dnat ip to 10.244.1.5:8080
+	}
+	chain ep6 {
+		masquerade fully-random
+		dnat ip6 to [fd00::5]:8080
 	}
 }
 `
@@ -381,6 +390,35 @@ func programTestTable(t *testing.T, name string) {
 	}} {
 		conn.AddRule(&nftables.Rule{Table: table, Chain: unused, Exprs: rule})
 	}
+	// Load balancing as the Service dataplane programs it: a random pick
+	// in an anonymous map, then a DNAT to the endpoint.
+	ep4 := conn.AddChain(&nftables.Chain{Name: "ep4", Table: table})
+	ep6 := conn.AddChain(&nftables.Chain{Name: "ep6", Table: table})
+	pick := &nftables.Set{Table: table, Name: "__map%d", Anonymous: true, Constant: true, IsMap: true,
+		KeyType: nftables.TypeInteger, DataType: nftables.TypeVerdict, KeyByteOrder: binaryutil.NativeEndian}
+	if err := conn.AddSet(pick, []nftables.SetElement{
+		{Key: binaryutil.NativeEndian.PutUint32(0), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: ep4.Name}},
+		{Key: binaryutil.NativeEndian.PutUint32(1), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: ep6.Name}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	conn.AddRule(&nftables.Rule{Table: table, Chain: unused, Exprs: []expr.Any{
+		&expr.Numgen{Register: 1, Modulus: 2, Type: unix.NFT_NG_RANDOM},
+		&expr.Lookup{SourceRegister: 1, DestRegister: 0, IsDestRegSet: true, SetName: pick.Name, SetID: pick.ID},
+	}})
+	conn.AddRule(&nftables.Rule{Table: table, Chain: ep4, Exprs: []expr.Any{
+		&expr.Immediate{Register: 1, Data: []byte{10, 244, 1, 5}},
+		&expr.Immediate{Register: 2, Data: []byte{0x1f, 0x90}},
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2, Specified: true},
+	}})
+	conn.AddRule(&nftables.Rule{Table: table, Chain: ep6, Exprs: []expr.Any{
+		&expr.Masq{FullyRandom: true},
+	}})
+	conn.AddRule(&nftables.Rule{Table: table, Chain: ep6, Exprs: []expr.Any{
+		&expr.Immediate{Register: 1, Data: netip.MustParseAddr("fd00::5").AsSlice()},
+		&expr.Immediate{Register: 2, Data: []byte{0x1f, 0x90}},
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV6, RegAddrMin: 1, RegProtoMin: 2, Specified: true},
+	}})
 	if err := conn.Flush(); err != nil {
 		t.Fatalf("program table %s: %v", name, err)
 	}

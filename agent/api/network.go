@@ -1,10 +1,12 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -111,9 +113,20 @@ func nftRuleset() (string, error) {
 	var b strings.Builder
 	for _, t := range tables {
 		fmt.Fprintf(&b, "table %s %s {\n", tableFamily(t.Family), t.Name)
-		// Rules first: the fields they look sets up by tell the sets' types.
+		sets, err := conn.GetSets(t)
+		if err != nil {
+			return "", fmt.Errorf("sets of table %s: %w", t.Name, err)
+		}
+		elems := map[string][]nftables.SetElement{}
+		for _, s := range sets {
+			if elems[s.Name], err = conn.GetSetElements(s); err != nil {
+				return "", fmt.Errorf("elements of set %s %s: %w", t.Name, s.Name, err)
+			}
+		}
+		// Rules before sets: the fields they look sets up by tell the sets'
+		// types.
 		var body strings.Builder
-		keys := map[string][]string{}
+		rs := &ruleset{keys: map[string][]string{}, elems: elems}
 		for _, c := range chains {
 			if c.Table.Name != t.Name || c.Table.Family != t.Family {
 				continue
@@ -135,23 +148,14 @@ func nftRuleset() (string, error) {
 				return "", fmt.Errorf("rules of chain %s %s: %w", t.Name, c.Name, err)
 			}
 			for _, r := range rules {
-				fmt.Fprintf(&body, "\t\t%s\n", renderRule(r.Exprs, keys))
+				fmt.Fprintf(&body, "\t\t%s\n", rs.render(r.Exprs))
 			}
 			body.WriteString("\t}\n")
 		}
-		sets, err := conn.GetSets(t)
-		if err != nil {
-			return "", fmt.Errorf("sets of table %s: %w", t.Name, err)
-		}
 		for _, s := range sets {
-			if s.Anonymous {
-				continue
+			if !s.Anonymous { // those are written inline, in their rules
+				renderSet(&b, s, rs.keys[s.Name], elems[s.Name])
 			}
-			elems, err := conn.GetSetElements(s)
-			if err != nil {
-				return "", fmt.Errorf("elements of set %s %s: %w", t.Name, s.Name, err)
-			}
-			renderSet(&b, s, keys[s.Name], elems)
 		}
 		b.WriteString(body.String())
 		b.WriteString("}\n")
@@ -185,6 +189,19 @@ func renderSet(b *strings.Builder, s *nftables.Set, lookedUpBy []string, elems [
 		b.WriteString(" : verdict")
 	}
 	b.WriteString("\n")
+	lines := elementLines(fields, elems)
+	if len(lines) > 0 {
+		fmt.Fprintf(b, "\t\telements = { %s }\n", strings.Join(lines, ",\n\t\t\t     "))
+	}
+	b.WriteString("\t}\n")
+}
+
+// elementLines writes each element of a set, its verdict after a map's
+// key, ordered by key: the kernel's order changes from one listing to the
+// next.
+func elementLines(fields []string, elems []nftables.SetElement) []string {
+	elems = slices.Clone(elems)
+	slices.SortFunc(elems, func(a, b nftables.SetElement) int { return bytes.Compare(a.Key, b.Key) })
 	var lines []string
 	for _, e := range elems {
 		if e.IntervalEnd {
@@ -196,10 +213,7 @@ func renderSet(b *strings.Builder, s *nftables.Set, lookedUpBy []string, elems [
 		}
 		lines = append(lines, line)
 	}
-	if len(lines) > 0 {
-		fmt.Fprintf(b, "\t\telements = { %s }\n", strings.Join(lines, ",\n\t\t\t     "))
-	}
-	b.WriteString("\t}\n")
+	return lines
 }
 
 // elementVerdict decodes a map element's verdict. nftables v0.3.0 leaves
@@ -304,14 +318,21 @@ type loaded struct {
 	ctMask []byte // ct state's mask: compared with 0, it names the states
 }
 
-// renderRule follows what each register holds, as nft does to print a
+// ruleset is what rendering a table's rules needs beyond each rule.
+type ruleset struct {
+	// keys records the fields each set is looked up by, which stand for
+	// a set's type where the kernel's answer does not tell it.
+	keys map[string][]string
+	// elems are the elements of each set, by name: an anonymous set's
+	// are written inline.
+	elems map[string][]nftables.SetElement
+}
+
+// render follows what each register holds, as nft does to print a
 // load and a comparison as one match ("ip daddr 10.96.0.1"), and the loads
 // into consecutive registers before a lookup as one concatenation
 // ("ip daddr . meta l4proto . th dport vmap @services").
-//
-// It records in keys the fields each set is looked up by, which stand for
-// a set's type where the kernel's answer does not tell it.
-func renderRule(exprs []expr.Any, keys map[string][]string) string {
+func (rs *ruleset) render(exprs []expr.Any) string {
 	regs := map[uint32]loaded{}
 	var pending []uint32 // registers loaded since the last match, in order
 	load := func(reg uint32, l loaded) {
@@ -334,7 +355,7 @@ func renderRule(exprs []expr.Any, keys map[string][]string) string {
 		if len(parts) == 0 {
 			parts, fields = []string{regs[reg].desc}, []string{regs[reg].field}
 		}
-		keys[set] = fields
+		rs.keys[set] = fields
 		return strings.Join(parts, " . ")
 	}
 	var out []string
@@ -376,34 +397,34 @@ func renderRule(exprs []expr.Any, keys map[string][]string) string {
 			}
 		case *expr.Lookup:
 			k := key(e.SourceRegister, e.SetName)
+			set := "@" + e.SetName
+			if strings.HasPrefix(e.SetName, "__") { // anonymous: nft writes it inline
+				set = "{ " + strings.Join(elementLines(rs.keys[e.SetName], rs.elems[e.SetName]), ", ") + " }"
+			}
 			switch {
 			case e.IsDestRegSet && e.DestRegister == 0: // the verdict register
-				out = append(out, k+" vmap @"+e.SetName)
+				out = append(out, k+" vmap "+set)
 			case e.IsDestRegSet:
-				regs[e.DestRegister] = loaded{desc: k + " map @" + e.SetName, prefix: -1}
+				regs[e.DestRegister] = loaded{desc: k + " map " + set, prefix: -1}
 			case e.Invert:
-				out = append(out, k+" != @"+e.SetName)
+				out = append(out, k+" != "+set)
 			default:
-				out = append(out, k+" @"+e.SetName)
+				out = append(out, k+" "+set)
 			}
 		case *expr.Immediate:
-			regs[e.Register] = loaded{desc: fmt.Sprintf("0x%x", e.Data), prefix: -1}
+			regs[e.Register] = loaded{desc: immediate(e.Data), prefix: -1}
 		case *expr.Numgen:
-			regs[e.Register] = loaded{desc: "numgen random mod " + strconv.Itoa(int(e.Modulus)), prefix: -1}
+			load(e.Register, loaded{desc: "numgen random mod " + strconv.Itoa(int(e.Modulus)), field: "numgen", prefix: -1})
 		case *expr.Counter:
 			out = append(out, fmt.Sprintf("counter packets %d bytes %d", e.Packets, e.Bytes))
 		case *expr.Masq:
-			out = append(out, "masquerade")
+			if e.FullyRandom {
+				out = append(out, "masquerade fully-random")
+			} else {
+				out = append(out, "masquerade")
+			}
 		case *expr.NAT:
-			kind := "snat"
-			if e.Type == expr.NATTypeDestNAT {
-				kind = "dnat"
-			}
-			to := regs[e.RegAddrMin].desc
-			if e.RegProtoMin != 0 {
-				to += ":" + regs[e.RegProtoMin].desc
-			}
-			out = append(out, kind+" to "+to)
+			out = append(out, nat(e, regs))
 		case *expr.Reject:
 			out = append(out, reject(e))
 		case *expr.Verdict:
@@ -548,10 +569,42 @@ func nftValue(field string, data []byte) string {
 		if name, ok := map[byte]string{unix.NFPROTO_IPV4: "ipv4", unix.NFPROTO_IPV6: "ipv6"}[data[0]]; ok {
 			return name
 		}
+	case field == "numgen" && len(data) == 4:
+		return strconv.FormatUint(uint64(binary.NativeEndian.Uint32(data)), 10)
 	case field == "iifname" || field == "oifname":
 		return strconv.Quote(strings.TrimRight(string(data), "\x00"))
 	}
 	return hexValue(field, data)
+}
+
+// immediate writes a value loaded into a register for a NAT: an address
+// or a port.
+func immediate(data []byte) string {
+	switch len(data) {
+	case 4, 16:
+		a, _ := netip.AddrFromSlice(data)
+		return a.String()
+	case 2:
+		return strconv.Itoa(int(binary.BigEndian.Uint16(data)))
+	}
+	return fmt.Sprintf("0x%x", data)
+}
+
+// nat writes a dnat or snat as nft does: "dnat ip to 10.244.1.5:8080".
+func nat(n *expr.NAT, regs map[uint32]loaded) string {
+	kind := "snat"
+	if n.Type == expr.NATTypeDestNAT {
+		kind = "dnat"
+	}
+	family := map[uint32]string{unix.NFPROTO_IPV4: " ip", unix.NFPROTO_IPV6: " ip6"}[n.Family]
+	to := regs[n.RegAddrMin].desc
+	if n.RegProtoMin != 0 {
+		if n.Family == unix.NFPROTO_IPV6 {
+			to = "[" + to + "]"
+		}
+		to += ":" + regs[n.RegProtoMin].desc
+	}
+	return kind + family + " to " + to
 }
 
 // reject writes how a reject answers, as nft does.
