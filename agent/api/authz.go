@@ -25,6 +25,13 @@ var minRole = map[string]string{
 	"Reboot":         machineconfig.RoleOperator,
 	"Shutdown":       machineconfig.RoleOperator,
 	"ServiceRestart": machineconfig.RoleOperator,
+
+	// Inspection: readers, who never get a secret (see readDenied).
+	"Dmesg":     machineconfig.RoleReader,
+	"Mounts":    machineconfig.RoleReader,
+	"Processes": machineconfig.RoleReader,
+	"Network":   machineconfig.RoleReader,
+	"Read":      machineconfig.RoleReader,
 }
 
 var roleRank = map[string]int{

@@ -1691,6 +1691,864 @@ func (x *AuditRecord) GetDuration() *durationpb.Duration {
 	return nil
 }
 
+type DmesgRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Follow sends new records as the kernel logs them, until the client
+	// ends the call.
+	Follow        bool `protobuf:"varint,1,opt,name=follow,proto3" json:"follow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DmesgRequest) Reset() {
+	*x = DmesgRequest{}
+	mi := &file_machine_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DmesgRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DmesgRequest) ProtoMessage() {}
+
+func (x *DmesgRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DmesgRequest.ProtoReflect.Descriptor instead.
+func (*DmesgRequest) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *DmesgRequest) GetFollow() bool {
+	if x != nil {
+		return x.Follow
+	}
+	return false
+}
+
+// DmesgRecord is one record of the kernel's log buffer.
+type DmesgRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Syslog level: 0 emerg … 7 debug.
+	Level int32 `protobuf:"varint,1,opt,name=level,proto3" json:"level,omitempty"`
+	// Syslog facility: 0 kern, 3 daemon… (records written to /dev/kmsg from
+	// user space are facility 1, user).
+	Facility int32  `protobuf:"varint,2,opt,name=facility,proto3" json:"facility,omitempty"`
+	Sequence uint64 `protobuf:"varint,3,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// When it was logged, since the kernel started.
+	Time *durationpb.Duration `protobuf:"bytes,4,opt,name=time,proto3" json:"time,omitempty"`
+	// The message, non-printable bytes escaped by the kernel as \xNN.
+	Message       string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DmesgRecord) Reset() {
+	*x = DmesgRecord{}
+	mi := &file_machine_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DmesgRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DmesgRecord) ProtoMessage() {}
+
+func (x *DmesgRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DmesgRecord.ProtoReflect.Descriptor instead.
+func (*DmesgRecord) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *DmesgRecord) GetLevel() int32 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
+func (x *DmesgRecord) GetFacility() int32 {
+	if x != nil {
+		return x.Facility
+	}
+	return 0
+}
+
+func (x *DmesgRecord) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *DmesgRecord) GetTime() *durationpb.Duration {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *DmesgRecord) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type MountsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MountsRequest) Reset() {
+	*x = MountsRequest{}
+	mi := &file_machine_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MountsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MountsRequest) ProtoMessage() {}
+
+func (x *MountsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MountsRequest.ProtoReflect.Descriptor instead.
+func (*MountsRequest) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{31}
+}
+
+type MountsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Mounts        []*Mount               `protobuf:"bytes,1,rep,name=mounts,proto3" json:"mounts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MountsResponse) Reset() {
+	*x = MountsResponse{}
+	mi := &file_machine_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MountsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MountsResponse) ProtoMessage() {}
+
+func (x *MountsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MountsResponse.ProtoReflect.Descriptor instead.
+func (*MountsResponse) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *MountsResponse) GetMounts() []*Mount {
+	if x != nil {
+		return x.Mounts
+	}
+	return nil
+}
+
+type Mount struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Source string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Target string                 `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	Type   string                 `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	// The mount's own options, e.g. "rw,nosuid,nodev".
+	Options string `protobuf:"bytes,4,opt,name=options,proto3" json:"options,omitempty"`
+	// The filesystem's (superblock's) options, e.g. "rw,size=65536k".
+	SuperOptions  string `protobuf:"bytes,5,opt,name=super_options,json=superOptions,proto3" json:"super_options,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Mount) Reset() {
+	*x = Mount{}
+	mi := &file_machine_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Mount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Mount) ProtoMessage() {}
+
+func (x *Mount) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Mount.ProtoReflect.Descriptor instead.
+func (*Mount) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *Mount) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *Mount) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *Mount) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Mount) GetOptions() string {
+	if x != nil {
+		return x.Options
+	}
+	return ""
+}
+
+func (x *Mount) GetSuperOptions() string {
+	if x != nil {
+		return x.SuperOptions
+	}
+	return ""
+}
+
+type ProcessesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessesRequest) Reset() {
+	*x = ProcessesRequest{}
+	mi := &file_machine_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessesRequest) ProtoMessage() {}
+
+func (x *ProcessesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessesRequest.ProtoReflect.Descriptor instead.
+func (*ProcessesRequest) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{34}
+}
+
+type ProcessesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Processes     []*Process             `protobuf:"bytes,1,rep,name=processes,proto3" json:"processes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessesResponse) Reset() {
+	*x = ProcessesResponse{}
+	mi := &file_machine_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessesResponse) ProtoMessage() {}
+
+func (x *ProcessesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessesResponse.ProtoReflect.Descriptor instead.
+func (*ProcessesResponse) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ProcessesResponse) GetProcesses() []*Process {
+	if x != nil {
+		return x.Processes
+	}
+	return nil
+}
+
+type Process struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Pid    int32                  `protobuf:"varint,1,opt,name=pid,proto3" json:"pid,omitempty"`
+	Parent int32                  `protobuf:"varint,2,opt,name=parent,proto3" json:"parent,omitempty"`
+	// The cgroup v2 it is in, e.g. /system/containerd.
+	Cgroup string `protobuf:"bytes,3,opt,name=cgroup,proto3" json:"cgroup,omitempty"`
+	// Its arguments joined by spaces, or [name] for a kernel thread.
+	Command string `protobuf:"bytes,4,opt,name=command,proto3" json:"command,omitempty"`
+	// R running, S sleeping, D disk sleep, Z zombie, T stopped, I idle…
+	State string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	// User and system CPU time used.
+	CpuTime *durationpb.Duration `protobuf:"bytes,6,opt,name=cpu_time,json=cpuTime,proto3" json:"cpu_time,omitempty"`
+	// Resident set size, in bytes.
+	Rss           uint64 `protobuf:"varint,7,opt,name=rss,proto3" json:"rss,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Process) Reset() {
+	*x = Process{}
+	mi := &file_machine_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Process) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Process) ProtoMessage() {}
+
+func (x *Process) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Process.ProtoReflect.Descriptor instead.
+func (*Process) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *Process) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *Process) GetParent() int32 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
+func (x *Process) GetCgroup() string {
+	if x != nil {
+		return x.Cgroup
+	}
+	return ""
+}
+
+func (x *Process) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *Process) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Process) GetCpuTime() *durationpb.Duration {
+	if x != nil {
+		return x.CpuTime
+	}
+	return nil
+}
+
+func (x *Process) GetRss() uint64 {
+	if x != nil {
+		return x.Rss
+	}
+	return 0
+}
+
+type NetworkRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkRequest) Reset() {
+	*x = NetworkRequest{}
+	mi := &file_machine_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkRequest) ProtoMessage() {}
+
+func (x *NetworkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkRequest.ProtoReflect.Descriptor instead.
+func (*NetworkRequest) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{37}
+}
+
+type NetworkResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Links  []*Link                `protobuf:"bytes,1,rep,name=links,proto3" json:"links,omitempty"`
+	Routes []*Route               `protobuf:"bytes,2,rep,name=routes,proto3" json:"routes,omitempty"`
+	// The nftables ruleset as text, in nft's syntax where it has one.
+	Nftables      string `protobuf:"bytes,3,opt,name=nftables,proto3" json:"nftables,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkResponse) Reset() {
+	*x = NetworkResponse{}
+	mi := &file_machine_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkResponse) ProtoMessage() {}
+
+func (x *NetworkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkResponse.ProtoReflect.Descriptor instead.
+func (*NetworkResponse) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *NetworkResponse) GetLinks() []*Link {
+	if x != nil {
+		return x.Links
+	}
+	return nil
+}
+
+func (x *NetworkResponse) GetRoutes() []*Route {
+	if x != nil {
+		return x.Routes
+	}
+	return nil
+}
+
+func (x *NetworkResponse) GetNftables() string {
+	if x != nil {
+		return x.Nftables
+	}
+	return ""
+}
+
+type Link struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Index int32                  `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	// The operational state: up, down, unknown, dormant…
+	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Mtu   int32  `protobuf:"varint,4,opt,name=mtu,proto3" json:"mtu,omitempty"`
+	Mac   string `protobuf:"bytes,5,opt,name=mac,proto3" json:"mac,omitempty"`
+	// The link's type: device, veth, bridge, bond, vlan…
+	Type string `protobuf:"bytes,6,opt,name=type,proto3" json:"type,omitempty"`
+	// Its addresses, in CIDR notation.
+	Addresses     []string `protobuf:"bytes,7,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Link) Reset() {
+	*x = Link{}
+	mi := &file_machine_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Link) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Link) ProtoMessage() {}
+
+func (x *Link) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Link.ProtoReflect.Descriptor instead.
+func (*Link) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *Link) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Link) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *Link) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Link) GetMtu() int32 {
+	if x != nil {
+		return x.Mtu
+	}
+	return 0
+}
+
+func (x *Link) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *Link) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Link) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+type Route struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The destination in CIDR notation, "default" for all.
+	Destination string `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
+	Gateway     string `protobuf:"bytes,2,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	Device      string `protobuf:"bytes,3,opt,name=device,proto3" json:"device,omitempty"`
+	Source      string `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	// The routing table: 254 main, 255 local.
+	Table  uint32 `protobuf:"varint,5,opt,name=table,proto3" json:"table,omitempty"`
+	Metric int32  `protobuf:"varint,6,opt,name=metric,proto3" json:"metric,omitempty"`
+	// unicast, local, broadcast…
+	Type          string `protobuf:"bytes,7,opt,name=type,proto3" json:"type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Route) Reset() {
+	*x = Route{}
+	mi := &file_machine_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Route) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Route) ProtoMessage() {}
+
+func (x *Route) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Route.ProtoReflect.Descriptor instead.
+func (*Route) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *Route) GetDestination() string {
+	if x != nil {
+		return x.Destination
+	}
+	return ""
+}
+
+func (x *Route) GetGateway() string {
+	if x != nil {
+		return x.Gateway
+	}
+	return ""
+}
+
+func (x *Route) GetDevice() string {
+	if x != nil {
+		return x.Device
+	}
+	return ""
+}
+
+func (x *Route) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *Route) GetTable() uint32 {
+	if x != nil {
+		return x.Table
+	}
+	return 0
+}
+
+func (x *Route) GetMetric() int32 {
+	if x != nil {
+		return x.Metric
+	}
+	return 0
+}
+
+func (x *Route) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+type ReadRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// Bytes to send at most; 0 or more than the node's limit (16 MiB)
+	// means the node's limit.
+	Limit         int64 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadRequest) Reset() {
+	*x = ReadRequest{}
+	mi := &file_machine_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadRequest) ProtoMessage() {}
+
+func (x *ReadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
+func (*ReadRequest) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ReadRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ReadRequest) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ReadChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// Truncated is set on the last chunk when the file goes on past the
+	// limit.
+	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadChunk) Reset() {
+	*x = ReadChunk{}
+	mi := &file_machine_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadChunk) ProtoMessage() {}
+
+func (x *ReadChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadChunk.ProtoReflect.Descriptor instead.
+func (*ReadChunk) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ReadChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ReadChunk) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
 var File_machine_proto protoreflect.FileDescriptor
 
 const file_machine_proto_rawDesc = "" +
@@ -1809,7 +2667,63 @@ const file_machine_proto_rawDesc = "" +
 	"\bduration\x18\t \x01(\v2\x19.google.protobuf.DurationR\bduration\x1a:\n" +
 	"\fRequestEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xba\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"&\n" +
+	"\fDmesgRequest\x12\x16\n" +
+	"\x06follow\x18\x01 \x01(\bR\x06follow\"\xa4\x01\n" +
+	"\vDmesgRecord\x12\x14\n" +
+	"\x05level\x18\x01 \x01(\x05R\x05level\x12\x1a\n" +
+	"\bfacility\x18\x02 \x01(\x05R\bfacility\x12\x1a\n" +
+	"\bsequence\x18\x03 \x01(\x04R\bsequence\x12-\n" +
+	"\x04time\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04time\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"\x0f\n" +
+	"\rMountsRequest\"G\n" +
+	"\x0eMountsResponse\x125\n" +
+	"\x06mounts\x18\x01 \x03(\v2\x1d.cairn.machine.v1alpha1.MountR\x06mounts\"\x8a\x01\n" +
+	"\x05Mount\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\tR\x06source\x12\x16\n" +
+	"\x06target\x18\x02 \x01(\tR\x06target\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x18\n" +
+	"\aoptions\x18\x04 \x01(\tR\aoptions\x12#\n" +
+	"\rsuper_options\x18\x05 \x01(\tR\fsuperOptions\"\x12\n" +
+	"\x10ProcessesRequest\"R\n" +
+	"\x11ProcessesResponse\x12=\n" +
+	"\tprocesses\x18\x01 \x03(\v2\x1f.cairn.machine.v1alpha1.ProcessR\tprocesses\"\xc3\x01\n" +
+	"\aProcess\x12\x10\n" +
+	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x16\n" +
+	"\x06parent\x18\x02 \x01(\x05R\x06parent\x12\x16\n" +
+	"\x06cgroup\x18\x03 \x01(\tR\x06cgroup\x12\x18\n" +
+	"\acommand\x18\x04 \x01(\tR\acommand\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\x124\n" +
+	"\bcpu_time\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\acpuTime\x12\x10\n" +
+	"\x03rss\x18\a \x01(\x04R\x03rss\"\x10\n" +
+	"\x0eNetworkRequest\"\x98\x01\n" +
+	"\x0fNetworkResponse\x122\n" +
+	"\x05links\x18\x01 \x03(\v2\x1c.cairn.machine.v1alpha1.LinkR\x05links\x125\n" +
+	"\x06routes\x18\x02 \x03(\v2\x1d.cairn.machine.v1alpha1.RouteR\x06routes\x12\x1a\n" +
+	"\bnftables\x18\x03 \x01(\tR\bnftables\"\x9c\x01\n" +
+	"\x04Link\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x05R\x05index\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x10\n" +
+	"\x03mtu\x18\x04 \x01(\x05R\x03mtu\x12\x10\n" +
+	"\x03mac\x18\x05 \x01(\tR\x03mac\x12\x12\n" +
+	"\x04type\x18\x06 \x01(\tR\x04type\x12\x1c\n" +
+	"\taddresses\x18\a \x03(\tR\taddresses\"\xb5\x01\n" +
+	"\x05Route\x12 \n" +
+	"\vdestination\x18\x01 \x01(\tR\vdestination\x12\x18\n" +
+	"\agateway\x18\x02 \x01(\tR\agateway\x12\x16\n" +
+	"\x06device\x18\x03 \x01(\tR\x06device\x12\x16\n" +
+	"\x06source\x18\x04 \x01(\tR\x06source\x12\x14\n" +
+	"\x05table\x18\x05 \x01(\rR\x05table\x12\x16\n" +
+	"\x06metric\x18\x06 \x01(\x05R\x06metric\x12\x12\n" +
+	"\x04type\x18\a \x01(\tR\x04type\"7\n" +
+	"\vReadRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x03R\x05limit\"=\n" +
+	"\tReadChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated2\xf9\n" +
+	"\n" +
 	"\aMachine\x12Z\n" +
 	"\aVersion\x12&.cairn.machine.v1alpha1.VersionRequest\x1a'.cairn.machine.v1alpha1.VersionResponse\x12W\n" +
 	"\x06Reboot\x12%.cairn.machine.v1alpha1.RebootRequest\x1a&.cairn.machine.v1alpha1.RebootResponse\x12]\n" +
@@ -1821,7 +2735,12 @@ const file_machine_proto_rawDesc = "" +
 	"\n" +
 	"Containers\x12).cairn.machine.v1alpha1.ContainersRequest\x1a*.cairn.machine.v1alpha1.ContainersResponse\x12V\n" +
 	"\aPodLogs\x12&.cairn.machine.v1alpha1.PodLogsRequest\x1a!.cairn.machine.v1alpha1.LogsChunk0\x01\x12T\n" +
-	"\x05Audit\x12$.cairn.machine.v1alpha1.AuditRequest\x1a%.cairn.machine.v1alpha1.AuditResponse2\x98\x06\n" +
+	"\x05Audit\x12$.cairn.machine.v1alpha1.AuditRequest\x1a%.cairn.machine.v1alpha1.AuditResponse\x12T\n" +
+	"\x05Dmesg\x12$.cairn.machine.v1alpha1.DmesgRequest\x1a#.cairn.machine.v1alpha1.DmesgRecord0\x01\x12W\n" +
+	"\x06Mounts\x12%.cairn.machine.v1alpha1.MountsRequest\x1a&.cairn.machine.v1alpha1.MountsResponse\x12`\n" +
+	"\tProcesses\x12(.cairn.machine.v1alpha1.ProcessesRequest\x1a).cairn.machine.v1alpha1.ProcessesResponse\x12Z\n" +
+	"\aNetwork\x12&.cairn.machine.v1alpha1.NetworkRequest\x1a'.cairn.machine.v1alpha1.NetworkResponse\x12P\n" +
+	"\x04Read\x12#.cairn.machine.v1alpha1.ReadRequest\x1a!.cairn.machine.v1alpha1.ReadChunk0\x012\x98\x06\n" +
 	"\x04Init\x12i\n" +
 	"\fBootTimeline\x12+.cairn.machine.v1alpha1.BootTimelineRequest\x1a,.cairn.machine.v1alpha1.BootTimelineResponse\x12W\n" +
 	"\x06Reboot\x12%.cairn.machine.v1alpha1.RebootRequest\x1a&.cairn.machine.v1alpha1.RebootResponse\x12]\n" +
@@ -1845,7 +2764,7 @@ func file_machine_proto_rawDescGZIP() []byte {
 	return file_machine_proto_rawDescData
 }
 
-var file_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_machine_proto_goTypes = []any{
 	(*VersionRequest)(nil),         // 0: cairn.machine.v1alpha1.VersionRequest
 	(*VersionResponse)(nil),        // 1: cairn.machine.v1alpha1.VersionResponse
@@ -1876,74 +2795,104 @@ var file_machine_proto_goTypes = []any{
 	(*AuditRequest)(nil),           // 26: cairn.machine.v1alpha1.AuditRequest
 	(*AuditResponse)(nil),          // 27: cairn.machine.v1alpha1.AuditResponse
 	(*AuditRecord)(nil),            // 28: cairn.machine.v1alpha1.AuditRecord
-	nil,                            // 29: cairn.machine.v1alpha1.AuditRecord.RequestEntry
-	(*durationpb.Duration)(nil),    // 30: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 31: google.protobuf.Timestamp
+	(*DmesgRequest)(nil),           // 29: cairn.machine.v1alpha1.DmesgRequest
+	(*DmesgRecord)(nil),            // 30: cairn.machine.v1alpha1.DmesgRecord
+	(*MountsRequest)(nil),          // 31: cairn.machine.v1alpha1.MountsRequest
+	(*MountsResponse)(nil),         // 32: cairn.machine.v1alpha1.MountsResponse
+	(*Mount)(nil),                  // 33: cairn.machine.v1alpha1.Mount
+	(*ProcessesRequest)(nil),       // 34: cairn.machine.v1alpha1.ProcessesRequest
+	(*ProcessesResponse)(nil),      // 35: cairn.machine.v1alpha1.ProcessesResponse
+	(*Process)(nil),                // 36: cairn.machine.v1alpha1.Process
+	(*NetworkRequest)(nil),         // 37: cairn.machine.v1alpha1.NetworkRequest
+	(*NetworkResponse)(nil),        // 38: cairn.machine.v1alpha1.NetworkResponse
+	(*Link)(nil),                   // 39: cairn.machine.v1alpha1.Link
+	(*Route)(nil),                  // 40: cairn.machine.v1alpha1.Route
+	(*ReadRequest)(nil),            // 41: cairn.machine.v1alpha1.ReadRequest
+	(*ReadChunk)(nil),              // 42: cairn.machine.v1alpha1.ReadChunk
+	nil,                            // 43: cairn.machine.v1alpha1.AuditRecord.RequestEntry
+	(*durationpb.Duration)(nil),    // 44: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 45: google.protobuf.Timestamp
 }
 var file_machine_proto_depIdxs = []int32{
-	30, // 0: cairn.machine.v1alpha1.VersionResponse.uptime:type_name -> google.protobuf.Duration
+	44, // 0: cairn.machine.v1alpha1.VersionResponse.uptime:type_name -> google.protobuf.Duration
 	3,  // 1: cairn.machine.v1alpha1.VersionResponse.boot_timeline:type_name -> cairn.machine.v1alpha1.BootStep
 	2,  // 2: cairn.machine.v1alpha1.VersionResponse.time_sync:type_name -> cairn.machine.v1alpha1.TimeSync
-	30, // 3: cairn.machine.v1alpha1.TimeSync.offset:type_name -> google.protobuf.Duration
-	31, // 4: cairn.machine.v1alpha1.TimeSync.last_sync:type_name -> google.protobuf.Timestamp
-	31, // 5: cairn.machine.v1alpha1.TimeSync.next_poll:type_name -> google.protobuf.Timestamp
-	30, // 6: cairn.machine.v1alpha1.BootStep.start:type_name -> google.protobuf.Duration
-	30, // 7: cairn.machine.v1alpha1.BootStep.duration:type_name -> google.protobuf.Duration
+	44, // 3: cairn.machine.v1alpha1.TimeSync.offset:type_name -> google.protobuf.Duration
+	45, // 4: cairn.machine.v1alpha1.TimeSync.last_sync:type_name -> google.protobuf.Timestamp
+	45, // 5: cairn.machine.v1alpha1.TimeSync.next_poll:type_name -> google.protobuf.Timestamp
+	44, // 6: cairn.machine.v1alpha1.BootStep.start:type_name -> google.protobuf.Duration
+	44, // 7: cairn.machine.v1alpha1.BootStep.duration:type_name -> google.protobuf.Duration
 	3,  // 8: cairn.machine.v1alpha1.BootTimelineResponse.steps:type_name -> cairn.machine.v1alpha1.BootStep
 	2,  // 9: cairn.machine.v1alpha1.BootTimelineResponse.time_sync:type_name -> cairn.machine.v1alpha1.TimeSync
 	12, // 10: cairn.machine.v1alpha1.ServicesResponse.services:type_name -> cairn.machine.v1alpha1.ServiceStatus
-	31, // 11: cairn.machine.v1alpha1.ServiceStatus.since:type_name -> google.protobuf.Timestamp
-	31, // 12: cairn.machine.v1alpha1.ServiceStatus.started_at:type_name -> google.protobuf.Timestamp
-	30, // 13: cairn.machine.v1alpha1.ServiceStatus.since_boot:type_name -> google.protobuf.Duration
+	45, // 11: cairn.machine.v1alpha1.ServiceStatus.since:type_name -> google.protobuf.Timestamp
+	45, // 12: cairn.machine.v1alpha1.ServiceStatus.started_at:type_name -> google.protobuf.Timestamp
+	44, // 13: cairn.machine.v1alpha1.ServiceStatus.since_boot:type_name -> google.protobuf.Duration
 	13, // 14: cairn.machine.v1alpha1.ServiceStatus.limits:type_name -> cairn.machine.v1alpha1.CgroupLimits
 	23, // 15: cairn.machine.v1alpha1.ContainersResponse.namespaces:type_name -> cairn.machine.v1alpha1.ContainerNamespace
 	24, // 16: cairn.machine.v1alpha1.ContainerNamespace.containers:type_name -> cairn.machine.v1alpha1.Container
 	25, // 17: cairn.machine.v1alpha1.ContainerNamespace.images:type_name -> cairn.machine.v1alpha1.Image
 	28, // 18: cairn.machine.v1alpha1.AuditResponse.records:type_name -> cairn.machine.v1alpha1.AuditRecord
-	31, // 19: cairn.machine.v1alpha1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	29, // 20: cairn.machine.v1alpha1.AuditRecord.request:type_name -> cairn.machine.v1alpha1.AuditRecord.RequestEntry
-	30, // 21: cairn.machine.v1alpha1.AuditRecord.duration:type_name -> google.protobuf.Duration
-	0,  // 22: cairn.machine.v1alpha1.Machine.Version:input_type -> cairn.machine.v1alpha1.VersionRequest
-	6,  // 23: cairn.machine.v1alpha1.Machine.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
-	8,  // 24: cairn.machine.v1alpha1.Machine.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
-	10, // 25: cairn.machine.v1alpha1.Machine.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
-	14, // 26: cairn.machine.v1alpha1.Machine.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
-	16, // 27: cairn.machine.v1alpha1.Machine.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
-	18, // 28: cairn.machine.v1alpha1.Machine.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
-	21, // 29: cairn.machine.v1alpha1.Machine.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
-	20, // 30: cairn.machine.v1alpha1.Machine.PodLogs:input_type -> cairn.machine.v1alpha1.PodLogsRequest
-	26, // 31: cairn.machine.v1alpha1.Machine.Audit:input_type -> cairn.machine.v1alpha1.AuditRequest
-	4,  // 32: cairn.machine.v1alpha1.Init.BootTimeline:input_type -> cairn.machine.v1alpha1.BootTimelineRequest
-	6,  // 33: cairn.machine.v1alpha1.Init.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
-	8,  // 34: cairn.machine.v1alpha1.Init.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
-	10, // 35: cairn.machine.v1alpha1.Init.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
-	14, // 36: cairn.machine.v1alpha1.Init.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
-	16, // 37: cairn.machine.v1alpha1.Init.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
-	18, // 38: cairn.machine.v1alpha1.Init.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
-	21, // 39: cairn.machine.v1alpha1.Init.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
-	1,  // 40: cairn.machine.v1alpha1.Machine.Version:output_type -> cairn.machine.v1alpha1.VersionResponse
-	7,  // 41: cairn.machine.v1alpha1.Machine.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
-	9,  // 42: cairn.machine.v1alpha1.Machine.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
-	11, // 43: cairn.machine.v1alpha1.Machine.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
-	15, // 44: cairn.machine.v1alpha1.Machine.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
-	17, // 45: cairn.machine.v1alpha1.Machine.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
-	19, // 46: cairn.machine.v1alpha1.Machine.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	22, // 47: cairn.machine.v1alpha1.Machine.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
-	19, // 48: cairn.machine.v1alpha1.Machine.PodLogs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	27, // 49: cairn.machine.v1alpha1.Machine.Audit:output_type -> cairn.machine.v1alpha1.AuditResponse
-	5,  // 50: cairn.machine.v1alpha1.Init.BootTimeline:output_type -> cairn.machine.v1alpha1.BootTimelineResponse
-	7,  // 51: cairn.machine.v1alpha1.Init.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
-	9,  // 52: cairn.machine.v1alpha1.Init.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
-	11, // 53: cairn.machine.v1alpha1.Init.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
-	15, // 54: cairn.machine.v1alpha1.Init.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
-	17, // 55: cairn.machine.v1alpha1.Init.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
-	19, // 56: cairn.machine.v1alpha1.Init.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	22, // 57: cairn.machine.v1alpha1.Init.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
-	40, // [40:58] is the sub-list for method output_type
-	22, // [22:40] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	45, // 19: cairn.machine.v1alpha1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	43, // 20: cairn.machine.v1alpha1.AuditRecord.request:type_name -> cairn.machine.v1alpha1.AuditRecord.RequestEntry
+	44, // 21: cairn.machine.v1alpha1.AuditRecord.duration:type_name -> google.protobuf.Duration
+	44, // 22: cairn.machine.v1alpha1.DmesgRecord.time:type_name -> google.protobuf.Duration
+	33, // 23: cairn.machine.v1alpha1.MountsResponse.mounts:type_name -> cairn.machine.v1alpha1.Mount
+	36, // 24: cairn.machine.v1alpha1.ProcessesResponse.processes:type_name -> cairn.machine.v1alpha1.Process
+	44, // 25: cairn.machine.v1alpha1.Process.cpu_time:type_name -> google.protobuf.Duration
+	39, // 26: cairn.machine.v1alpha1.NetworkResponse.links:type_name -> cairn.machine.v1alpha1.Link
+	40, // 27: cairn.machine.v1alpha1.NetworkResponse.routes:type_name -> cairn.machine.v1alpha1.Route
+	0,  // 28: cairn.machine.v1alpha1.Machine.Version:input_type -> cairn.machine.v1alpha1.VersionRequest
+	6,  // 29: cairn.machine.v1alpha1.Machine.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
+	8,  // 30: cairn.machine.v1alpha1.Machine.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
+	10, // 31: cairn.machine.v1alpha1.Machine.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
+	14, // 32: cairn.machine.v1alpha1.Machine.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
+	16, // 33: cairn.machine.v1alpha1.Machine.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
+	18, // 34: cairn.machine.v1alpha1.Machine.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
+	21, // 35: cairn.machine.v1alpha1.Machine.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
+	20, // 36: cairn.machine.v1alpha1.Machine.PodLogs:input_type -> cairn.machine.v1alpha1.PodLogsRequest
+	26, // 37: cairn.machine.v1alpha1.Machine.Audit:input_type -> cairn.machine.v1alpha1.AuditRequest
+	29, // 38: cairn.machine.v1alpha1.Machine.Dmesg:input_type -> cairn.machine.v1alpha1.DmesgRequest
+	31, // 39: cairn.machine.v1alpha1.Machine.Mounts:input_type -> cairn.machine.v1alpha1.MountsRequest
+	34, // 40: cairn.machine.v1alpha1.Machine.Processes:input_type -> cairn.machine.v1alpha1.ProcessesRequest
+	37, // 41: cairn.machine.v1alpha1.Machine.Network:input_type -> cairn.machine.v1alpha1.NetworkRequest
+	41, // 42: cairn.machine.v1alpha1.Machine.Read:input_type -> cairn.machine.v1alpha1.ReadRequest
+	4,  // 43: cairn.machine.v1alpha1.Init.BootTimeline:input_type -> cairn.machine.v1alpha1.BootTimelineRequest
+	6,  // 44: cairn.machine.v1alpha1.Init.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
+	8,  // 45: cairn.machine.v1alpha1.Init.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
+	10, // 46: cairn.machine.v1alpha1.Init.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
+	14, // 47: cairn.machine.v1alpha1.Init.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
+	16, // 48: cairn.machine.v1alpha1.Init.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
+	18, // 49: cairn.machine.v1alpha1.Init.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
+	21, // 50: cairn.machine.v1alpha1.Init.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
+	1,  // 51: cairn.machine.v1alpha1.Machine.Version:output_type -> cairn.machine.v1alpha1.VersionResponse
+	7,  // 52: cairn.machine.v1alpha1.Machine.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
+	9,  // 53: cairn.machine.v1alpha1.Machine.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
+	11, // 54: cairn.machine.v1alpha1.Machine.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
+	15, // 55: cairn.machine.v1alpha1.Machine.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
+	17, // 56: cairn.machine.v1alpha1.Machine.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
+	19, // 57: cairn.machine.v1alpha1.Machine.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	22, // 58: cairn.machine.v1alpha1.Machine.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
+	19, // 59: cairn.machine.v1alpha1.Machine.PodLogs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	27, // 60: cairn.machine.v1alpha1.Machine.Audit:output_type -> cairn.machine.v1alpha1.AuditResponse
+	30, // 61: cairn.machine.v1alpha1.Machine.Dmesg:output_type -> cairn.machine.v1alpha1.DmesgRecord
+	32, // 62: cairn.machine.v1alpha1.Machine.Mounts:output_type -> cairn.machine.v1alpha1.MountsResponse
+	35, // 63: cairn.machine.v1alpha1.Machine.Processes:output_type -> cairn.machine.v1alpha1.ProcessesResponse
+	38, // 64: cairn.machine.v1alpha1.Machine.Network:output_type -> cairn.machine.v1alpha1.NetworkResponse
+	42, // 65: cairn.machine.v1alpha1.Machine.Read:output_type -> cairn.machine.v1alpha1.ReadChunk
+	5,  // 66: cairn.machine.v1alpha1.Init.BootTimeline:output_type -> cairn.machine.v1alpha1.BootTimelineResponse
+	7,  // 67: cairn.machine.v1alpha1.Init.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
+	9,  // 68: cairn.machine.v1alpha1.Init.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
+	11, // 69: cairn.machine.v1alpha1.Init.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
+	15, // 70: cairn.machine.v1alpha1.Init.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
+	17, // 71: cairn.machine.v1alpha1.Init.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
+	19, // 72: cairn.machine.v1alpha1.Init.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	22, // 73: cairn.machine.v1alpha1.Init.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
+	51, // [51:74] is the sub-list for method output_type
+	28, // [28:51] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_machine_proto_init() }
@@ -1957,7 +2906,7 @@ func file_machine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_machine_proto_rawDesc), len(file_machine_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -32,6 +32,11 @@ const (
 	Machine_Containers_FullMethodName     = "/cairn.machine.v1alpha1.Machine/Containers"
 	Machine_PodLogs_FullMethodName        = "/cairn.machine.v1alpha1.Machine/PodLogs"
 	Machine_Audit_FullMethodName          = "/cairn.machine.v1alpha1.Machine/Audit"
+	Machine_Dmesg_FullMethodName          = "/cairn.machine.v1alpha1.Machine/Dmesg"
+	Machine_Mounts_FullMethodName         = "/cairn.machine.v1alpha1.Machine/Mounts"
+	Machine_Processes_FullMethodName      = "/cairn.machine.v1alpha1.Machine/Processes"
+	Machine_Network_FullMethodName        = "/cairn.machine.v1alpha1.Machine/Network"
+	Machine_Read_FullMethodName           = "/cairn.machine.v1alpha1.Machine/Read"
 )
 
 // MachineClient is the client API for Machine service.
@@ -66,6 +71,19 @@ type MachineClient interface {
 	// (every call but the reader ones), refused calls included, oldest
 	// first: those still in the agent's bounded memory since it started.
 	Audit(ctx context.Context, in *AuditRequest, opts ...grpc.CallOption) (*AuditResponse, error)
+	// Dmesg streams the kernel log from /dev/kmsg: the records kept, then
+	// new ones if follow is set.
+	Dmesg(ctx context.Context, in *DmesgRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DmesgRecord], error)
+	// Mounts lists the agent's mounts, as /proc/self/mountinfo has them.
+	Mounts(ctx context.Context, in *MountsRequest, opts ...grpc.CallOption) (*MountsResponse, error)
+	// Processes lists the node's processes from /proc.
+	Processes(ctx context.Context, in *ProcessesRequest, opts ...grpc.CallOption) (*ProcessesResponse, error)
+	// Network lists links, addresses and routes, and the nftables ruleset
+	// as text.
+	Network(ctx context.Context, in *NetworkRequest, opts ...grpc.CallOption) (*NetworkResponse, error)
+	// Read streams a file under /var/log, /proc, /sys or /etc, at most a
+	// size limit, refusing key material and other secrets.
+	Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadChunk], error)
 }
 
 type machineClient struct {
@@ -194,6 +212,74 @@ func (c *machineClient) Audit(ctx context.Context, in *AuditRequest, opts ...grp
 	return out, nil
 }
 
+func (c *machineClient) Dmesg(ctx context.Context, in *DmesgRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DmesgRecord], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Machine_ServiceDesc.Streams[2], Machine_Dmesg_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[DmesgRequest, DmesgRecord]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Machine_DmesgClient = grpc.ServerStreamingClient[DmesgRecord]
+
+func (c *machineClient) Mounts(ctx context.Context, in *MountsRequest, opts ...grpc.CallOption) (*MountsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MountsResponse)
+	err := c.cc.Invoke(ctx, Machine_Mounts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *machineClient) Processes(ctx context.Context, in *ProcessesRequest, opts ...grpc.CallOption) (*ProcessesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ProcessesResponse)
+	err := c.cc.Invoke(ctx, Machine_Processes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *machineClient) Network(ctx context.Context, in *NetworkRequest, opts ...grpc.CallOption) (*NetworkResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NetworkResponse)
+	err := c.cc.Invoke(ctx, Machine_Network_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *machineClient) Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Machine_ServiceDesc.Streams[3], Machine_Read_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReadRequest, ReadChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Machine_ReadClient = grpc.ServerStreamingClient[ReadChunk]
+
 // MachineServer is the server API for Machine service.
 // All implementations must embed UnimplementedMachineServer
 // for forward compatibility.
@@ -226,6 +312,19 @@ type MachineServer interface {
 	// (every call but the reader ones), refused calls included, oldest
 	// first: those still in the agent's bounded memory since it started.
 	Audit(context.Context, *AuditRequest) (*AuditResponse, error)
+	// Dmesg streams the kernel log from /dev/kmsg: the records kept, then
+	// new ones if follow is set.
+	Dmesg(*DmesgRequest, grpc.ServerStreamingServer[DmesgRecord]) error
+	// Mounts lists the agent's mounts, as /proc/self/mountinfo has them.
+	Mounts(context.Context, *MountsRequest) (*MountsResponse, error)
+	// Processes lists the node's processes from /proc.
+	Processes(context.Context, *ProcessesRequest) (*ProcessesResponse, error)
+	// Network lists links, addresses and routes, and the nftables ruleset
+	// as text.
+	Network(context.Context, *NetworkRequest) (*NetworkResponse, error)
+	// Read streams a file under /var/log, /proc, /sys or /etc, at most a
+	// size limit, refusing key material and other secrets.
+	Read(*ReadRequest, grpc.ServerStreamingServer[ReadChunk]) error
 	mustEmbedUnimplementedMachineServer()
 }
 
@@ -265,6 +364,21 @@ func (UnimplementedMachineServer) PodLogs(*PodLogsRequest, grpc.ServerStreamingS
 }
 func (UnimplementedMachineServer) Audit(context.Context, *AuditRequest) (*AuditResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Audit not implemented")
+}
+func (UnimplementedMachineServer) Dmesg(*DmesgRequest, grpc.ServerStreamingServer[DmesgRecord]) error {
+	return status.Errorf(codes.Unimplemented, "method Dmesg not implemented")
+}
+func (UnimplementedMachineServer) Mounts(context.Context, *MountsRequest) (*MountsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Mounts not implemented")
+}
+func (UnimplementedMachineServer) Processes(context.Context, *ProcessesRequest) (*ProcessesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Processes not implemented")
+}
+func (UnimplementedMachineServer) Network(context.Context, *NetworkRequest) (*NetworkResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Network not implemented")
+}
+func (UnimplementedMachineServer) Read(*ReadRequest, grpc.ServerStreamingServer[ReadChunk]) error {
+	return status.Errorf(codes.Unimplemented, "method Read not implemented")
 }
 func (UnimplementedMachineServer) mustEmbedUnimplementedMachineServer() {}
 func (UnimplementedMachineServer) testEmbeddedByValue()                 {}
@@ -453,6 +567,82 @@ func _Machine_Audit_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Machine_Dmesg_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(DmesgRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(MachineServer).Dmesg(m, &grpc.GenericServerStream[DmesgRequest, DmesgRecord]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Machine_DmesgServer = grpc.ServerStreamingServer[DmesgRecord]
+
+func _Machine_Mounts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MountsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MachineServer).Mounts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Machine_Mounts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MachineServer).Mounts(ctx, req.(*MountsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Machine_Processes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ProcessesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MachineServer).Processes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Machine_Processes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MachineServer).Processes(ctx, req.(*ProcessesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Machine_Network_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NetworkRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MachineServer).Network(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Machine_Network_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MachineServer).Network(ctx, req.(*NetworkRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Machine_Read_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ReadRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(MachineServer).Read(m, &grpc.GenericServerStream[ReadRequest, ReadChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Machine_ReadServer = grpc.ServerStreamingServer[ReadChunk]
+
 // Machine_ServiceDesc is the grpc.ServiceDesc for Machine service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -492,6 +682,18 @@ var Machine_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Audit",
 			Handler:    _Machine_Audit_Handler,
 		},
+		{
+			MethodName: "Mounts",
+			Handler:    _Machine_Mounts_Handler,
+		},
+		{
+			MethodName: "Processes",
+			Handler:    _Machine_Processes_Handler,
+		},
+		{
+			MethodName: "Network",
+			Handler:    _Machine_Network_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -502,6 +704,16 @@ var Machine_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "PodLogs",
 			Handler:       _Machine_PodLogs_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Dmesg",
+			Handler:       _Machine_Dmesg_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Read",
+			Handler:       _Machine_Read_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -34,22 +34,26 @@ func defaultClientConfig() string {
 	return "_out/cairnconfig"
 }
 
+// call is a verb without arguments that makes one call to each node,
+// within callTimeout, writing to w.
+func (f *nodeFlags) call(use, short string, run func(ctx context.Context, c *client.Client, w io.Writer) error) *cobra.Command {
+	return &cobra.Command{
+		Use: use, Short: short, Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return f.onNodes(cmd, callTimeout, func(ctx context.Context, n *target) error {
+				return run(ctx, n.Client, n.Out)
+			})
+		},
+	}
+}
+
 func nodeCmd() *cobra.Command {
 	f := &nodeFlags{}
 	cmd := &cobra.Command{Use: "node", Short: "Manage a running node through its API"}
 	cmd.PersistentFlags().StringVar(&f.cairnconfig, "cairnconfig", defaultClientConfig(), "client config ($CAIRNCONFIG)")
 	cmd.PersistentFlags().StringSliceVarP(&f.nodes, "nodes", "n", nil, "node endpoints HOST:PORT, comma-separated: the verb runs on each at once (default: the client config's first endpoint)")
 	cmd.PersistentFlags().DurationVar(&f.connectTimeout, "connect-timeout", 10*time.Second, "how long to wait for a node to answer before it counts as failed")
-	call := func(use, short string, run func(context.Context, *client.Client, io.Writer) error) *cobra.Command {
-		return &cobra.Command{
-			Use: use, Short: short, Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				return f.onNodes(cmd, callTimeout, func(ctx context.Context, n *target) error {
-					return run(ctx, n.Client, n.Out)
-				})
-			},
-		}
-	}
+	call := f.call
 	version := call("version", "Show what the node runs and how it booted", func(ctx context.Context, c *client.Client, w io.Writer) error {
 		v, err := c.Version(ctx, &machine.VersionRequest{})
 		if err != nil {
@@ -136,6 +140,7 @@ func nodeCmd() *cobra.Command {
 		},
 	}
 	cmd.AddCommand(metricsCmd(f), auditCmd(f))
+	cmd.AddCommand(inspectCmds(f)...)
 	cmd.AddCommand(logs, kill, restart,
 		call("services", "List the services and their state", func(ctx context.Context, c *client.Client, w io.Writer) error {
 			resp, err := c.Services(ctx, &machine.ServicesRequest{})
