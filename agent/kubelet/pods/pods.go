@@ -40,6 +40,11 @@
 // name one. A container that must not run as root but would is refused
 // (CreateContainerConfigError), as by the kubelet.
 //
+// A running container whose resources change in the spec (the resize
+// subresource) is resized in place once Config.ResizeFits admits it,
+// or restarted where its resizePolicy says RestartContainer
+// (resize.go); the status tells each running container's resources.
+//
 // Not yet here: garbage collection of exited containers (they are kept
 // until Terminate, as the backoff's history).
 package pods
