@@ -62,7 +62,7 @@ func (s *podSyncer) podStatus(pod *corev1.Pod, st *pods.Status, now metav1.Time)
 	allReady, unready := true, []string{}
 	for i, c := range st.InitContainers {
 		spec := &pod.Spec.InitContainers[i]
-		cs := s.containerStatus(c, prev[c.Name], spec.Image)
+		cs := s.containerStatus(c, prev[c.Name], spec)
 		done := c.State == pods.Terminated && c.ExitCode == 0
 		cs.Ready = done
 		if sidecar := spec.RestartPolicy != nil && *spec.RestartPolicy == corev1.ContainerRestartPolicyAlways; sidecar {
@@ -81,7 +81,7 @@ func (s *podSyncer) podStatus(pod *corev1.Pod, st *pods.Status, now metav1.Time)
 	}
 	out.ContainerStatuses = nil
 	for i, c := range st.Containers {
-		cs := s.containerStatus(c, prev[c.Name], pod.Spec.Containers[i].Image)
+		cs := s.containerStatus(c, prev[c.Name], &pod.Spec.Containers[i])
 		s.probed(pod, c, &cs)
 		if !cs.Ready {
 			allReady = false
@@ -92,7 +92,7 @@ func (s *podSyncer) podStatus(pod *corev1.Pod, st *pods.Status, now metav1.Time)
 	out.EphemeralContainerStatuses = nil
 	for i, c := range st.EphemeralContainers {
 		out.EphemeralContainerStatuses = append(out.EphemeralContainerStatuses,
-			s.containerStatus(c, prev[c.Name], pod.Spec.EphemeralContainers[i].Image))
+			s.containerStatus(c, prev[c.Name], (*corev1.Container)(&pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)))
 	}
 
 	conds := []corev1.PodCondition{
@@ -117,6 +117,19 @@ func (s *podSyncer) podStatus(pod *corev1.Pod, st *pods.Status, now metav1.Time)
 		}
 	}
 	conds = append(conds, ready, podReady)
+	switch {
+	case st.ResizePending != nil:
+		conds = append(conds, corev1.PodCondition{Type: corev1.PodResizePending, Status: corev1.ConditionTrue,
+			Reason: st.ResizePending.Reason, Message: st.ResizePending.Message})
+	case st.ResizeError != "":
+		conds = append(conds, corev1.PodCondition{Type: corev1.PodResizeInProgress, Status: corev1.ConditionTrue,
+			Reason: corev1.PodReasonError, Message: st.ResizeError})
+	}
+	// A resize condition the node no longer holds goes.
+	out.Conditions = slices.DeleteFunc(out.Conditions, func(c corev1.PodCondition) bool {
+		resize := c.Type == corev1.PodResizePending || c.Type == corev1.PodResizeInProgress
+		return resize && !slices.ContainsFunc(conds, func(n corev1.PodCondition) bool { return n.Type == c.Type })
+	})
 	for _, c := range conds {
 		c.ObservedGeneration = pod.Generation
 		setCondition(&out.Conditions, c, now)
@@ -224,19 +237,26 @@ func setCondition(cs *[]corev1.PodCondition, c corev1.PodCondition, now metav1.T
 	*cs = append(*cs, c)
 }
 
-// containerStatus is the API's status of one container; prev is what the
-// API held, whose state becomes lastState when a new container replaced
-// the one it described.
-func (s *podSyncer) containerStatus(c pods.ContainerStatus, prev corev1.ContainerStatus, specImage string) corev1.ContainerStatus {
+// containerStatus is the API's status of one container, spec; prev is
+// what the API held, whose state becomes lastState when a new container
+// replaced the one it described. The requests the node admitted
+// (allocatedResources) are those applied to a running container, else
+// the spec's.
+func (s *podSyncer) containerStatus(c pods.ContainerStatus, prev corev1.ContainerStatus, spec *corev1.Container) corev1.ContainerStatus {
 	out := corev1.ContainerStatus{
 		Name:                 c.Name,
 		Image:                c.Image,
 		ImageID:              c.ImageID,
 		RestartCount:         c.RestartCount,
 		LastTerminationState: prev.LastTerminationState,
+		AllocatedResources:   spec.Resources.Requests,
+	}
+	if c.Resources != nil {
+		out.Resources = c.Resources.DeepCopy()
+		out.AllocatedResources = out.Resources.Requests
 	}
 	if out.Image == "" {
-		out.Image = specImage
+		out.Image = spec.Image
 	}
 	if c.ID != "" {
 		out.ContainerID = s.scheme + "://" + c.ID

@@ -12,9 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	resourcehelper "k8s.io/component-helpers/resource"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cairn-os/cairn/agent/kubelet/logrotate"
@@ -66,6 +68,7 @@ const (
 	wakeBackoff  wakeSource = "backoff"  // a container's back-off ended
 	wakeDeadline wakeSource = "deadline" // the pod's activeDeadlineSeconds passed
 	wakeRetry    wakeSource = "retry"    // the error back-off after a failed sync ended
+	wakeResize   wakeSource = "resize"   // a pod left the node, where a deferred resize may fit now
 )
 
 // housekeepingInterval is how often the runtime's sandboxes of pods the
@@ -356,8 +359,10 @@ func (s *podSyncer) removed(ctx context.Context, pod *corev1.Pod) {
 	s.see(ctx, pod, true)
 }
 
-// killed moves w on once its pod was killed.
+// killed moves w on once its pod was killed, and then has the pods whose
+// resize was deferred try again: it may fit now.
 func (s *podSyncer) killed(w *podWorker) {
+	defer s.retryDeferredResizes() // once the locks are released
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w.mu.Lock()
@@ -769,4 +774,80 @@ func (s *podSyncer) removeOrphans(ctx context.Context, store cache.Store) {
 
 func terminal(p corev1.PodPhase) bool {
 	return p == corev1.PodSucceeded || p == corev1.PodFailed
+}
+
+// retryDeferredResizes wakes the workers of the pods whose resize is
+// Deferred.
+func (s *podSyncer) retryDeferredResizes() {
+	for _, w := range s.podWorkers() {
+		w.mu.Lock()
+		pod := w.pod
+		w.mu.Unlock()
+		if pod == nil {
+			continue
+		}
+		if i := slices.IndexFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool {
+			return c.Type == corev1.PodResizePending && c.Reason == corev1.PodReasonDeferred
+		}); i >= 0 {
+			w.nudge(wakeResize)
+		}
+	}
+}
+
+// podWorkers are the workers of the node's pods now.
+func (s *podSyncer) podWorkers() []*podWorker {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*podWorker, 0, len(s.workers))
+	for _, w := range s.workers {
+		out = append(out, w)
+	}
+	return out
+}
+
+// resizeFits admits the resize of pod, running on the node, as the
+// kubelet does: Infeasible if its new requests exceed what the node has
+// allocatable at all, Deferred if they do not fit beside the requests of
+// the node's other pods, with the kubelet's messages.
+func (k *Kubelet) resizeFits(pod *corev1.Pod) (reason, message string) {
+	s := k.syncer
+	allocatable := s.node().Status.Allocatable
+	want := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	used := corev1.ResourceList{}
+	for _, w := range s.podWorkers() {
+		w.mu.Lock()
+		other := w.pod
+		w.mu.Unlock()
+		if other == nil || other.UID == pod.UID || terminal(other.Status.Phase) {
+			continue
+		}
+		for name, q := range resourcehelper.PodRequests(other, resourcehelper.PodResourcesOptions{}) {
+			sum := used[name]
+			sum.Add(q)
+			used[name] = sum
+		}
+	}
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		req, ok := want[name]
+		capacity, known := allocatable[name]
+		if !ok || !known {
+			continue
+		}
+		value := func(q resource.Quantity) int64 {
+			if name == corev1.ResourceCPU {
+				return q.MilliValue()
+			}
+			return q.Value()
+		}
+		u := used[name]
+		switch {
+		case value(req) > value(capacity):
+			return corev1.PodReasonInfeasible, fmt.Sprintf("Node didn't have enough capacity: %s, requested: %d, capacity: %d",
+				name, value(req), value(capacity))
+		case value(req)+value(u) > value(capacity):
+			return corev1.PodReasonDeferred, fmt.Sprintf("Node didn't have enough resource: %s, requested: %d, used: %d, capacity: %d",
+				name, value(req), value(u), value(capacity))
+		}
+	}
+	return "", ""
 }

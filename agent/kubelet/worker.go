@@ -69,9 +69,9 @@ func (k *Kubelet) newPodWorker(results *probe.Results) (w *pods.Worker, stop fun
 	w, err = pods.New(pods.Config{
 		Runtime: pc.Runtime, Images: pc.Images, LogRoot: pc.LogRoot, ClusterDNS: pc.ClusterDNS,
 		Refs: k.refs, Started: results.Started, PodsDir: k.podsDir(),
-		Volumes: k.volumes,
-		Events:  b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: k.cfg.NodeName}),
-		Log:     k.log,
+		Volumes: k.volumes, ResizeFits: k.resizeFits,
+		Events: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: k.cfg.NodeName}),
+		Log:    k.log,
 	})
 	if err != nil {
 		b.Shutdown()

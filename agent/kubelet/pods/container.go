@@ -47,7 +47,7 @@ func containerConfig(pod *corev1.Pod, c *corev1.Container, p containerParams) *c
 			LabelPodUID:        string(pod.UID),
 			LabelContainerName: c.Name,
 		},
-		Annotations: messageAnnotations(c),
+		Annotations: containerAnnotations(c),
 		LogPath:     crilog.ContainerLog(c.Name, p.attempt),
 		Stdin:       c.Stdin,
 		Tty:         c.TTY,
@@ -56,6 +56,17 @@ func containerConfig(pod *corev1.Pod, c *corev1.Container, p containerParams) *c
 			SecurityContext: securityContext(pod, c, p.pidTarget),
 		},
 	}
+}
+
+// containerAnnotations are those of c's CRI container: its termination
+// message file and the resources it is created with.
+func containerAnnotations(c *corev1.Container) map[string]string {
+	out := messageAnnotations(c)
+	if out == nil {
+		out = map[string]string{}
+	}
+	out[annotationResources] = resourcesAnnotation(c.Resources)
+	return out
 }
 
 // resources turns requests and limits into cgroup settings: CPU requests

@@ -40,6 +40,11 @@
 // name one. A container that must not run as root but would is refused
 // (CreateContainerConfigError), as by the kubelet.
 //
+// A running container whose resources change in the spec (the resize
+// subresource) is resized in place once Config.ResizeFits admits it,
+// or restarted where its resizePolicy says RestartContainer
+// (resize.go); the status tells each running container's resources.
+//
 // Not yet here: garbage collection of exited containers (they are kept
 // until Terminate, as the backoff's history).
 package pods
@@ -106,6 +111,12 @@ type Config struct {
 	// Volumes, if set, keeps the volumes that containers mount; without
 	// it, a container that mounts one cannot start.
 	Volumes Volumes
+	// ResizeFits, if set, admits the resize of a running pod (its
+	// containers' resources changed in the spec): it returns "", "" if
+	// the node can apply it, else the reason (corev1.PodReasonInfeasible
+	// or PodReasonDeferred) and message of the pod's PodResizePending
+	// condition. Without it, every resize is admitted.
+	ResizeFits func(pod *corev1.Pod) (reason, message string)
 	// Log receives what Sync and Cleanup only log; nil means
 	// slog.Default().
 	Log *slog.Logger
@@ -124,6 +135,9 @@ type Worker struct {
 	// toldBackoff holds, by backoffKey, the ID of the exited container
 	// whose restart backoff was last recorded as an event.
 	toldBackoff sync.Map
+	// resized holds, by container ID, the resources (resizedTo) the
+	// worker last resized a running container to (resize.go).
+	resized sync.Map
 	// orphanLogs holds when Cleanup first found the logs of a pod to
 	// remove.
 	orphanLogsMu sync.Mutex
@@ -278,6 +292,13 @@ func (w *Worker) sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
 	for i := range pod.Spec.EphemeralContainers {
 		c := (*corev1.Container)(&pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
 		st.EphemeralContainers = append(st.EphemeralContainers, step(c, corev1.RestartPolicyNever))
+	}
+	latest := map[string]*criv1.ContainerStatus{}
+	for name, h := range history {
+		latest[name] = h[len(h)-1]
+	}
+	if err := w.resize(ctx, pod, st, latest, sb); err != nil {
+		errs = append(errs, err)
 	}
 	if appsEnded {
 		if err := w.stopSidecars(ctx, pod, st.InitContainers, sb.ip, GracePeriod(pod)); err != nil {
@@ -606,6 +627,7 @@ func (w *Worker) kill(ctx context.Context, pod *corev1.Pod, grace time.Duration)
 		return err
 	}
 	w.forget(pod)
+	w.forgetResized(pod)
 	var errs []error
 	for _, sb := range sandboxes {
 		// Removed even if a container would not stop: the runtime

@@ -19,6 +19,12 @@ type Status struct {
 	// EphemeralContainers, added to the running pod (kubectl debug),
 	// run once and count for nothing but their own status.
 	EphemeralContainers []ContainerStatus
+	// ResizePending, if set, says why the node does not resize the pod
+	// yet (resize.go).
+	ResizePending *ResizePending
+	// ResizeError, if not empty, says why a resize the node admitted
+	// could not be applied: it is still in progress.
+	ResizeError string
 }
 
 // RetryAt is when the first container waiting out a backoff may start:
@@ -87,6 +93,9 @@ type ContainerStatus struct {
 	FinishedAt   time.Time
 	// LogPath is the absolute path of the latest container's log file.
 	LogPath string
+	// Resources, for a running container, are the requests and limits
+	// applied to it: the spec's once a resize is done.
+	Resources *corev1.ResourceRequirements
 	// BackoffUntil, if not zero, is when the container, waiting out a
 	// backoff, may start.
 	BackoffUntil time.Time
