@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-os/cairn/test/nsrun"
+
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
@@ -128,27 +130,6 @@ func (s *testDHCPServer) handler(unicast bool) server4.Handler {
 	}
 }
 
-// inNetns runs f on a thread in ns.
-func inNetns(t *testing.T, ns netns.NsHandle, f func()) {
-	t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	if err := netns.Set(ns); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := netns.Set(orig); err != nil {
-			panic(err) // the thread is in the wrong namespace
-		}
-	}()
-	f()
-}
-
 // startTestDHCPServer makes a network namespace for the server, a veth
 // pair cairn0 (here) and cairn1 (there, 10.99.0.1/24), and serves DHCP on
 // cairn1; all of it is removed when the test ends.
@@ -180,7 +161,7 @@ func startTestDHCPServer(t *testing.T, leaseTime time.Duration, lease testLease)
 	}
 	t.Cleanup(func() { netlink.LinkDel(link) }) // and its peer with it
 	s := &testDHCPServer{ip: net.IPv4(10, 99, 0, 1).To4(), leaseTime: leaseTime, lease: lease, answerBcast: true, answerUcast: true}
-	inNetns(t, ns, func() {
+	nsrun.In(t, ns, func() {
 		peer, err := netlink.LinkByName("cairn1")
 		if err != nil {
 			t.Fatal(err)

@@ -9,10 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cairn-os/cairn/test/nsrun"
 
 	"github.com/cairn-os/cairn/test/need"
 
@@ -64,28 +65,6 @@ func newNS(t *testing.T, role string) (string, netns.NsHandle) {
 	return path, h
 }
 
-// inNS runs f on a thread in network namespace h: the sockets it opens
-// and the processes it starts live there.
-func inNS(t *testing.T, h netns.NsHandle, f func()) {
-	t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	if err := netns.Set(h); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := netns.Set(orig); err != nil {
-			panic(fmt.Sprintf("cannot return to the test's network namespace: %v", err))
-		}
-	}()
-	f()
-}
-
 // TestPodNetwork writes the configuration, then runs it with the real
 // plugins as containerd's CRI would, for a pod with a hostPort: the node
 // is a network namespace of its own, so is the pod. The node reaches the
@@ -121,7 +100,7 @@ func TestPodNetwork(t *testing.T) {
 
 	_, node := newNS(t, "node")
 	podPath, pod := newNS(t, "pod")
-	inNS(t, node, func() {
+	nsrun.In(t, node, func() {
 		if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
 			t.Fatalf("lo up: %v\n%s", err, out)
 		}
@@ -132,7 +111,7 @@ func TestPodNetwork(t *testing.T) {
 		CapabilityArgs: map[string]any{"portMappings": []map[string]any{{"hostPort": 18080, "containerPort": 80, "protocol": "tcp"}}},
 	}
 	var res *types100.Result
-	inNS(t, node, func() {
+	nsrun.In(t, node, func() {
 		r, err := plugins.AddNetworkList(ctx, list, rt)
 		if err != nil {
 			t.Fatalf("ADD: %v", err)
@@ -152,7 +131,7 @@ func TestPodNetwork(t *testing.T) {
 
 	// A server in the pod, reached from the node.
 	var l net.Listener
-	inNS(t, pod, func() {
+	nsrun.In(t, pod, func() {
 		if l, err = net.Listen("tcp", ":80"); err != nil {
 			t.Fatal(err)
 		}
@@ -169,7 +148,7 @@ func TestPodNetwork(t *testing.T) {
 		}
 	}()
 	for _, addr := range []string{netip.AddrPortFrom(podIP, 80).String(), netip.AddrPortFrom(gw, 18080).String()} {
-		inNS(t, node, func() {
+		nsrun.In(t, node, func() {
 			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 			if err != nil {
 				t.Errorf("dial %s from the node: %v", addr, err)
@@ -183,7 +162,7 @@ func TestPodNetwork(t *testing.T) {
 		})
 	}
 
-	inNS(t, node, func() {
+	nsrun.In(t, node, func() {
 		if err := plugins.DelNetworkList(ctx, list, rt); err != nil {
 			t.Errorf("DEL: %v", err)
 		}
