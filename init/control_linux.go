@@ -221,3 +221,38 @@ func (c *controlServer) Containers(ctx context.Context, _ *machine.ContainersReq
 	}
 	return &machine.ContainersResponse{Namespaces: nss}, nil
 }
+
+// nodeConfigs returns the machine config's state, or an error while the
+// boot has not loaded it yet.
+func (c *controlServer) nodeConfigs() (*configs, error) {
+	c.n.mu.Lock()
+	defer c.n.mu.Unlock()
+	if c.n.configs == nil {
+		return nil, status.Error(codes.Unavailable, "the machine config is not loaded yet: see the boot timeline (cairn node version)")
+	}
+	return c.n.configs, nil
+}
+
+func (c *controlServer) ApplyConfig(_ context.Context, req *machine.ApplyConfigRequest) (*machine.ApplyConfigResponse, error) {
+	cfgs, err := c.nodeConfigs()
+	if err != nil {
+		return nil, err
+	}
+	return cfgs.Apply(req)
+}
+
+func (c *controlServer) ConfirmConfig(context.Context, *machine.ConfirmConfigRequest) (*machine.ConfirmConfigResponse, error) {
+	cfgs, err := c.nodeConfigs()
+	if err != nil {
+		return nil, err
+	}
+	return cfgs.Confirm()
+}
+
+func (c *controlServer) ConfigStatus(context.Context, *machine.ConfigStatusRequest) (*machine.ConfigState, error) {
+	cfgs, err := c.nodeConfigs()
+	if err != nil {
+		return nil, err
+	}
+	return cfgs.Status(), nil
+}

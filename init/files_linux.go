@@ -117,3 +117,27 @@ func syncDir(r *os.Root, dir string) error {
 	defer d.Close()
 	return d.Sync()
 }
+
+// removeFiles removes the files at paths (machine.files dropped from the
+// config) under root, confined to their /etc or /var as writeFiles is;
+// one already gone is no error.
+func removeFiles(root string, paths []string) error {
+	var errs []error
+	for _, p := range paths {
+		top, rel, _ := strings.Cut(strings.TrimPrefix(p, "/"), "/")
+		r, err := os.OpenRoot(filepath.Join(root, top))
+		if err == nil {
+			err = r.Remove(rel)
+			if err == nil {
+				err = syncDir(r, path.Dir(rel))
+			}
+			r.Close()
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove %s (dropped from machine.files): %w", p, err))
+			continue
+		}
+		slog.Info("machine file removed", "path", p)
+	}
+	return errors.Join(errs...)
+}

@@ -114,7 +114,7 @@ func nodeServices(cfg *machineconfig.Config, varErr error) ([]supervisor.Service
 		Path:        layout.AgentBinary,
 		Ready:       supervisor.TCPProbe(fmt.Sprintf("127.0.0.1:%d", cfg.Machine.API.Port)),
 		OOMScoreAdj: &systemOOMScore,
-		Args:        []string{"--config", layout.MachineConfig, "--init-socket", layout.InitSocket},
+		Args:        []string{"--config", layout.RunningConfig, "--init-socket", layout.InitSocket},
 		Env:         []string{"PATH=/usr/bin:/sbin"},
 		Cgroup:      "system/cairn-agent",
 		Resources:   cgroupResources(cfg.Machine.Resources.Agent),
@@ -254,5 +254,13 @@ func replaceFile(path string, data []byte, mode os.FileMode) error {
 	if err != nil {
 		return err
 	}
-	return os.Rename(f.Name(), path)
+	if err := os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	return dir.Sync() // the rename, durable
 }

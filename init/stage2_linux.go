@@ -49,6 +49,9 @@ type node struct {
 	// timeKeeper keeps the clock in step with machine.time.servers; nil
 	// when none are configured.
 	timeKeeper *timeKeeper
+	// configs is the machine config as the node runs it and as STATE
+	// holds it; nil until it is loaded.
+	configs *configs
 }
 
 func newNode(sys system, timeline []boot.Record) *node {
@@ -116,6 +119,8 @@ func stage2() error {
 type nodeConfig struct {
 	*machineconfig.Config
 	recovery *machineconfig.Recovery
+	// doc is the file it was read from.
+	doc []byte
 }
 
 // bootSequence is stage 2's boot, in order. What a step hands on to later
@@ -134,8 +139,15 @@ func (n *node) bootSequence() boot.Sequence {
 		{Name: "enable cgroup controllers", Run: func() error { return enableControllers(cgroupRoot) }},
 		{Name: "prepare EPHEMERAL", Run: func() error { varErr = n.prepareEphemeral(); return varErr }},
 		{Name: "mount STATE", Run: n.mountState},
-		{Name: "load machine config", Run: func() (err error) { conf, err = n.loadConfig(layout.MachineConfig); return err }},
-		{Name: "set sysctls", Run: func() error { _, err := applySysctls(procSys, conf.Machine.Sysctls); return err }},
+		{Name: "load machine config", Run: func() (err error) {
+			conf, err = n.loadConfig(layout.MachineConfig)
+			return errors.Join(err, n.startConfigs(conf))
+		}},
+		{Name: "set sysctls", Run: func() error {
+			was, err := applySysctls(procSys, conf.Machine.Sysctls)
+			n.configs.rememberSysctls(was)
+			return err
+		}},
 		{Name: "set hostname", Run: func() error { return setHostname(conf.Machine.Hostname) }},
 		{Name: "write machine files", Run: func() error { _, err := writeFiles("/", conf.Machine.Files); return err }},
 		{Name: "configure network", Run: func() error { return n.configureNetwork(conf.Network) }},
@@ -249,18 +261,34 @@ func (n *node) mountState() error {
 // salvaged, so that the operator can see why; nothing else the config asks
 // for runs.
 func (n *node) loadConfig(path string) (nodeConfig, error) {
-	cfg, err := machineconfig.Load(path)
-	if err == nil {
-		return nodeConfig{Config: cfg}, nil
+	data, err := os.ReadFile(path)
+	if err != nil {
+		err = fmt.Errorf("read machine config: %w", err)
+	} else if cfg, perr := machineconfig.Parse(data); perr != nil {
+		err = fmt.Errorf("%s: %w", path, perr)
+	} else {
+		return nodeConfig{Config: cfg, doc: data}, nil
 	}
-	rec, _ := machineconfig.RecoverFile(path) // its read error is err's
+	rec := machineconfig.Recover(data)
 	n.mu.Lock()
 	n.loadErr = err
 	n.mu.Unlock()
 	slog.Error("the machine config cannot be loaded", "path", path, "err", err)
 	slog.Warn(rec.String())
 	slog.Warn("the node runs no system services and no kubelet until its machine config loads: " + recoveryAdvice)
-	return nodeConfig{Config: rec.Config, recovery: rec}, fmt.Errorf("%w; %s", err, rec)
+	return nodeConfig{Config: rec.Config, recovery: rec, doc: data}, fmt.Errorf("%w; %s", err, rec)
+}
+
+// startConfigs hands the config the node boots with to the control
+// socket's config calls, and writes it where the agent reads it.
+func (n *node) startConfigs(conf nodeConfig) error {
+	live := liveTargets{procSys: procSys, filesRoot: "/", staticPodDir: layout.StaticPodDir}
+	reboot := func() { n.requestShutdown(unix.LINUX_REBOOT_CMD_RESTART, "a machine config applied with a reboot") }
+	c, err := newConfigs(layout.MachineConfig, layout.RunningConfig, live, conf.Config, conf.doc, conf.recovery != nil, reboot)
+	n.mu.Lock()
+	n.configs = c
+	n.mu.Unlock()
+	return err
 }
 
 // recoveryAdvice is what an operator does about a config that does not load.

@@ -18,16 +18,17 @@ const procSys = "/proc/sys"
 
 // applySysctls sets machine.sysctls under dir (procSys), in the order of
 // their names, each only if the kernel's value differs, and returns the
-// names it set. A parameter that cannot be set (this kernel has none by
+// names it set with the values they had. A parameter that cannot be set (this kernel has none by
 // that name, or refuses the value) does not keep the others from being
 // set; the error names each.
-func applySysctls(dir string, sysctls map[string]string) (set []string, err error) {
+func applySysctls(dir string, sysctls map[string]string) (was map[string]string, err error) {
 	names := make([]string, 0, len(sysctls))
 	for name := range sysctls {
 		names = append(names, name)
 	}
 	slices.Sort(names)
 	var errs []error
+	was = map[string]string{}
 	for _, name := range names {
 		want := sysctls[name]
 		path := filepath.Join(dir, machineconfig.SysctlPath(name))
@@ -47,9 +48,9 @@ func applySysctls(dir string, sysctls map[string]string) (set []string, err erro
 			continue
 		}
 		slog.Info("sysctl set", "name", name, "value", want, "was", strings.TrimSpace(string(cur)))
-		set = append(set, name)
+		was[name] = strings.TrimSpace(string(cur))
 	}
-	return set, errors.Join(errs...)
+	return was, errors.Join(errs...)
 }
 
 // sameSysctl reports whether the kernel's value cur is want: the kernel

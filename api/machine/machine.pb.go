@@ -26,6 +26,74 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ApplyMode says how ApplyConfig applies a config.
+type ApplyMode int32
+
+const (
+	// Live if every change can be applied live, else written to STATE and
+	// the node rebooted.
+	ApplyMode_APPLY_MODE_AUTO ApplyMode = 0
+	// Live, refused if a change needs a reboot.
+	ApplyMode_APPLY_MODE_NO_REBOOT ApplyMode = 1
+	// Written to STATE, then the node reboots.
+	ApplyMode_APPLY_MODE_REBOOT ApplyMode = 2
+	// Written to STATE, used from the next boot; the running node is left
+	// as it is.
+	ApplyMode_APPLY_MODE_STAGED ApplyMode = 3
+	// Live, not written to STATE, reverted after try_timeout unless
+	// confirmed (ConfirmConfig); refused if a change needs a reboot.
+	ApplyMode_APPLY_MODE_TRY ApplyMode = 4
+	// Nothing changed: the changes are returned.
+	ApplyMode_APPLY_MODE_DRY_RUN ApplyMode = 5
+)
+
+// Enum value maps for ApplyMode.
+var (
+	ApplyMode_name = map[int32]string{
+		0: "APPLY_MODE_AUTO",
+		1: "APPLY_MODE_NO_REBOOT",
+		2: "APPLY_MODE_REBOOT",
+		3: "APPLY_MODE_STAGED",
+		4: "APPLY_MODE_TRY",
+		5: "APPLY_MODE_DRY_RUN",
+	}
+	ApplyMode_value = map[string]int32{
+		"APPLY_MODE_AUTO":      0,
+		"APPLY_MODE_NO_REBOOT": 1,
+		"APPLY_MODE_REBOOT":    2,
+		"APPLY_MODE_STAGED":    3,
+		"APPLY_MODE_TRY":       4,
+		"APPLY_MODE_DRY_RUN":   5,
+	}
+)
+
+func (x ApplyMode) Enum() *ApplyMode {
+	p := new(ApplyMode)
+	*p = x
+	return p
+}
+
+func (x ApplyMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ApplyMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_machine_proto_enumTypes[0].Descriptor()
+}
+
+func (ApplyMode) Type() protoreflect.EnumType {
+	return &file_machine_proto_enumTypes[0]
+}
+
+func (x ApplyMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ApplyMode.Descriptor instead.
+func (ApplyMode) EnumDescriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{0}
+}
+
 type VersionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -73,7 +141,9 @@ type VersionResponse struct {
 	BootTimeline []*BootStep          `protobuf:"bytes,6,rep,name=boot_timeline,json=bootTimeline,proto3" json:"boot_timeline,omitempty"`
 	// TimeSync is how init keeps the clock in step with
 	// machine.time.servers; unset when none are configured.
-	TimeSync      *TimeSync `protobuf:"bytes,7,opt,name=time_sync,json=timeSync,proto3" json:"time_sync,omitempty"`
+	TimeSync *TimeSync `protobuf:"bytes,7,opt,name=time_sync,json=timeSync,proto3" json:"time_sync,omitempty"`
+	// Config is the state of the node's machine config.
+	Config        *ConfigState `protobuf:"bytes,8,opt,name=config,proto3" json:"config,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -153,6 +223,13 @@ func (x *VersionResponse) GetBootTimeline() []*BootStep {
 func (x *VersionResponse) GetTimeSync() *TimeSync {
 	if x != nil {
 		return x.TimeSync
+	}
+	return nil
+}
+
+func (x *VersionResponse) GetConfig() *ConfigState {
+	if x != nil {
+		return x.Config
 	}
 	return nil
 }
@@ -2549,12 +2626,395 @@ func (x *ReadChunk) GetTruncated() bool {
 	return false
 }
 
+type ApplyConfigRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The machine config, as YAML.
+	Config []byte    `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	Mode   ApplyMode `protobuf:"varint,2,opt,name=mode,proto3,enum=cairn.machine.v1alpha1.ApplyMode" json:"mode,omitempty"`
+	// How long a try lasts; only with APPLY_MODE_TRY, which needs it.
+	TryTimeout    *durationpb.Duration `protobuf:"bytes,3,opt,name=try_timeout,json=tryTimeout,proto3" json:"try_timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyConfigRequest) Reset() {
+	*x = ApplyConfigRequest{}
+	mi := &file_machine_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyConfigRequest) ProtoMessage() {}
+
+func (x *ApplyConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyConfigRequest.ProtoReflect.Descriptor instead.
+func (*ApplyConfigRequest) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ApplyConfigRequest) GetConfig() []byte {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *ApplyConfigRequest) GetMode() ApplyMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ApplyMode_APPLY_MODE_AUTO
+}
+
+func (x *ApplyConfigRequest) GetTryTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.TryTimeout
+	}
+	return nil
+}
+
+// ConfigChange is one field that differs from the running config.
+type ConfigChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The field's path, e.g. machine.sysctls["vm.swappiness"].
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// The change as a line, secrets hidden.
+	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	// Whether it takes effect only at the next boot.
+	Reboot        bool `protobuf:"varint,3,opt,name=reboot,proto3" json:"reboot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigChange) Reset() {
+	*x = ConfigChange{}
+	mi := &file_machine_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigChange) ProtoMessage() {}
+
+func (x *ConfigChange) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigChange.ProtoReflect.Descriptor instead.
+func (*ConfigChange) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ConfigChange) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ConfigChange) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *ConfigChange) GetReboot() bool {
+	if x != nil {
+		return x.Reboot
+	}
+	return false
+}
+
+type ApplyConfigResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Changes []*ConfigChange        `protobuf:"bytes,1,rep,name=changes,proto3" json:"changes,omitempty"`
+	// What was done, as a sentence: "applied live", "staged for the next
+	// boot", "rebooting", "trying until …", "dry run: nothing changed",
+	// "no change".
+	Outcome string `protobuf:"bytes,2,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	// The generation of the config the node runs or will run, after the
+	// call.
+	Generation    uint64 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyConfigResponse) Reset() {
+	*x = ApplyConfigResponse{}
+	mi := &file_machine_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyConfigResponse) ProtoMessage() {}
+
+func (x *ApplyConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyConfigResponse.ProtoReflect.Descriptor instead.
+func (*ApplyConfigResponse) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ApplyConfigResponse) GetChanges() []*ConfigChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+func (x *ApplyConfigResponse) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *ApplyConfigResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+type ConfirmConfigRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfirmConfigRequest) Reset() {
+	*x = ConfirmConfigRequest{}
+	mi := &file_machine_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfirmConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfirmConfigRequest) ProtoMessage() {}
+
+func (x *ConfirmConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfirmConfigRequest.ProtoReflect.Descriptor instead.
+func (*ConfirmConfigRequest) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{46}
+}
+
+type ConfirmConfigResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The generation written to STATE.
+	Generation    uint64 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfirmConfigResponse) Reset() {
+	*x = ConfirmConfigResponse{}
+	mi := &file_machine_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfirmConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfirmConfigResponse) ProtoMessage() {}
+
+func (x *ConfirmConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfirmConfigResponse.ProtoReflect.Descriptor instead.
+func (*ConfirmConfigResponse) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ConfirmConfigResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+type ConfigStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigStatusRequest) Reset() {
+	*x = ConfigStatusRequest{}
+	mi := &file_machine_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigStatusRequest) ProtoMessage() {}
+
+func (x *ConfigStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigStatusRequest.ProtoReflect.Descriptor instead.
+func (*ConfigStatusRequest) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{48}
+}
+
+// ConfigState is the state of the node's machine config. Each config
+// written to STATE or tried gets the next generation.
+type ConfigState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The generation the node runs.
+	Generation uint64 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	// The generation in STATE, which the next boot uses: generation, unless
+	// one was staged or a try is pending.
+	BootGeneration uint64 `protobuf:"varint,2,opt,name=boot_generation,json=bootGeneration,proto3" json:"boot_generation,omitempty"`
+	// When a pending try is reverted unless confirmed; unset when none is.
+	TryUntil *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=try_until,json=tryUntil,proto3" json:"try_until,omitempty"`
+	// Why the last config applied live was reverted or failed, if it was.
+	LastError     string `protobuf:"bytes,4,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigState) Reset() {
+	*x = ConfigState{}
+	mi := &file_machine_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigState) ProtoMessage() {}
+
+func (x *ConfigState) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigState.ProtoReflect.Descriptor instead.
+func (*ConfigState) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ConfigState) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *ConfigState) GetBootGeneration() uint64 {
+	if x != nil {
+		return x.BootGeneration
+	}
+	return 0
+}
+
+func (x *ConfigState) GetTryUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TryUntil
+	}
+	return nil
+}
+
+func (x *ConfigState) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
 var File_machine_proto protoreflect.FileDescriptor
 
 const file_machine_proto_rawDesc = "" +
 	"\n" +
 	"\rmachine.proto\x12\x16cairn.machine.v1alpha1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x10\n" +
-	"\x0eVersionRequest\"\xc1\x02\n" +
+	"\x0eVersionRequest\"\xfe\x02\n" +
 	"\x0fVersionResponse\x12#\n" +
 	"\rcairn_version\x18\x01 \x01(\tR\fcairnVersion\x12\x16\n" +
 	"\x06kernel\x18\x02 \x01(\tR\x06kernel\x12\x1a\n" +
@@ -2562,7 +3022,8 @@ const file_machine_proto_rawDesc = "" +
 	"\taddresses\x18\x04 \x03(\tR\taddresses\x121\n" +
 	"\x06uptime\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x06uptime\x12E\n" +
 	"\rboot_timeline\x18\x06 \x03(\v2 .cairn.machine.v1alpha1.BootStepR\fbootTimeline\x12=\n" +
-	"\ttime_sync\x18\a \x01(\v2 .cairn.machine.v1alpha1.TimeSyncR\btimeSync\"\xf5\x01\n" +
+	"\ttime_sync\x18\a \x01(\v2 .cairn.machine.v1alpha1.TimeSyncR\btimeSync\x12;\n" +
+	"\x06config\x18\b \x01(\v2#.cairn.machine.v1alpha1.ConfigStateR\x06config\"\xf5\x01\n" +
 	"\bTimeSync\x12\x16\n" +
 	"\x06synced\x18\x01 \x01(\bR\x06synced\x12\x16\n" +
 	"\x06server\x18\x02 \x01(\tR\x06server\x121\n" +
@@ -2722,8 +3183,43 @@ const file_machine_proto_rawDesc = "" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\"=\n" +
 	"\tReadChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated2\xf9\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\x9f\x01\n" +
+	"\x12ApplyConfigRequest\x12\x16\n" +
+	"\x06config\x18\x01 \x01(\fR\x06config\x125\n" +
+	"\x04mode\x18\x02 \x01(\x0e2!.cairn.machine.v1alpha1.ApplyModeR\x04mode\x12:\n" +
+	"\vtry_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"tryTimeout\"N\n" +
+	"\fConfigChange\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\x12\x16\n" +
+	"\x06reboot\x18\x03 \x01(\bR\x06reboot\"\x8f\x01\n" +
+	"\x13ApplyConfigResponse\x12>\n" +
+	"\achanges\x18\x01 \x03(\v2$.cairn.machine.v1alpha1.ConfigChangeR\achanges\x12\x18\n" +
+	"\aoutcome\x18\x02 \x01(\tR\aoutcome\x12\x1e\n" +
 	"\n" +
+	"generation\x18\x03 \x01(\x04R\n" +
+	"generation\"\x16\n" +
+	"\x14ConfirmConfigRequest\"7\n" +
+	"\x15ConfirmConfigResponse\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\"\x15\n" +
+	"\x13ConfigStatusRequest\"\xae\x01\n" +
+	"\vConfigState\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x12'\n" +
+	"\x0fboot_generation\x18\x02 \x01(\x04R\x0ebootGeneration\x127\n" +
+	"\ttry_until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\btryUntil\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x04 \x01(\tR\tlastError*\x94\x01\n" +
+	"\tApplyMode\x12\x13\n" +
+	"\x0fAPPLY_MODE_AUTO\x10\x00\x12\x18\n" +
+	"\x14APPLY_MODE_NO_REBOOT\x10\x01\x12\x15\n" +
+	"\x11APPLY_MODE_REBOOT\x10\x02\x12\x15\n" +
+	"\x11APPLY_MODE_STAGED\x10\x03\x12\x12\n" +
+	"\x0eAPPLY_MODE_TRY\x10\x04\x12\x16\n" +
+	"\x12APPLY_MODE_DRY_RUN\x10\x052\xcf\f\n" +
 	"\aMachine\x12Z\n" +
 	"\aVersion\x12&.cairn.machine.v1alpha1.VersionRequest\x1a'.cairn.machine.v1alpha1.VersionResponse\x12W\n" +
 	"\x06Reboot\x12%.cairn.machine.v1alpha1.RebootRequest\x1a&.cairn.machine.v1alpha1.RebootResponse\x12]\n" +
@@ -2734,13 +3230,15 @@ const file_machine_proto_rawDesc = "" +
 	"\x04Logs\x12#.cairn.machine.v1alpha1.LogsRequest\x1a!.cairn.machine.v1alpha1.LogsChunk0\x01\x12c\n" +
 	"\n" +
 	"Containers\x12).cairn.machine.v1alpha1.ContainersRequest\x1a*.cairn.machine.v1alpha1.ContainersResponse\x12V\n" +
-	"\aPodLogs\x12&.cairn.machine.v1alpha1.PodLogsRequest\x1a!.cairn.machine.v1alpha1.LogsChunk0\x01\x12T\n" +
+	"\aPodLogs\x12&.cairn.machine.v1alpha1.PodLogsRequest\x1a!.cairn.machine.v1alpha1.LogsChunk0\x01\x12f\n" +
+	"\vApplyConfig\x12*.cairn.machine.v1alpha1.ApplyConfigRequest\x1a+.cairn.machine.v1alpha1.ApplyConfigResponse\x12l\n" +
+	"\rConfirmConfig\x12,.cairn.machine.v1alpha1.ConfirmConfigRequest\x1a-.cairn.machine.v1alpha1.ConfirmConfigResponse\x12T\n" +
 	"\x05Audit\x12$.cairn.machine.v1alpha1.AuditRequest\x1a%.cairn.machine.v1alpha1.AuditResponse\x12T\n" +
 	"\x05Dmesg\x12$.cairn.machine.v1alpha1.DmesgRequest\x1a#.cairn.machine.v1alpha1.DmesgRecord0\x01\x12W\n" +
 	"\x06Mounts\x12%.cairn.machine.v1alpha1.MountsRequest\x1a&.cairn.machine.v1alpha1.MountsResponse\x12`\n" +
 	"\tProcesses\x12(.cairn.machine.v1alpha1.ProcessesRequest\x1a).cairn.machine.v1alpha1.ProcessesResponse\x12Z\n" +
 	"\aNetwork\x12&.cairn.machine.v1alpha1.NetworkRequest\x1a'.cairn.machine.v1alpha1.NetworkResponse\x12P\n" +
-	"\x04Read\x12#.cairn.machine.v1alpha1.ReadRequest\x1a!.cairn.machine.v1alpha1.ReadChunk0\x012\x98\x06\n" +
+	"\x04Read\x12#.cairn.machine.v1alpha1.ReadRequest\x1a!.cairn.machine.v1alpha1.ReadChunk0\x012\xd0\b\n" +
 	"\x04Init\x12i\n" +
 	"\fBootTimeline\x12+.cairn.machine.v1alpha1.BootTimelineRequest\x1a,.cairn.machine.v1alpha1.BootTimelineResponse\x12W\n" +
 	"\x06Reboot\x12%.cairn.machine.v1alpha1.RebootRequest\x1a&.cairn.machine.v1alpha1.RebootResponse\x12]\n" +
@@ -2750,7 +3248,10 @@ const file_machine_proto_rawDesc = "" +
 	"\vServiceKill\x12*.cairn.machine.v1alpha1.ServiceKillRequest\x1a+.cairn.machine.v1alpha1.ServiceKillResponse\x12P\n" +
 	"\x04Logs\x12#.cairn.machine.v1alpha1.LogsRequest\x1a!.cairn.machine.v1alpha1.LogsChunk0\x01\x12c\n" +
 	"\n" +
-	"Containers\x12).cairn.machine.v1alpha1.ContainersRequest\x1a*.cairn.machine.v1alpha1.ContainersResponseB'Z%github.com/cairn-os/cairn/api/machineb\x06proto3"
+	"Containers\x12).cairn.machine.v1alpha1.ContainersRequest\x1a*.cairn.machine.v1alpha1.ContainersResponse\x12f\n" +
+	"\vApplyConfig\x12*.cairn.machine.v1alpha1.ApplyConfigRequest\x1a+.cairn.machine.v1alpha1.ApplyConfigResponse\x12l\n" +
+	"\rConfirmConfig\x12,.cairn.machine.v1alpha1.ConfirmConfigRequest\x1a-.cairn.machine.v1alpha1.ConfirmConfigResponse\x12`\n" +
+	"\fConfigStatus\x12+.cairn.machine.v1alpha1.ConfigStatusRequest\x1a#.cairn.machine.v1alpha1.ConfigStateB'Z%github.com/cairn-os/cairn/api/machineb\x06proto3"
 
 var (
 	file_machine_proto_rawDescOnce sync.Once
@@ -2764,135 +3265,159 @@ func file_machine_proto_rawDescGZIP() []byte {
 	return file_machine_proto_rawDescData
 }
 
-var file_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_machine_proto_goTypes = []any{
-	(*VersionRequest)(nil),         // 0: cairn.machine.v1alpha1.VersionRequest
-	(*VersionResponse)(nil),        // 1: cairn.machine.v1alpha1.VersionResponse
-	(*TimeSync)(nil),               // 2: cairn.machine.v1alpha1.TimeSync
-	(*BootStep)(nil),               // 3: cairn.machine.v1alpha1.BootStep
-	(*BootTimelineRequest)(nil),    // 4: cairn.machine.v1alpha1.BootTimelineRequest
-	(*BootTimelineResponse)(nil),   // 5: cairn.machine.v1alpha1.BootTimelineResponse
-	(*RebootRequest)(nil),          // 6: cairn.machine.v1alpha1.RebootRequest
-	(*RebootResponse)(nil),         // 7: cairn.machine.v1alpha1.RebootResponse
-	(*ShutdownRequest)(nil),        // 8: cairn.machine.v1alpha1.ShutdownRequest
-	(*ShutdownResponse)(nil),       // 9: cairn.machine.v1alpha1.ShutdownResponse
-	(*ServicesRequest)(nil),        // 10: cairn.machine.v1alpha1.ServicesRequest
-	(*ServicesResponse)(nil),       // 11: cairn.machine.v1alpha1.ServicesResponse
-	(*ServiceStatus)(nil),          // 12: cairn.machine.v1alpha1.ServiceStatus
-	(*CgroupLimits)(nil),           // 13: cairn.machine.v1alpha1.CgroupLimits
-	(*ServiceRestartRequest)(nil),  // 14: cairn.machine.v1alpha1.ServiceRestartRequest
-	(*ServiceRestartResponse)(nil), // 15: cairn.machine.v1alpha1.ServiceRestartResponse
-	(*ServiceKillRequest)(nil),     // 16: cairn.machine.v1alpha1.ServiceKillRequest
-	(*ServiceKillResponse)(nil),    // 17: cairn.machine.v1alpha1.ServiceKillResponse
-	(*LogsRequest)(nil),            // 18: cairn.machine.v1alpha1.LogsRequest
-	(*LogsChunk)(nil),              // 19: cairn.machine.v1alpha1.LogsChunk
-	(*PodLogsRequest)(nil),         // 20: cairn.machine.v1alpha1.PodLogsRequest
-	(*ContainersRequest)(nil),      // 21: cairn.machine.v1alpha1.ContainersRequest
-	(*ContainersResponse)(nil),     // 22: cairn.machine.v1alpha1.ContainersResponse
-	(*ContainerNamespace)(nil),     // 23: cairn.machine.v1alpha1.ContainerNamespace
-	(*Container)(nil),              // 24: cairn.machine.v1alpha1.Container
-	(*Image)(nil),                  // 25: cairn.machine.v1alpha1.Image
-	(*AuditRequest)(nil),           // 26: cairn.machine.v1alpha1.AuditRequest
-	(*AuditResponse)(nil),          // 27: cairn.machine.v1alpha1.AuditResponse
-	(*AuditRecord)(nil),            // 28: cairn.machine.v1alpha1.AuditRecord
-	(*DmesgRequest)(nil),           // 29: cairn.machine.v1alpha1.DmesgRequest
-	(*DmesgRecord)(nil),            // 30: cairn.machine.v1alpha1.DmesgRecord
-	(*MountsRequest)(nil),          // 31: cairn.machine.v1alpha1.MountsRequest
-	(*MountsResponse)(nil),         // 32: cairn.machine.v1alpha1.MountsResponse
-	(*Mount)(nil),                  // 33: cairn.machine.v1alpha1.Mount
-	(*ProcessesRequest)(nil),       // 34: cairn.machine.v1alpha1.ProcessesRequest
-	(*ProcessesResponse)(nil),      // 35: cairn.machine.v1alpha1.ProcessesResponse
-	(*Process)(nil),                // 36: cairn.machine.v1alpha1.Process
-	(*NetworkRequest)(nil),         // 37: cairn.machine.v1alpha1.NetworkRequest
-	(*NetworkResponse)(nil),        // 38: cairn.machine.v1alpha1.NetworkResponse
-	(*Link)(nil),                   // 39: cairn.machine.v1alpha1.Link
-	(*Route)(nil),                  // 40: cairn.machine.v1alpha1.Route
-	(*ReadRequest)(nil),            // 41: cairn.machine.v1alpha1.ReadRequest
-	(*ReadChunk)(nil),              // 42: cairn.machine.v1alpha1.ReadChunk
-	nil,                            // 43: cairn.machine.v1alpha1.AuditRecord.RequestEntry
-	(*durationpb.Duration)(nil),    // 44: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 45: google.protobuf.Timestamp
+	(ApplyMode)(0),                 // 0: cairn.machine.v1alpha1.ApplyMode
+	(*VersionRequest)(nil),         // 1: cairn.machine.v1alpha1.VersionRequest
+	(*VersionResponse)(nil),        // 2: cairn.machine.v1alpha1.VersionResponse
+	(*TimeSync)(nil),               // 3: cairn.machine.v1alpha1.TimeSync
+	(*BootStep)(nil),               // 4: cairn.machine.v1alpha1.BootStep
+	(*BootTimelineRequest)(nil),    // 5: cairn.machine.v1alpha1.BootTimelineRequest
+	(*BootTimelineResponse)(nil),   // 6: cairn.machine.v1alpha1.BootTimelineResponse
+	(*RebootRequest)(nil),          // 7: cairn.machine.v1alpha1.RebootRequest
+	(*RebootResponse)(nil),         // 8: cairn.machine.v1alpha1.RebootResponse
+	(*ShutdownRequest)(nil),        // 9: cairn.machine.v1alpha1.ShutdownRequest
+	(*ShutdownResponse)(nil),       // 10: cairn.machine.v1alpha1.ShutdownResponse
+	(*ServicesRequest)(nil),        // 11: cairn.machine.v1alpha1.ServicesRequest
+	(*ServicesResponse)(nil),       // 12: cairn.machine.v1alpha1.ServicesResponse
+	(*ServiceStatus)(nil),          // 13: cairn.machine.v1alpha1.ServiceStatus
+	(*CgroupLimits)(nil),           // 14: cairn.machine.v1alpha1.CgroupLimits
+	(*ServiceRestartRequest)(nil),  // 15: cairn.machine.v1alpha1.ServiceRestartRequest
+	(*ServiceRestartResponse)(nil), // 16: cairn.machine.v1alpha1.ServiceRestartResponse
+	(*ServiceKillRequest)(nil),     // 17: cairn.machine.v1alpha1.ServiceKillRequest
+	(*ServiceKillResponse)(nil),    // 18: cairn.machine.v1alpha1.ServiceKillResponse
+	(*LogsRequest)(nil),            // 19: cairn.machine.v1alpha1.LogsRequest
+	(*LogsChunk)(nil),              // 20: cairn.machine.v1alpha1.LogsChunk
+	(*PodLogsRequest)(nil),         // 21: cairn.machine.v1alpha1.PodLogsRequest
+	(*ContainersRequest)(nil),      // 22: cairn.machine.v1alpha1.ContainersRequest
+	(*ContainersResponse)(nil),     // 23: cairn.machine.v1alpha1.ContainersResponse
+	(*ContainerNamespace)(nil),     // 24: cairn.machine.v1alpha1.ContainerNamespace
+	(*Container)(nil),              // 25: cairn.machine.v1alpha1.Container
+	(*Image)(nil),                  // 26: cairn.machine.v1alpha1.Image
+	(*AuditRequest)(nil),           // 27: cairn.machine.v1alpha1.AuditRequest
+	(*AuditResponse)(nil),          // 28: cairn.machine.v1alpha1.AuditResponse
+	(*AuditRecord)(nil),            // 29: cairn.machine.v1alpha1.AuditRecord
+	(*DmesgRequest)(nil),           // 30: cairn.machine.v1alpha1.DmesgRequest
+	(*DmesgRecord)(nil),            // 31: cairn.machine.v1alpha1.DmesgRecord
+	(*MountsRequest)(nil),          // 32: cairn.machine.v1alpha1.MountsRequest
+	(*MountsResponse)(nil),         // 33: cairn.machine.v1alpha1.MountsResponse
+	(*Mount)(nil),                  // 34: cairn.machine.v1alpha1.Mount
+	(*ProcessesRequest)(nil),       // 35: cairn.machine.v1alpha1.ProcessesRequest
+	(*ProcessesResponse)(nil),      // 36: cairn.machine.v1alpha1.ProcessesResponse
+	(*Process)(nil),                // 37: cairn.machine.v1alpha1.Process
+	(*NetworkRequest)(nil),         // 38: cairn.machine.v1alpha1.NetworkRequest
+	(*NetworkResponse)(nil),        // 39: cairn.machine.v1alpha1.NetworkResponse
+	(*Link)(nil),                   // 40: cairn.machine.v1alpha1.Link
+	(*Route)(nil),                  // 41: cairn.machine.v1alpha1.Route
+	(*ReadRequest)(nil),            // 42: cairn.machine.v1alpha1.ReadRequest
+	(*ReadChunk)(nil),              // 43: cairn.machine.v1alpha1.ReadChunk
+	(*ApplyConfigRequest)(nil),     // 44: cairn.machine.v1alpha1.ApplyConfigRequest
+	(*ConfigChange)(nil),           // 45: cairn.machine.v1alpha1.ConfigChange
+	(*ApplyConfigResponse)(nil),    // 46: cairn.machine.v1alpha1.ApplyConfigResponse
+	(*ConfirmConfigRequest)(nil),   // 47: cairn.machine.v1alpha1.ConfirmConfigRequest
+	(*ConfirmConfigResponse)(nil),  // 48: cairn.machine.v1alpha1.ConfirmConfigResponse
+	(*ConfigStatusRequest)(nil),    // 49: cairn.machine.v1alpha1.ConfigStatusRequest
+	(*ConfigState)(nil),            // 50: cairn.machine.v1alpha1.ConfigState
+	nil,                            // 51: cairn.machine.v1alpha1.AuditRecord.RequestEntry
+	(*durationpb.Duration)(nil),    // 52: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 53: google.protobuf.Timestamp
 }
 var file_machine_proto_depIdxs = []int32{
-	44, // 0: cairn.machine.v1alpha1.VersionResponse.uptime:type_name -> google.protobuf.Duration
-	3,  // 1: cairn.machine.v1alpha1.VersionResponse.boot_timeline:type_name -> cairn.machine.v1alpha1.BootStep
-	2,  // 2: cairn.machine.v1alpha1.VersionResponse.time_sync:type_name -> cairn.machine.v1alpha1.TimeSync
-	44, // 3: cairn.machine.v1alpha1.TimeSync.offset:type_name -> google.protobuf.Duration
-	45, // 4: cairn.machine.v1alpha1.TimeSync.last_sync:type_name -> google.protobuf.Timestamp
-	45, // 5: cairn.machine.v1alpha1.TimeSync.next_poll:type_name -> google.protobuf.Timestamp
-	44, // 6: cairn.machine.v1alpha1.BootStep.start:type_name -> google.protobuf.Duration
-	44, // 7: cairn.machine.v1alpha1.BootStep.duration:type_name -> google.protobuf.Duration
-	3,  // 8: cairn.machine.v1alpha1.BootTimelineResponse.steps:type_name -> cairn.machine.v1alpha1.BootStep
-	2,  // 9: cairn.machine.v1alpha1.BootTimelineResponse.time_sync:type_name -> cairn.machine.v1alpha1.TimeSync
-	12, // 10: cairn.machine.v1alpha1.ServicesResponse.services:type_name -> cairn.machine.v1alpha1.ServiceStatus
-	45, // 11: cairn.machine.v1alpha1.ServiceStatus.since:type_name -> google.protobuf.Timestamp
-	45, // 12: cairn.machine.v1alpha1.ServiceStatus.started_at:type_name -> google.protobuf.Timestamp
-	44, // 13: cairn.machine.v1alpha1.ServiceStatus.since_boot:type_name -> google.protobuf.Duration
-	13, // 14: cairn.machine.v1alpha1.ServiceStatus.limits:type_name -> cairn.machine.v1alpha1.CgroupLimits
-	23, // 15: cairn.machine.v1alpha1.ContainersResponse.namespaces:type_name -> cairn.machine.v1alpha1.ContainerNamespace
-	24, // 16: cairn.machine.v1alpha1.ContainerNamespace.containers:type_name -> cairn.machine.v1alpha1.Container
-	25, // 17: cairn.machine.v1alpha1.ContainerNamespace.images:type_name -> cairn.machine.v1alpha1.Image
-	28, // 18: cairn.machine.v1alpha1.AuditResponse.records:type_name -> cairn.machine.v1alpha1.AuditRecord
-	45, // 19: cairn.machine.v1alpha1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	43, // 20: cairn.machine.v1alpha1.AuditRecord.request:type_name -> cairn.machine.v1alpha1.AuditRecord.RequestEntry
-	44, // 21: cairn.machine.v1alpha1.AuditRecord.duration:type_name -> google.protobuf.Duration
-	44, // 22: cairn.machine.v1alpha1.DmesgRecord.time:type_name -> google.protobuf.Duration
-	33, // 23: cairn.machine.v1alpha1.MountsResponse.mounts:type_name -> cairn.machine.v1alpha1.Mount
-	36, // 24: cairn.machine.v1alpha1.ProcessesResponse.processes:type_name -> cairn.machine.v1alpha1.Process
-	44, // 25: cairn.machine.v1alpha1.Process.cpu_time:type_name -> google.protobuf.Duration
-	39, // 26: cairn.machine.v1alpha1.NetworkResponse.links:type_name -> cairn.machine.v1alpha1.Link
-	40, // 27: cairn.machine.v1alpha1.NetworkResponse.routes:type_name -> cairn.machine.v1alpha1.Route
-	0,  // 28: cairn.machine.v1alpha1.Machine.Version:input_type -> cairn.machine.v1alpha1.VersionRequest
-	6,  // 29: cairn.machine.v1alpha1.Machine.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
-	8,  // 30: cairn.machine.v1alpha1.Machine.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
-	10, // 31: cairn.machine.v1alpha1.Machine.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
-	14, // 32: cairn.machine.v1alpha1.Machine.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
-	16, // 33: cairn.machine.v1alpha1.Machine.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
-	18, // 34: cairn.machine.v1alpha1.Machine.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
-	21, // 35: cairn.machine.v1alpha1.Machine.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
-	20, // 36: cairn.machine.v1alpha1.Machine.PodLogs:input_type -> cairn.machine.v1alpha1.PodLogsRequest
-	26, // 37: cairn.machine.v1alpha1.Machine.Audit:input_type -> cairn.machine.v1alpha1.AuditRequest
-	29, // 38: cairn.machine.v1alpha1.Machine.Dmesg:input_type -> cairn.machine.v1alpha1.DmesgRequest
-	31, // 39: cairn.machine.v1alpha1.Machine.Mounts:input_type -> cairn.machine.v1alpha1.MountsRequest
-	34, // 40: cairn.machine.v1alpha1.Machine.Processes:input_type -> cairn.machine.v1alpha1.ProcessesRequest
-	37, // 41: cairn.machine.v1alpha1.Machine.Network:input_type -> cairn.machine.v1alpha1.NetworkRequest
-	41, // 42: cairn.machine.v1alpha1.Machine.Read:input_type -> cairn.machine.v1alpha1.ReadRequest
-	4,  // 43: cairn.machine.v1alpha1.Init.BootTimeline:input_type -> cairn.machine.v1alpha1.BootTimelineRequest
-	6,  // 44: cairn.machine.v1alpha1.Init.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
-	8,  // 45: cairn.machine.v1alpha1.Init.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
-	10, // 46: cairn.machine.v1alpha1.Init.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
-	14, // 47: cairn.machine.v1alpha1.Init.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
-	16, // 48: cairn.machine.v1alpha1.Init.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
-	18, // 49: cairn.machine.v1alpha1.Init.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
-	21, // 50: cairn.machine.v1alpha1.Init.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
-	1,  // 51: cairn.machine.v1alpha1.Machine.Version:output_type -> cairn.machine.v1alpha1.VersionResponse
-	7,  // 52: cairn.machine.v1alpha1.Machine.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
-	9,  // 53: cairn.machine.v1alpha1.Machine.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
-	11, // 54: cairn.machine.v1alpha1.Machine.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
-	15, // 55: cairn.machine.v1alpha1.Machine.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
-	17, // 56: cairn.machine.v1alpha1.Machine.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
-	19, // 57: cairn.machine.v1alpha1.Machine.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	22, // 58: cairn.machine.v1alpha1.Machine.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
-	19, // 59: cairn.machine.v1alpha1.Machine.PodLogs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	27, // 60: cairn.machine.v1alpha1.Machine.Audit:output_type -> cairn.machine.v1alpha1.AuditResponse
-	30, // 61: cairn.machine.v1alpha1.Machine.Dmesg:output_type -> cairn.machine.v1alpha1.DmesgRecord
-	32, // 62: cairn.machine.v1alpha1.Machine.Mounts:output_type -> cairn.machine.v1alpha1.MountsResponse
-	35, // 63: cairn.machine.v1alpha1.Machine.Processes:output_type -> cairn.machine.v1alpha1.ProcessesResponse
-	38, // 64: cairn.machine.v1alpha1.Machine.Network:output_type -> cairn.machine.v1alpha1.NetworkResponse
-	42, // 65: cairn.machine.v1alpha1.Machine.Read:output_type -> cairn.machine.v1alpha1.ReadChunk
-	5,  // 66: cairn.machine.v1alpha1.Init.BootTimeline:output_type -> cairn.machine.v1alpha1.BootTimelineResponse
-	7,  // 67: cairn.machine.v1alpha1.Init.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
-	9,  // 68: cairn.machine.v1alpha1.Init.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
-	11, // 69: cairn.machine.v1alpha1.Init.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
-	15, // 70: cairn.machine.v1alpha1.Init.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
-	17, // 71: cairn.machine.v1alpha1.Init.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
-	19, // 72: cairn.machine.v1alpha1.Init.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	22, // 73: cairn.machine.v1alpha1.Init.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
-	51, // [51:74] is the sub-list for method output_type
-	28, // [28:51] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	52, // 0: cairn.machine.v1alpha1.VersionResponse.uptime:type_name -> google.protobuf.Duration
+	4,  // 1: cairn.machine.v1alpha1.VersionResponse.boot_timeline:type_name -> cairn.machine.v1alpha1.BootStep
+	3,  // 2: cairn.machine.v1alpha1.VersionResponse.time_sync:type_name -> cairn.machine.v1alpha1.TimeSync
+	50, // 3: cairn.machine.v1alpha1.VersionResponse.config:type_name -> cairn.machine.v1alpha1.ConfigState
+	52, // 4: cairn.machine.v1alpha1.TimeSync.offset:type_name -> google.protobuf.Duration
+	53, // 5: cairn.machine.v1alpha1.TimeSync.last_sync:type_name -> google.protobuf.Timestamp
+	53, // 6: cairn.machine.v1alpha1.TimeSync.next_poll:type_name -> google.protobuf.Timestamp
+	52, // 7: cairn.machine.v1alpha1.BootStep.start:type_name -> google.protobuf.Duration
+	52, // 8: cairn.machine.v1alpha1.BootStep.duration:type_name -> google.protobuf.Duration
+	4,  // 9: cairn.machine.v1alpha1.BootTimelineResponse.steps:type_name -> cairn.machine.v1alpha1.BootStep
+	3,  // 10: cairn.machine.v1alpha1.BootTimelineResponse.time_sync:type_name -> cairn.machine.v1alpha1.TimeSync
+	13, // 11: cairn.machine.v1alpha1.ServicesResponse.services:type_name -> cairn.machine.v1alpha1.ServiceStatus
+	53, // 12: cairn.machine.v1alpha1.ServiceStatus.since:type_name -> google.protobuf.Timestamp
+	53, // 13: cairn.machine.v1alpha1.ServiceStatus.started_at:type_name -> google.protobuf.Timestamp
+	52, // 14: cairn.machine.v1alpha1.ServiceStatus.since_boot:type_name -> google.protobuf.Duration
+	14, // 15: cairn.machine.v1alpha1.ServiceStatus.limits:type_name -> cairn.machine.v1alpha1.CgroupLimits
+	24, // 16: cairn.machine.v1alpha1.ContainersResponse.namespaces:type_name -> cairn.machine.v1alpha1.ContainerNamespace
+	25, // 17: cairn.machine.v1alpha1.ContainerNamespace.containers:type_name -> cairn.machine.v1alpha1.Container
+	26, // 18: cairn.machine.v1alpha1.ContainerNamespace.images:type_name -> cairn.machine.v1alpha1.Image
+	29, // 19: cairn.machine.v1alpha1.AuditResponse.records:type_name -> cairn.machine.v1alpha1.AuditRecord
+	53, // 20: cairn.machine.v1alpha1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	51, // 21: cairn.machine.v1alpha1.AuditRecord.request:type_name -> cairn.machine.v1alpha1.AuditRecord.RequestEntry
+	52, // 22: cairn.machine.v1alpha1.AuditRecord.duration:type_name -> google.protobuf.Duration
+	52, // 23: cairn.machine.v1alpha1.DmesgRecord.time:type_name -> google.protobuf.Duration
+	34, // 24: cairn.machine.v1alpha1.MountsResponse.mounts:type_name -> cairn.machine.v1alpha1.Mount
+	37, // 25: cairn.machine.v1alpha1.ProcessesResponse.processes:type_name -> cairn.machine.v1alpha1.Process
+	52, // 26: cairn.machine.v1alpha1.Process.cpu_time:type_name -> google.protobuf.Duration
+	40, // 27: cairn.machine.v1alpha1.NetworkResponse.links:type_name -> cairn.machine.v1alpha1.Link
+	41, // 28: cairn.machine.v1alpha1.NetworkResponse.routes:type_name -> cairn.machine.v1alpha1.Route
+	0,  // 29: cairn.machine.v1alpha1.ApplyConfigRequest.mode:type_name -> cairn.machine.v1alpha1.ApplyMode
+	52, // 30: cairn.machine.v1alpha1.ApplyConfigRequest.try_timeout:type_name -> google.protobuf.Duration
+	45, // 31: cairn.machine.v1alpha1.ApplyConfigResponse.changes:type_name -> cairn.machine.v1alpha1.ConfigChange
+	53, // 32: cairn.machine.v1alpha1.ConfigState.try_until:type_name -> google.protobuf.Timestamp
+	1,  // 33: cairn.machine.v1alpha1.Machine.Version:input_type -> cairn.machine.v1alpha1.VersionRequest
+	7,  // 34: cairn.machine.v1alpha1.Machine.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
+	9,  // 35: cairn.machine.v1alpha1.Machine.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
+	11, // 36: cairn.machine.v1alpha1.Machine.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
+	15, // 37: cairn.machine.v1alpha1.Machine.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
+	17, // 38: cairn.machine.v1alpha1.Machine.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
+	19, // 39: cairn.machine.v1alpha1.Machine.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
+	22, // 40: cairn.machine.v1alpha1.Machine.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
+	21, // 41: cairn.machine.v1alpha1.Machine.PodLogs:input_type -> cairn.machine.v1alpha1.PodLogsRequest
+	44, // 42: cairn.machine.v1alpha1.Machine.ApplyConfig:input_type -> cairn.machine.v1alpha1.ApplyConfigRequest
+	47, // 43: cairn.machine.v1alpha1.Machine.ConfirmConfig:input_type -> cairn.machine.v1alpha1.ConfirmConfigRequest
+	27, // 44: cairn.machine.v1alpha1.Machine.Audit:input_type -> cairn.machine.v1alpha1.AuditRequest
+	30, // 45: cairn.machine.v1alpha1.Machine.Dmesg:input_type -> cairn.machine.v1alpha1.DmesgRequest
+	32, // 46: cairn.machine.v1alpha1.Machine.Mounts:input_type -> cairn.machine.v1alpha1.MountsRequest
+	35, // 47: cairn.machine.v1alpha1.Machine.Processes:input_type -> cairn.machine.v1alpha1.ProcessesRequest
+	38, // 48: cairn.machine.v1alpha1.Machine.Network:input_type -> cairn.machine.v1alpha1.NetworkRequest
+	42, // 49: cairn.machine.v1alpha1.Machine.Read:input_type -> cairn.machine.v1alpha1.ReadRequest
+	5,  // 50: cairn.machine.v1alpha1.Init.BootTimeline:input_type -> cairn.machine.v1alpha1.BootTimelineRequest
+	7,  // 51: cairn.machine.v1alpha1.Init.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
+	9,  // 52: cairn.machine.v1alpha1.Init.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
+	11, // 53: cairn.machine.v1alpha1.Init.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
+	15, // 54: cairn.machine.v1alpha1.Init.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
+	17, // 55: cairn.machine.v1alpha1.Init.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
+	19, // 56: cairn.machine.v1alpha1.Init.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
+	22, // 57: cairn.machine.v1alpha1.Init.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
+	44, // 58: cairn.machine.v1alpha1.Init.ApplyConfig:input_type -> cairn.machine.v1alpha1.ApplyConfigRequest
+	47, // 59: cairn.machine.v1alpha1.Init.ConfirmConfig:input_type -> cairn.machine.v1alpha1.ConfirmConfigRequest
+	49, // 60: cairn.machine.v1alpha1.Init.ConfigStatus:input_type -> cairn.machine.v1alpha1.ConfigStatusRequest
+	2,  // 61: cairn.machine.v1alpha1.Machine.Version:output_type -> cairn.machine.v1alpha1.VersionResponse
+	8,  // 62: cairn.machine.v1alpha1.Machine.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
+	10, // 63: cairn.machine.v1alpha1.Machine.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
+	12, // 64: cairn.machine.v1alpha1.Machine.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
+	16, // 65: cairn.machine.v1alpha1.Machine.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
+	18, // 66: cairn.machine.v1alpha1.Machine.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
+	20, // 67: cairn.machine.v1alpha1.Machine.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	23, // 68: cairn.machine.v1alpha1.Machine.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
+	20, // 69: cairn.machine.v1alpha1.Machine.PodLogs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	46, // 70: cairn.machine.v1alpha1.Machine.ApplyConfig:output_type -> cairn.machine.v1alpha1.ApplyConfigResponse
+	48, // 71: cairn.machine.v1alpha1.Machine.ConfirmConfig:output_type -> cairn.machine.v1alpha1.ConfirmConfigResponse
+	28, // 72: cairn.machine.v1alpha1.Machine.Audit:output_type -> cairn.machine.v1alpha1.AuditResponse
+	31, // 73: cairn.machine.v1alpha1.Machine.Dmesg:output_type -> cairn.machine.v1alpha1.DmesgRecord
+	33, // 74: cairn.machine.v1alpha1.Machine.Mounts:output_type -> cairn.machine.v1alpha1.MountsResponse
+	36, // 75: cairn.machine.v1alpha1.Machine.Processes:output_type -> cairn.machine.v1alpha1.ProcessesResponse
+	39, // 76: cairn.machine.v1alpha1.Machine.Network:output_type -> cairn.machine.v1alpha1.NetworkResponse
+	43, // 77: cairn.machine.v1alpha1.Machine.Read:output_type -> cairn.machine.v1alpha1.ReadChunk
+	6,  // 78: cairn.machine.v1alpha1.Init.BootTimeline:output_type -> cairn.machine.v1alpha1.BootTimelineResponse
+	8,  // 79: cairn.machine.v1alpha1.Init.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
+	10, // 80: cairn.machine.v1alpha1.Init.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
+	12, // 81: cairn.machine.v1alpha1.Init.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
+	16, // 82: cairn.machine.v1alpha1.Init.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
+	18, // 83: cairn.machine.v1alpha1.Init.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
+	20, // 84: cairn.machine.v1alpha1.Init.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	23, // 85: cairn.machine.v1alpha1.Init.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
+	46, // 86: cairn.machine.v1alpha1.Init.ApplyConfig:output_type -> cairn.machine.v1alpha1.ApplyConfigResponse
+	48, // 87: cairn.machine.v1alpha1.Init.ConfirmConfig:output_type -> cairn.machine.v1alpha1.ConfirmConfigResponse
+	50, // 88: cairn.machine.v1alpha1.Init.ConfigStatus:output_type -> cairn.machine.v1alpha1.ConfigState
+	61, // [61:89] is the sub-list for method output_type
+	33, // [33:61] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_machine_proto_init() }
@@ -2905,13 +3430,14 @@ func file_machine_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_machine_proto_rawDesc), len(file_machine_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   44,
+			NumEnums:      1,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
 		GoTypes:           file_machine_proto_goTypes,
 		DependencyIndexes: file_machine_proto_depIdxs,
+		EnumInfos:         file_machine_proto_enumTypes,
 		MessageInfos:      file_machine_proto_msgTypes,
 	}.Build()
 	File_machine_proto = out.File

@@ -31,6 +31,8 @@ const (
 	Machine_Logs_FullMethodName           = "/cairn.machine.v1alpha1.Machine/Logs"
 	Machine_Containers_FullMethodName     = "/cairn.machine.v1alpha1.Machine/Containers"
 	Machine_PodLogs_FullMethodName        = "/cairn.machine.v1alpha1.Machine/PodLogs"
+	Machine_ApplyConfig_FullMethodName    = "/cairn.machine.v1alpha1.Machine/ApplyConfig"
+	Machine_ConfirmConfig_FullMethodName  = "/cairn.machine.v1alpha1.Machine/ConfirmConfig"
 	Machine_Audit_FullMethodName          = "/cairn.machine.v1alpha1.Machine/Audit"
 	Machine_Dmesg_FullMethodName          = "/cairn.machine.v1alpha1.Machine/Dmesg"
 	Machine_Mounts_FullMethodName         = "/cairn.machine.v1alpha1.Machine/Mounts"
@@ -67,6 +69,14 @@ type MachineClient interface {
 	// chunks of whole lines, read from its log under /var/log/pods: the last
 	// lines, then new ones if follow is set. It needs no API server.
 	PodLogs(ctx context.Context, in *PodLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogsChunk], error)
+	// ApplyConfig checks a machine config, compares it with the one the
+	// node runs, field by field, and applies it as its mode says: each
+	// change comes back with when it takes effect. An invalid config, or one
+	// the mode cannot apply, changes nothing.
+	ApplyConfig(ctx context.Context, in *ApplyConfigRequest, opts ...grpc.CallOption) (*ApplyConfigResponse, error)
+	// ConfirmConfig keeps the config of a pending try: it is written to
+	// STATE, and the node boots with it from then on.
+	ConfirmConfig(ctx context.Context, in *ConfirmConfigRequest, opts ...grpc.CallOption) (*ConfirmConfigResponse, error)
 	// Audit returns the latest records of the calls that change the node
 	// (every call but the reader ones), refused calls included, oldest
 	// first: those still in the agent's bounded memory since it started.
@@ -202,6 +212,26 @@ func (c *machineClient) PodLogs(ctx context.Context, in *PodLogsRequest, opts ..
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Machine_PodLogsClient = grpc.ServerStreamingClient[LogsChunk]
 
+func (c *machineClient) ApplyConfig(ctx context.Context, in *ApplyConfigRequest, opts ...grpc.CallOption) (*ApplyConfigResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApplyConfigResponse)
+	err := c.cc.Invoke(ctx, Machine_ApplyConfig_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *machineClient) ConfirmConfig(ctx context.Context, in *ConfirmConfigRequest, opts ...grpc.CallOption) (*ConfirmConfigResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ConfirmConfigResponse)
+	err := c.cc.Invoke(ctx, Machine_ConfirmConfig_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *machineClient) Audit(ctx context.Context, in *AuditRequest, opts ...grpc.CallOption) (*AuditResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AuditResponse)
@@ -308,6 +338,14 @@ type MachineServer interface {
 	// chunks of whole lines, read from its log under /var/log/pods: the last
 	// lines, then new ones if follow is set. It needs no API server.
 	PodLogs(*PodLogsRequest, grpc.ServerStreamingServer[LogsChunk]) error
+	// ApplyConfig checks a machine config, compares it with the one the
+	// node runs, field by field, and applies it as its mode says: each
+	// change comes back with when it takes effect. An invalid config, or one
+	// the mode cannot apply, changes nothing.
+	ApplyConfig(context.Context, *ApplyConfigRequest) (*ApplyConfigResponse, error)
+	// ConfirmConfig keeps the config of a pending try: it is written to
+	// STATE, and the node boots with it from then on.
+	ConfirmConfig(context.Context, *ConfirmConfigRequest) (*ConfirmConfigResponse, error)
 	// Audit returns the latest records of the calls that change the node
 	// (every call but the reader ones), refused calls included, oldest
 	// first: those still in the agent's bounded memory since it started.
@@ -361,6 +399,12 @@ func (UnimplementedMachineServer) Containers(context.Context, *ContainersRequest
 }
 func (UnimplementedMachineServer) PodLogs(*PodLogsRequest, grpc.ServerStreamingServer[LogsChunk]) error {
 	return status.Errorf(codes.Unimplemented, "method PodLogs not implemented")
+}
+func (UnimplementedMachineServer) ApplyConfig(context.Context, *ApplyConfigRequest) (*ApplyConfigResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ApplyConfig not implemented")
+}
+func (UnimplementedMachineServer) ConfirmConfig(context.Context, *ConfirmConfigRequest) (*ConfirmConfigResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ConfirmConfig not implemented")
 }
 func (UnimplementedMachineServer) Audit(context.Context, *AuditRequest) (*AuditResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Audit not implemented")
@@ -549,6 +593,42 @@ func _Machine_PodLogs_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Machine_PodLogsServer = grpc.ServerStreamingServer[LogsChunk]
 
+func _Machine_ApplyConfig_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApplyConfigRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MachineServer).ApplyConfig(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Machine_ApplyConfig_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MachineServer).ApplyConfig(ctx, req.(*ApplyConfigRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Machine_ConfirmConfig_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ConfirmConfigRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MachineServer).ConfirmConfig(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Machine_ConfirmConfig_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MachineServer).ConfirmConfig(ctx, req.(*ConfirmConfigRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Machine_Audit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(AuditRequest)
 	if err := dec(in); err != nil {
@@ -679,6 +759,14 @@ var Machine_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Machine_Containers_Handler,
 		},
 		{
+			MethodName: "ApplyConfig",
+			Handler:    _Machine_ApplyConfig_Handler,
+		},
+		{
+			MethodName: "ConfirmConfig",
+			Handler:    _Machine_ConfirmConfig_Handler,
+		},
+		{
 			MethodName: "Audit",
 			Handler:    _Machine_Audit_Handler,
 		},
@@ -729,6 +817,9 @@ const (
 	Init_ServiceKill_FullMethodName    = "/cairn.machine.v1alpha1.Init/ServiceKill"
 	Init_Logs_FullMethodName           = "/cairn.machine.v1alpha1.Init/Logs"
 	Init_Containers_FullMethodName     = "/cairn.machine.v1alpha1.Init/Containers"
+	Init_ApplyConfig_FullMethodName    = "/cairn.machine.v1alpha1.Init/ApplyConfig"
+	Init_ConfirmConfig_FullMethodName  = "/cairn.machine.v1alpha1.Init/ConfirmConfig"
+	Init_ConfigStatus_FullMethodName   = "/cairn.machine.v1alpha1.Init/ConfigStatus"
 )
 
 // InitClient is the client API for Init service.
@@ -745,6 +836,9 @@ type InitClient interface {
 	ServiceKill(ctx context.Context, in *ServiceKillRequest, opts ...grpc.CallOption) (*ServiceKillResponse, error)
 	Logs(ctx context.Context, in *LogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogsChunk], error)
 	Containers(ctx context.Context, in *ContainersRequest, opts ...grpc.CallOption) (*ContainersResponse, error)
+	ApplyConfig(ctx context.Context, in *ApplyConfigRequest, opts ...grpc.CallOption) (*ApplyConfigResponse, error)
+	ConfirmConfig(ctx context.Context, in *ConfirmConfigRequest, opts ...grpc.CallOption) (*ConfirmConfigResponse, error)
+	ConfigStatus(ctx context.Context, in *ConfigStatusRequest, opts ...grpc.CallOption) (*ConfigState, error)
 }
 
 type initClient struct {
@@ -844,6 +938,36 @@ func (c *initClient) Containers(ctx context.Context, in *ContainersRequest, opts
 	return out, nil
 }
 
+func (c *initClient) ApplyConfig(ctx context.Context, in *ApplyConfigRequest, opts ...grpc.CallOption) (*ApplyConfigResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApplyConfigResponse)
+	err := c.cc.Invoke(ctx, Init_ApplyConfig_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *initClient) ConfirmConfig(ctx context.Context, in *ConfirmConfigRequest, opts ...grpc.CallOption) (*ConfirmConfigResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ConfirmConfigResponse)
+	err := c.cc.Invoke(ctx, Init_ConfirmConfig_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *initClient) ConfigStatus(ctx context.Context, in *ConfigStatusRequest, opts ...grpc.CallOption) (*ConfigState, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ConfigState)
+	err := c.cc.Invoke(ctx, Init_ConfigStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InitServer is the server API for Init service.
 // All implementations must embed UnimplementedInitServer
 // for forward compatibility.
@@ -858,6 +982,9 @@ type InitServer interface {
 	ServiceKill(context.Context, *ServiceKillRequest) (*ServiceKillResponse, error)
 	Logs(*LogsRequest, grpc.ServerStreamingServer[LogsChunk]) error
 	Containers(context.Context, *ContainersRequest) (*ContainersResponse, error)
+	ApplyConfig(context.Context, *ApplyConfigRequest) (*ApplyConfigResponse, error)
+	ConfirmConfig(context.Context, *ConfirmConfigRequest) (*ConfirmConfigResponse, error)
+	ConfigStatus(context.Context, *ConfigStatusRequest) (*ConfigState, error)
 	mustEmbedUnimplementedInitServer()
 }
 
@@ -891,6 +1018,15 @@ func (UnimplementedInitServer) Logs(*LogsRequest, grpc.ServerStreamingServer[Log
 }
 func (UnimplementedInitServer) Containers(context.Context, *ContainersRequest) (*ContainersResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Containers not implemented")
+}
+func (UnimplementedInitServer) ApplyConfig(context.Context, *ApplyConfigRequest) (*ApplyConfigResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ApplyConfig not implemented")
+}
+func (UnimplementedInitServer) ConfirmConfig(context.Context, *ConfirmConfigRequest) (*ConfirmConfigResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ConfirmConfig not implemented")
+}
+func (UnimplementedInitServer) ConfigStatus(context.Context, *ConfigStatusRequest) (*ConfigState, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ConfigStatus not implemented")
 }
 func (UnimplementedInitServer) mustEmbedUnimplementedInitServer() {}
 func (UnimplementedInitServer) testEmbeddedByValue()              {}
@@ -1050,6 +1186,60 @@ func _Init_Containers_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Init_ApplyConfig_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApplyConfigRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InitServer).ApplyConfig(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Init_ApplyConfig_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InitServer).ApplyConfig(ctx, req.(*ApplyConfigRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Init_ConfirmConfig_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ConfirmConfigRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InitServer).ConfirmConfig(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Init_ConfirmConfig_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InitServer).ConfirmConfig(ctx, req.(*ConfirmConfigRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Init_ConfigStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ConfigStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InitServer).ConfigStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Init_ConfigStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InitServer).ConfigStatus(ctx, req.(*ConfigStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Init_ServiceDesc is the grpc.ServiceDesc for Init service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1084,6 +1274,18 @@ var Init_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Containers",
 			Handler:    _Init_Containers_Handler,
+		},
+		{
+			MethodName: "ApplyConfig",
+			Handler:    _Init_ApplyConfig_Handler,
+		},
+		{
+			MethodName: "ConfirmConfig",
+			Handler:    _Init_ConfirmConfig_Handler,
+		},
+		{
+			MethodName: "ConfigStatus",
+			Handler:    _Init_ConfigStatus_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -22,8 +22,13 @@ const (
 const (
 	// StateDir is where the STATE partition is mounted.
 	StateDir = "/system/state"
-	// MachineConfig is the machine config the node runs on.
+	// MachineConfig is the machine config the node boots with.
 	MachineConfig = StateDir + "/config.yaml"
+	// RunningConfig is the machine config the node runs on: STATE's as it
+	// booted, then each one applied live (cairn node apply), which may
+	// not be STATE's (a try, a staged config). Init writes it; the agent
+	// reads and watches it.
+	RunningConfig = "/run/cairn/config.yaml"
 	// StaticPodDir holds the manifests of the machine config's static
 	// pods, one <name>.yaml each: written whole by init at each boot
 	// before the agent starts, read and watched by the agent; root's

@@ -1,0 +1,334 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/machineconfig"
+	"github.com/cairn-os/cairn/test/poll"
+)
+
+// applyNode is a node's config state on the test's own files and, in a
+// network namespace of the test's, the kernel's own parameters.
+type applyNode struct {
+	t       *testing.T
+	dir     string
+	c       *configs
+	base    *machineconfig.Config
+	reboots int
+}
+
+// newApplyNode boots a node on base, as the boot does: STATE's config
+// loaded, its sysctls set.
+func newApplyNode(t *testing.T) *applyNode {
+	t.Helper()
+	b, err := machineconfig.Generate(machineconfig.GenerateOptions{Hostname: "node-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Config.Machine.Sysctls = map[string]string{"net.ipv4.ip_default_ttl": "50"}
+	dir := t.TempDir()
+	for _, d := range []string{"etc", "var", "state"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := &applyNode{t: t, dir: dir, base: b.Config}
+	doc := a.doc(b.Config)
+	state := filepath.Join(dir, "state", "config.yaml")
+	if err := os.WriteFile(state, doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := machineconfig.Parse(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := liveTargets{procSys: procSys, filesRoot: dir, staticPodDir: filepath.Join(dir, "state", "static-pods")}
+	a.c, err = newConfigs(state, filepath.Join(dir, "run", "config.yaml"), live, cfg, doc, false, func() { a.reboots++ })
+	if err != nil {
+		t.Fatal(err)
+	}
+	was, err := applySysctls(procSys, cfg.Machine.Sysctls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.c.rememberSysctls(was)
+	return a
+}
+
+func (a *applyNode) doc(cfg *machineconfig.Config) []byte {
+	a.t.Helper()
+	data, err := cfg.Marshal()
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return data
+}
+
+// edited is the base config changed by edit.
+func (a *applyNode) edited(edit func(*machineconfig.Config)) []byte {
+	a.t.Helper()
+	cfg, err := machineconfig.Parse(a.doc(a.base))
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	edit(cfg)
+	return a.doc(cfg)
+}
+
+func (a *applyNode) apply(doc []byte, mode machine.ApplyMode, try time.Duration) (*machine.ApplyConfigResponse, error) {
+	req := &machine.ApplyConfigRequest{Config: doc, Mode: mode}
+	if try > 0 {
+		req.TryTimeout = durationpb.New(try)
+	}
+	return a.c.Apply(req)
+}
+
+func (a *applyNode) read(rel string) string {
+	a.t.Helper()
+	data, err := os.ReadFile(filepath.Join(a.dir, rel))
+	if errors.Is(err, os.ErrNotExist) {
+		return "(none)"
+	}
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return string(data)
+}
+
+func sysctl(t *testing.T, name string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(procSys, machineconfig.SysctlPath(name)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(data))
+}
+
+// applied is what the test checks after each call: the config in STATE and
+// the one the node runs, their generations, a sysctl, a file.
+type applied struct {
+	stateGen, runningGen uint64
+	bootGen, gen         uint64
+	ttl, file            string
+}
+
+func (a *applyNode) state() applied {
+	a.t.Helper()
+	stateGen, _ := splitGeneration([]byte(a.read("state/config.yaml")))
+	runningGen, _ := splitGeneration([]byte(a.read("run/config.yaml")))
+	s := a.c.Status()
+	return applied{stateGen: stateGen, runningGen: runningGen, bootGen: s.BootGeneration, gen: s.Generation,
+		ttl: sysctl(a.t, "net.ipv4.ip_default_ttl"), file: a.read("etc/app/app.conf")}
+}
+
+func wantCode(t *testing.T, what string, err error, code codes.Code, text string) {
+	t.Helper()
+	if status.Code(err) != code || !strings.Contains(err.Error(), text) {
+		t.Errorf("%s = %v, want %s saying %q", what, err, code, text)
+	}
+}
+
+// TestApplyConfig applies configs in every mode to a node's config state,
+// with the kernel's sysctls of a network namespace of the test's and
+// files in a directory of its own, and checks after each call what the
+// node runs, what STATE holds, and which generation each is.
+func TestApplyConfig(t *testing.T) {
+	if !inNamespaces(t, syscall.CLONE_NEWNET) {
+		return
+	}
+	a := newApplyNode(t)
+	boot := sysctl(t, "net.ipv4.tcp_keepalive_time")
+	booted := applied{stateGen: 1, runningGen: 1, bootGen: 1, gen: 1, ttl: "50", file: "(none)"}
+	if got := a.state(); got != booted {
+		t.Fatalf("booted: %+v, want %+v", got, booted)
+	}
+	stateDoc := a.read("state/config.yaml")
+
+	live := a.edited(func(c *machineconfig.Config) {
+		c.Machine.Sysctls["net.ipv4.ip_default_ttl"] = "60"
+		c.Machine.Sysctls["net.ipv4.tcp_keepalive_time"] = "600"
+		c.Machine.Files = []machineconfig.File{{Path: "/etc/app/app.conf", Content: "level=info\n"}}
+	})
+	t.Run("DryRun", func(t *testing.T) {
+		resp, err := a.apply(live, machine.ApplyMode_APPLY_MODE_DRY_RUN, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lines []string
+		for _, c := range resp.Changes {
+			if c.Reboot {
+				t.Errorf("change %s needs a reboot, want it live", c.Text)
+			}
+			lines = append(lines, c.Text)
+		}
+		for _, want := range []string{`machine.sysctls["net.ipv4.ip_default_ttl"]: "50" → "60"`, `machine.sysctls["net.ipv4.tcp_keepalive_time"]: added "600"`, "machine.files[0]: added"} {
+			if !strings.Contains(strings.Join(lines, "\n"), want) {
+				t.Errorf("dry run changes:\n%s\nwant %q", strings.Join(lines, "\n"), want)
+			}
+		}
+		if got := a.state(); got != booted || a.read("state/config.yaml") != stateDoc {
+			t.Errorf("after a dry run: %+v, want nothing changed: %+v", got, booted)
+		}
+	})
+
+	t.Run("Invalid", func(t *testing.T) {
+		bad := a.edited(func(c *machineconfig.Config) {
+			c.Machine.Hostname = "Not_A_Hostname"
+			c.Machine.Files = []machineconfig.File{{Path: "/usr/x", Content: "x"}}
+		})
+		_, err := a.apply(bad, machine.ApplyMode_APPLY_MODE_AUTO, 0)
+		wantCode(t, "Apply(invalid)", err, codes.InvalidArgument, "machine.hostname")
+		wantCode(t, "Apply(invalid)", err, codes.InvalidArgument, "machine.files[0].path")
+		if got := a.state(); got != booted {
+			t.Errorf("after an invalid config: %+v, want nothing changed: %+v", got, booted)
+		}
+	})
+
+	t.Run("Live", func(t *testing.T) {
+		resp, err := a.apply(live, machine.ApplyMode_APPLY_MODE_AUTO, 0)
+		if err != nil || resp.Outcome != "applied live" || resp.Generation != 2 {
+			t.Fatalf("Apply(live, auto) = %v, %v; want applied live as generation 2", resp, err)
+		}
+		want := applied{stateGen: 2, runningGen: 2, bootGen: 2, gen: 2, ttl: "60", file: "level=info\n"}
+		if got := a.state(); got != want {
+			t.Errorf("after a live apply: %+v, want %+v", got, want)
+		}
+		if got := sysctl(t, "net.ipv4.tcp_keepalive_time"); got != "600" {
+			t.Errorf("tcp_keepalive_time = %s, want 600", got)
+		}
+		if got := a.read("state/config.yaml.previous"); got != stateDoc {
+			t.Errorf("STATE's previous config:\n%s\nwant the one it replaced", got)
+		}
+		if a.reboots != 0 {
+			t.Error("a live apply rebooted the node")
+		}
+		if resp, err := a.apply(live, machine.ApplyMode_APPLY_MODE_AUTO, 0); err != nil || resp.Outcome != "no change" {
+			t.Errorf("Apply(the same again) = %v, %v; want no change", resp, err)
+		}
+
+		// Dropped from the config: the sysctl the boot did not set gets
+		// back its value from before, the file goes.
+		resp, err = a.apply(a.doc(a.base), machine.ApplyMode_APPLY_MODE_NO_REBOOT, 0)
+		if err != nil || resp.Generation != 3 {
+			t.Fatalf("Apply(base, no-reboot) = %v, %v; want generation 3", resp, err)
+		}
+		want = applied{stateGen: 3, runningGen: 3, bootGen: 3, gen: 3, ttl: "50", file: "(none)"}
+		if got := a.state(); got != want {
+			t.Errorf("after dropping them: %+v, want %+v", got, want)
+		}
+		if got := sysctl(t, "net.ipv4.tcp_keepalive_time"); got != boot {
+			t.Errorf("tcp_keepalive_time = %s, want %s, its value before the node set it", got, boot)
+		}
+	})
+	at := a.state()
+
+	t.Run("FailedLiveUndone", func(t *testing.T) {
+		doc := a.edited(func(c *machineconfig.Config) {
+			c.Machine.Sysctls["net.ipv4.ip_default_ttl"] = "70"
+			c.Machine.Sysctls["net.ipv4.no_such_parameter"] = "1"
+			c.Machine.Files = []machineconfig.File{{Path: "/etc/app/app.conf", Content: "x"}}
+		})
+		_, err := a.apply(doc, machine.ApplyMode_APPLY_MODE_AUTO, 0)
+		wantCode(t, "Apply(unknown sysctl)", err, codes.FailedPrecondition, "no_such_parameter")
+		wantCode(t, "Apply(unknown sysctl)", err, codes.FailedPrecondition, "the node keeps generation 3")
+		if got := a.state(); got != at {
+			t.Errorf("after a failed live apply: %+v, want all of it undone: %+v", got, at)
+		}
+	})
+
+	hostname := a.edited(func(c *machineconfig.Config) { c.Machine.Hostname = "node-2" })
+	t.Run("NeedsReboot", func(t *testing.T) {
+		for _, mode := range []machine.ApplyMode{machine.ApplyMode_APPLY_MODE_NO_REBOOT, machine.ApplyMode_APPLY_MODE_TRY} {
+			_, err := a.apply(hostname, mode, time.Minute)
+			wantCode(t, "Apply(hostname, "+mode.String()+")", err, codes.FailedPrecondition, "take effect only at a boot: machine.hostname")
+		}
+		if got := a.state(); got != at || a.reboots != 0 {
+			t.Errorf("after refusals: %+v, %d reboots; want nothing changed: %+v", got, a.reboots, at)
+		}
+	})
+
+	t.Run("Staged", func(t *testing.T) {
+		resp, err := a.apply(hostname, machine.ApplyMode_APPLY_MODE_STAGED, 0)
+		if err != nil || resp.Outcome != "staged for the next boot" || len(resp.Changes) != 1 || !resp.Changes[0].Reboot {
+			t.Fatalf("Apply(hostname, staged) = %v, %v", resp, err)
+		}
+		want := at
+		want.stateGen, want.bootGen = 4, 4
+		if got := a.state(); got != want || a.reboots != 0 {
+			t.Errorf("after staging: %+v, %d reboots; want %+v, none", got, a.reboots, want)
+		}
+	})
+
+	t.Run("Reboot", func(t *testing.T) {
+		resp, err := a.apply(hostname, machine.ApplyMode_APPLY_MODE_AUTO, 0)
+		if err != nil || resp.Outcome != "rebooting" || resp.Generation != 5 || a.reboots != 1 {
+			t.Fatalf("Apply(hostname, auto) = %v, %v (%d reboots); want a reboot into generation 5", resp, err, a.reboots)
+		}
+		if cfg, err := machineconfig.Load(filepath.Join(a.dir, "state/config.yaml")); err != nil || cfg.Machine.Hostname != "node-2" {
+			t.Errorf("STATE's config after apply with a reboot: %v, %v; want node-2's", cfg, err)
+		}
+	})
+	// Back to base, as the reboot would have it, for the tries.
+	if _, err := a.apply(a.doc(a.base), machine.ApplyMode_APPLY_MODE_STAGED, 0); err != nil {
+		t.Fatal(err)
+	}
+	at = a.state()
+
+	t.Run("TryReverted", func(t *testing.T) {
+		resp, err := a.apply(live, machine.ApplyMode_APPLY_MODE_TRY, 500*time.Millisecond)
+		if err != nil || !strings.HasPrefix(resp.Outcome, "trying until") {
+			t.Fatalf("Apply(live, try) = %v, %v", resp, err)
+		}
+		tried := applied{stateGen: at.stateGen, runningGen: resp.Generation, bootGen: at.bootGen, gen: resp.Generation, ttl: "60", file: "level=info\n"}
+		if got := a.state(); got != tried {
+			t.Errorf("while trying: %+v, want %+v (STATE unchanged)", got, tried)
+		}
+		if a.c.Status().TryUntil == nil {
+			t.Error("Status().TryUntil unset while trying")
+		}
+		_, err = a.apply(hostname, machine.ApplyMode_APPLY_MODE_STAGED, 0)
+		wantCode(t, "Apply while trying", err, codes.FailedPrecondition, "is being tried until")
+		poll.Until(t, 10*time.Second, "the try reverted", func() error {
+			if s := a.c.Status(); s.TryUntil != nil {
+				return errors.New("still trying")
+			}
+			return nil
+		})
+		if got := a.state(); got != at {
+			t.Errorf("after the try's timeout: %+v, want %+v", got, at)
+		}
+		if s := a.c.Status(); !strings.Contains(s.LastError, "reverted: not confirmed by") {
+			t.Errorf("Status().LastError = %q, want the revert said", s.LastError)
+		}
+		if _, err := a.c.Confirm(); status.Code(err) != codes.FailedPrecondition {
+			t.Errorf("Confirm() with no try = %v, want FailedPrecondition", err)
+		}
+	})
+
+	t.Run("TryConfirmed", func(t *testing.T) {
+		resp, err := a.apply(live, machine.ApplyMode_APPLY_MODE_TRY, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := a.c.Confirm()
+		if err != nil || c.Generation != resp.Generation {
+			t.Fatalf("Confirm() = %v, %v; want generation %d", c, err, resp.Generation)
+		}
+		g := resp.Generation
+		want := applied{stateGen: g, runningGen: g, bootGen: g, gen: g, ttl: "60", file: "level=info\n"}
+		if got := a.state(); got != want || a.c.Status().TryUntil != nil || a.c.Status().LastError != "" {
+			t.Errorf("after Confirm: %+v, %v; want %+v, no try, no error", got, a.c.Status(), want)
+		}
+	})
+}

@@ -1,0 +1,87 @@
+package machineconfig
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Effect is when a change to a field of a running node's machine config
+// takes effect.
+type Effect int
+
+// Effects of a change.
+const (
+	// Live changes are applied to the running node, with no reboot.
+	Live Effect = iota + 1
+	// Reboot changes take effect when the node next boots.
+	Reboot
+)
+
+func (e Effect) String() string {
+	switch e {
+	case Live:
+		return "live"
+	case Reboot:
+		return "reboot"
+	}
+	return fmt.Sprintf("Effect(%d)", int(e))
+}
+
+// effectRule is how changes at and below Path take effect.
+type effectRule struct {
+	Path   string
+	Effect Effect
+	// How says who applies the change and what it does, for the docs.
+	How string
+}
+
+// effects is the one table of what a node applies live: each change
+// takes the rule of the longest Path that holds it, and a field no rule
+// names needs a reboot. docs/machine-config.md is generated from it
+// (EffectsMarkdown).
+var effects = []effectRule{
+	{"machine.sysctls", Live, "init sets the new values; a parameter dropped from the config gets back the value it had before the node set it"},
+	{"machine.files", Live, "init writes the files that changed, each whole or not at all; a file dropped from the config is removed"},
+	{"machine.staticPods", Live, "init rewrites the manifests; the agent starts, replaces or stops the pods"},
+	{"cluster.nodeLabels", Live, "the agent patches the Node's labels: sets the new ones, removes the dropped ones"},
+}
+
+// Effect says when c takes effect on a running node.
+func (c Change) Effect() Effect {
+	best := effectRule{Effect: Reboot}
+	for _, r := range effects {
+		if under(c.Path, r.Path) && len(r.Path) > len(best.Path) {
+			best = r
+		}
+	}
+	return best.Effect
+}
+
+// under reports whether the field path p is at or below the field path
+// parent: machine.files[2].mode is below machine.files.
+func under(p, parent string) bool {
+	rest, ok := strings.CutPrefix(p, parent)
+	return ok && (rest == "" || rest[0] == '.' || rest[0] == '[')
+}
+
+// NeedsReboot returns the changes that take effect only at the next boot.
+func NeedsReboot(changes []Change) []Change {
+	var out []Change
+	for _, c := range changes {
+		if c.Effect() == Reboot {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// EffectsMarkdown is the effects table as the Markdown table of the docs.
+func EffectsMarkdown() string {
+	var b strings.Builder
+	b.WriteString("| field | applied | how |\n| --- | --- | --- |\n")
+	for _, r := range effects {
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", r.Path, r.Effect, r.How)
+	}
+	b.WriteString("| every other field | reboot | written to STATE, used from the next boot |\n")
+	return b.String()
+}
