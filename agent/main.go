@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -40,7 +41,7 @@ import (
 )
 
 func main() {
-	configPath := flag.String("config", layout.MachineConfig, "machine config")
+	configPath := flag.String("config", layout.RunningConfig, "the machine config the node runs, which init writes")
 	initSocket := flag.String("init-socket", layout.InitSocket, "init's control socket")
 	kubeletDir := flag.String("kubelet-dir", layout.KubeletDir, "the kubelet part's state: client and serving certificates")
 	paths := nodePaths{}
@@ -104,7 +105,7 @@ func run(configPath, initSocket, kubeletDir string, paths nodePaths) error {
 			slog.Error("metrics not served", "err", err)
 		}
 	}()
-	nodeDone := startNode(ctx, cfg, kubeletDir, paths, reg)
+	nodeDone := startNode(ctx, cfg, configPath, kubeletDir, paths, reg)
 	go func() {
 		<-ctx.Done()
 		slog.Info("stopping: finishing calls in flight")
@@ -120,8 +121,9 @@ func run(configPath, initSocket, kubeletDir string, paths nodePaths) error {
 // startNode runs the static pods, if cfg has any, joins the node to the
 // cluster if cfg has a cluster section, and runs the node's components
 // until ctx ends; the channel closes when it has stopped. It retries what
-// fails on its own and only logs.
-func startNode(ctx context.Context, cfg *machineconfig.Config, dir string, paths nodePaths, reg *prometheus.Registry) <-chan struct{} {
+// fails on its own and only logs. configPath is cfg's file, which init
+// rewrites when a config is applied live.
+func startNode(ctx context.Context, cfg *machineconfig.Config, configPath, dir string, paths nodePaths, reg *prometheus.Registry) <-chan struct{} {
 	done := make(chan struct{})
 	if cfg.Cluster == nil && len(cfg.Machine.StaticPods) == 0 {
 		close(done)
@@ -161,9 +163,11 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, dir string, paths
 			<-ctx.Done()
 			return
 		}
+		labels := &nodeLabels{path: configPath, applied: maps.Clone(cfg.Cluster.NodeLabels), log: slog.Default().With("component", "labels")}
 		// The node's components: peers that run once the node joined,
 		// each restarted on its own when it fails.
 		components := []node.Component{
+			{Name: "labels", Run: labels.run},
 			{Name: "kubelet", Run: pods.Join},
 			{Name: "proxy", Run: func(ctx context.Context, m *node.Member) error { return runProxy(ctx, cfg.Cluster, m, reg) }},
 			{Name: "cni", Run: func(ctx context.Context, m *node.Member) error { return writePodNetwork(ctx, m, paths) }},

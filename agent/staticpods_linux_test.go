@@ -64,7 +64,7 @@ func TestStaticPodsWithoutCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	nctx, stop := context.WithCancel(context.Background())
-	done := startNode(nctx, cfg, t.TempDir(), paths, prometheus.NewRegistry())
+	done := startNode(nctx, cfg, "", t.TempDir(), paths, prometheus.NewRegistry())
 	defer func() {
 		stop()
 		<-done

@@ -25,6 +25,8 @@ var minRole = map[string]string{
 	"Reboot":         machineconfig.RoleOperator,
 	"Shutdown":       machineconfig.RoleOperator,
 	"ServiceRestart": machineconfig.RoleOperator,
+	"ApplyConfig":    machineconfig.RoleOperator,
+	"ConfirmConfig":  machineconfig.RoleOperator,
 
 	// Inspection: readers, who never get a secret (see readDenied).
 	"Dmesg":     machineconfig.RoleReader,

@@ -82,7 +82,20 @@ func (s *machineServer) Version(ctx context.Context, _ *machine.VersionRequest) 
 	}
 	resp.BootTimeline = tl.Steps
 	resp.TimeSync = tl.TimeSync
+	if resp.Config, err = s.init.ConfigStatus(ctx, &machine.ConfigStatusRequest{}); err != nil {
+		return nil, fmt.Errorf("machine config state from init: %w", err)
+	}
 	return resp, nil
+}
+
+// The machine config is init's, which writes it to STATE and applies it.
+
+func (s *machineServer) ApplyConfig(ctx context.Context, req *machine.ApplyConfigRequest) (*machine.ApplyConfigResponse, error) {
+	return s.init.ApplyConfig(ctx, req)
+}
+
+func (s *machineServer) ConfirmConfig(ctx context.Context, req *machine.ConfirmConfigRequest) (*machine.ConfirmConfigResponse, error) {
+	return s.init.ConfirmConfig(ctx, req)
 }
 
 func (s *machineServer) Reboot(ctx context.Context, req *machine.RebootRequest) (*machine.RebootResponse, error) {

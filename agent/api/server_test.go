@@ -29,12 +29,22 @@ import (
 type recordingInit struct {
 	machine.InitClient
 	reboots, shutdowns int
+	applies            int
 	timelines          atomic.Int32 // BootTimeline calls: one per Version
 }
 
 func (r *recordingInit) BootTimeline(context.Context, *machine.BootTimelineRequest, ...grpc.CallOption) (*machine.BootTimelineResponse, error) {
 	r.timelines.Add(1)
 	return &machine.BootTimelineResponse{Steps: []*machine.BootStep{{Name: "mount STATE"}}, TimeSync: &machine.TimeSync{Synced: true, Server: "time.example.com"}}, nil
+}
+
+func (r *recordingInit) ConfigStatus(context.Context, *machine.ConfigStatusRequest, ...grpc.CallOption) (*machine.ConfigState, error) {
+	return &machine.ConfigState{Generation: 3, BootGeneration: 4}, nil
+}
+
+func (r *recordingInit) ApplyConfig(_ context.Context, req *machine.ApplyConfigRequest, _ ...grpc.CallOption) (*machine.ApplyConfigResponse, error) {
+	r.applies++
+	return &machine.ApplyConfigResponse{Outcome: "applied live", Generation: 5}, nil
 }
 
 func (r *recordingInit) Reboot(context.Context, *machine.RebootRequest, ...grpc.CallOption) (*machine.RebootResponse, error) {
@@ -94,10 +104,11 @@ func TestRoles(t *testing.T) {
 		role               string
 		wantVersion        codes.Code
 		wantReboot, wantSD codes.Code
+		wantApply          codes.Code
 	}{
-		{machineconfig.RoleReader, codes.OK, codes.PermissionDenied, codes.PermissionDenied},
-		{machineconfig.RoleOperator, codes.OK, codes.OK, codes.OK},
-		{machineconfig.RoleAdmin, codes.OK, codes.OK, codes.OK},
+		{machineconfig.RoleReader, codes.OK, codes.PermissionDenied, codes.PermissionDenied, codes.PermissionDenied},
+		{machineconfig.RoleOperator, codes.OK, codes.OK, codes.OK, codes.OK},
+		{machineconfig.RoleAdmin, codes.OK, codes.OK, codes.OK, codes.OK},
 	}
 	for _, tt := range tests {
 		c := clientWithRole(t, b, endpoint, tt.role)
@@ -105,8 +116,11 @@ func TestRoles(t *testing.T) {
 		if status.Code(err) != tt.wantVersion {
 			t.Errorf("%s: Version() = %v, want %v", tt.role, err, tt.wantVersion)
 		}
-		if err == nil && (len(v.BootTimeline) != 1 || v.Kernel == "" || v.TimeSync.GetServer() != "time.example.com") {
-			t.Errorf("%s: Version() = %v, want the kernel, init's boot timeline and time sync", tt.role, v)
+		if err == nil && (len(v.BootTimeline) != 1 || v.Kernel == "" || v.TimeSync.GetServer() != "time.example.com" || v.Config.GetBootGeneration() != 4) {
+			t.Errorf("%s: Version() = %v, want the kernel, init's boot timeline, time sync and config state", tt.role, v)
+		}
+		if _, err := c.ApplyConfig(ctx, &machine.ApplyConfigRequest{Config: []byte("x")}); status.Code(err) != tt.wantApply {
+			t.Errorf("%s: ApplyConfig() = %v, want %v", tt.role, err, tt.wantApply)
 		}
 		if _, err := c.Reboot(ctx, &machine.RebootRequest{}); status.Code(err) != tt.wantReboot {
 			t.Errorf("%s: Reboot() = %v, want %v", tt.role, err, tt.wantReboot)
@@ -115,8 +129,8 @@ func TestRoles(t *testing.T) {
 			t.Errorf("%s: Shutdown() = %v, want %v", tt.role, err, tt.wantSD)
 		}
 	}
-	if init.reboots != 2 || init.shutdowns != 2 {
-		t.Errorf("init got %d reboots and %d shutdowns, want 2 each (operator and admin)", init.reboots, init.shutdowns)
+	if init.reboots != 2 || init.shutdowns != 2 || init.applies != 2 {
+		t.Errorf("init got %d reboots, %d shutdowns and %d applies, want 2 each (operator and admin)", init.reboots, init.shutdowns, init.applies)
 	}
 }
 

@@ -141,6 +141,7 @@ func nodeCmd() *cobra.Command {
 	}
 	cmd.AddCommand(metricsCmd(f), auditCmd(f))
 	cmd.AddCommand(inspectCmds(f)...)
+	cmd.AddCommand(applyCmds(f)...)
 	cmd.AddCommand(logs, kill, restart,
 		call("services", "List the services and their state", func(ctx context.Context, c *client.Client, w io.Writer) error {
 			resp, err := c.Services(ctx, &machine.ServicesRequest{})
@@ -256,6 +257,9 @@ func printVersion(w io.Writer, v *machine.VersionResponse) {
 			line += "  (failed: " + s.Error + ")"
 		}
 		fmt.Fprintln(w, line)
+	}
+	if v.Config != nil {
+		fmt.Fprintf(w, "Config:     %s\n", configState(v.Config))
 	}
 	if ts := v.TimeSync; ts != nil {
 		line := "Time sync:  not synced"
