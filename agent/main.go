@@ -1,11 +1,14 @@
 // Command cairn-agent is the node agent of Cairn. It serves the management
 // API over mutual TLS and asks init, over its control socket, for what only
-// PID 1 may do (reboot, shutdown). When the machine config has a cluster
+// PID 1 may do (reboot, shutdown, applying a machine config). It runs on
+// the config that init writes to /run/cairn, and follows the changes that
+// init applies live to it. When the machine config has a cluster
 // section, it also joins the node to that Kubernetes cluster (agent/node)
 // and runs the node's components beside each other once it joined: the
 // pod loop (agent/kubelet), the kubelet server on the kubelet's port
 // (agent/kubelet/server: kubectl logs), the Service dataplane
-// (agent/proxy) and the pod network writer; that never holds up or stops
+// (agent/proxy), the pod network writer and the Node's labels from the
+// config; that never holds up or stops
 // the management API. The pod loop runs the machine config's static pods
 // from the agent's start, joined or not, cluster section or not.
 package main
@@ -118,17 +121,14 @@ func run(configPath, initSocket, kubeletDir string, paths nodePaths) error {
 	return err
 }
 
-// startNode runs the static pods, if cfg has any, joins the node to the
-// cluster if cfg has a cluster section, and runs the node's components
+// startNode runs the static pods, joins the node to the cluster if cfg has a cluster section, and runs the node's components
 // until ctx ends; the channel closes when it has stopped. It retries what
 // fails on its own and only logs. configPath is cfg's file, which init
 // rewrites when a config is applied live.
 func startNode(ctx context.Context, cfg *machineconfig.Config, configPath, dir string, paths nodePaths, reg *prometheus.Registry) <-chan struct{} {
 	done := make(chan struct{})
-	if cfg.Cluster == nil && len(cfg.Machine.StaticPods) == 0 {
-		close(done)
-		return done
-	}
+	// The pod loop runs even with no static pods and no cluster: a config
+	// applied live may add static pods.
 	go func() {
 		defer close(done)
 		// The client connects lazily and again whenever containerd is

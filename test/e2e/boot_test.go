@@ -52,8 +52,9 @@ const podNetwork = "10.244.0.0/16"
 // services, with cgroup limits for them, containerd and the agent: one
 // whose image the guest pulls from a registry on the host, one whose
 // registry is unreachable. The node joins a control plane on the host and
-// runs a Pod (see testPod). Later boots of the same disk grow EPHEMERAL,
-// then find it damaged.
+// runs a Pod (see testPod). Its config is changed live, tried and staged
+// through the API (see testApplyConfig), and the reboot takes the staged
+// one. Later boots of the same disk grow EPHEMERAL, then find it damaged.
 func TestBoot(t *testing.T) {
 	dir := t.TempDir()
 	port := freePort(t)
@@ -216,6 +217,10 @@ func TestBoot(t *testing.T) {
 
 	t.Run("Services", func(t *testing.T) { testServices(t, ctx, c, cfg) })
 
+	t.Run("ApplyConfig", func(t *testing.T) {
+		testApplyConfig(t, ctx, c, kc, config, filepath.Join(dir, "cairnconfig"), "e2e-node")
+	})
+
 	t.Run("Reboot", func(t *testing.T) {
 		asked := time.Now()
 		if _, err := c.Reboot(ctx, &machine.RebootRequest{}); err != nil {
@@ -241,6 +246,8 @@ func TestBoot(t *testing.T) {
 			t.Errorf("after Reboot: uptime %s, hostname %q; want a fresh boot of e2e-node", v2.Uptime.AsDuration(), v2.Hostname)
 		}
 	})
+
+	t.Run("StagedAfterReboot", func(t *testing.T) { testStagedAfterReboot(t, ctx, c) })
 
 	t.Run("Shutdown", func(t *testing.T) {
 		if _, err := c.Shutdown(ctx, &machine.ShutdownRequest{}); err != nil {
