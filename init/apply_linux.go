@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,13 +54,15 @@ type configs struct {
 	bootGen    uint64 // STATE's
 	try        *pendingTry
 	lastErr    string
+	// res writes resolv.conf; nil until the network is configured.
+	res *resolver
 }
 
 // liveTargets are where a live change is applied: the kernel's
-// parameters, the root that machine.files are under, the static pods'
-// directory. Tests point them at their own.
+// parameters, the root that machine.files and containerd's config are
+// under, the static pods' directory. Tests point them at their own.
 type liveTargets struct {
-	procSys, filesRoot, staticPodDir string
+	procSys, root, staticPodDir string
 }
 
 // pendingTry is a config tried live and not yet confirmed.
@@ -131,6 +134,18 @@ func (c *configs) rememberSysctls(was map[string]string) {
 			c.sysctlsBefore[name] = v
 		}
 	}
+}
+
+// setResolver hands over the resolver that the network configuration
+// made, for the config's nameservers and search domains; c may be nil
+// (no config loaded: nothing to apply).
+func (c *configs) setResolver(r *resolver) {
+	if c == nil {
+		return
+	}
+	c.guard.Lock()
+	defer c.guard.Unlock()
+	c.res = r
 }
 
 // lock takes mu for a change, or says why it cannot: another change is
@@ -368,8 +383,9 @@ func (c *configs) save(r running) error {
 const previousSuffix = ".previous"
 
 // applyLive makes the running node's live fields (machineconfig's effects
-// table) go from old to new: sysctls, files, static pods. Node labels are
-// the agent's, which watches the running config. It goes on past a
+// table) go from old to new: sysctls, files, containerd's registries,
+// DNS, /etc/hosts entries, static pods. Node labels are the agent's,
+// which watches the running config. It goes on past a
 // failure and returns every error.
 func (c *configs) applyLive(old, new *machineconfig.Config) error {
 	var errs []error
@@ -394,8 +410,22 @@ func (c *configs) applyLive(old, new *machineconfig.Config) error {
 		errs = append(errs, err)
 	}
 	if !slices.Equal(old.Machine.Files, new.Machine.Files) {
-		_, err := writeFiles(c.live.filesRoot, new.Machine.Files)
-		errs = append(errs, err, removeFiles(c.live.filesRoot, dropped(old.Machine.Files, new.Machine.Files)))
+		_, err := writeFiles(c.live.root, new.Machine.Files)
+		errs = append(errs, err, removeFiles(c.live.root, dropped(old.Machine.Files, new.Machine.Files)))
+	}
+	if !reflect.DeepEqual(old.Containerd, new.Containerd) {
+		errs = append(errs, writeContainerdConfig(c.live.root, new))
+	}
+	if !slices.Equal(old.Network.Nameservers, new.Network.Nameservers) || !slices.Equal(old.Network.SearchDomains, new.Network.SearchDomains) {
+		c.guard.Lock()
+		res := c.res
+		c.guard.Unlock()
+		if res != nil {
+			errs = append(errs, res.setConfig(new.Network))
+		}
+	}
+	if !reflect.DeepEqual(old.Network.ExtraHostEntries, new.Network.ExtraHostEntries) {
+		errs = append(errs, writeHostEntries(new.Network.ExtraHostEntries))
 	}
 	if !staticPodsEqual(old.Machine.StaticPods, new.Machine.StaticPods) {
 		errs = append(errs, writeStaticPods(c.live.staticPodDir, new.Machine.StaticPods))

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/test/poll"
@@ -53,7 +55,7 @@ func newApplyNode(t *testing.T) *applyNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	live := liveTargets{procSys: procSys, filesRoot: dir, staticPodDir: filepath.Join(dir, "state", "static-pods")}
+	live := liveTargets{procSys: procSys, root: dir, staticPodDir: filepath.Join(dir, "state", "static-pods")}
 	a.c, err = newConfigs(state, filepath.Join(dir, "run", "config.yaml"), live, cfg, doc, false, func() { a.reboots++ })
 	if err != nil {
 		t.Fatal(err)
@@ -144,10 +146,15 @@ func wantCode(t *testing.T, what string, err error, code codes.Code, text string
 // files in a directory of its own, and checks after each call what the
 // node runs, what STATE holds, and which generation each is.
 func TestApplyConfig(t *testing.T) {
-	if !inNamespaces(t, syscall.CLONE_NEWNET) {
+	if !inNamespaces(t, syscall.CLONE_NEWNET|syscall.CLONE_NEWNS) {
 		return
 	}
+	// resolv.conf and hosts are written at their paths: on a tmpfs.
+	if err := unix.Mount("tmpfs", "/etc", "tmpfs", 0, "mode=0755"); err != nil {
+		t.Fatal(err)
+	}
 	a := newApplyNode(t)
+	a.c.setResolver(newResolver(a.base.Network))
 	boot := sysctl(t, "net.ipv4.tcp_keepalive_time")
 	booted := applied{stateGen: 1, runningGen: 1, bootGen: 1, gen: 1, ttl: "50", file: "(none)"}
 	if got := a.state(); got != booted {
@@ -159,6 +166,10 @@ func TestApplyConfig(t *testing.T) {
 		c.Machine.Sysctls["net.ipv4.ip_default_ttl"] = "60"
 		c.Machine.Sysctls["net.ipv4.tcp_keepalive_time"] = "600"
 		c.Machine.Files = []machineconfig.File{{Path: "/etc/app/app.conf", Content: "level=info\n"}}
+		c.Network.Nameservers = []string{"192.0.2.53"}
+		c.Network.SearchDomains = []string{"example.com"}
+		c.Network.ExtraHostEntries = []machineconfig.HostEntry{{IP: "192.0.2.80", Aliases: []string{"registry.example.com"}}}
+		c.Containerd.Registries = []machineconfig.Registry{{Host: "registry.example.com", Endpoints: []string{"http://192.0.2.80:5000"}}}
 	})
 	t.Run("DryRun", func(t *testing.T) {
 		resp, err := a.apply(live, machine.ApplyMode_APPLY_MODE_DRY_RUN, 0)
@@ -207,6 +218,17 @@ func TestApplyConfig(t *testing.T) {
 		if got := sysctl(t, "net.ipv4.tcp_keepalive_time"); got != "600" {
 			t.Errorf("tcp_keepalive_time = %s, want 600", got)
 		}
+		for path, want := range map[string]string{
+			"/etc/resolv.conf": "search example.com\nnameserver 192.0.2.53\n",
+			"/etc/hosts":       hostsMarker + "192.0.2.80 registry.example.com\n",
+		} {
+			if data, err := os.ReadFile(path); err != nil || string(data) != want {
+				t.Errorf("%s = %q, %v; want %q", path, data, err, want)
+			}
+		}
+		if hosts := a.read("etc/containerd/certs.d/registry.example.com/hosts.toml"); !strings.Contains(hosts, "http://192.0.2.80:5000") {
+			t.Errorf("containerd's hosts.toml for the registry:\n%s\nwant its endpoint", hosts)
+		}
 		if got := a.read("state/config.yaml.previous"); got != stateDoc {
 			t.Errorf("STATE's previous config:\n%s\nwant the one it replaced", got)
 		}
@@ -229,6 +251,14 @@ func TestApplyConfig(t *testing.T) {
 		}
 		if got := sysctl(t, "net.ipv4.tcp_keepalive_time"); got != boot {
 			t.Errorf("tcp_keepalive_time = %s, want %s, its value before the node set it", got, boot)
+		}
+		if _, err := os.Stat(filepath.Join(a.dir, "etc/containerd/certs.d/registry.example.com")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the dropped registry's hosts directory: %v, want it removed", err)
+		}
+		for path, want := range map[string]string{"/etc/resolv.conf": "", "/etc/hosts": ""} {
+			if data, err := os.ReadFile(path); err != nil || string(data) != want {
+				t.Errorf("%s = %q, %v; want %q once dropped", path, data, err, want)
+			}
 		}
 	})
 	at := a.state()

@@ -49,6 +49,15 @@ func (r *resolver) setLease(link string, ns []net.IP, search []string) error {
 	return r.write()
 }
 
+// setConfig takes the config's nameservers and search domains from n and
+// rewrites resolv.conf.
+func (r *resolver) setConfig(n machineconfig.Network) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nameservers, r.search = n.Nameservers, n.SearchDomains
+	return r.write()
+}
+
 // flush writes resolv.conf with what r has.
 func (r *resolver) flush() error {
 	r.mu.Lock()

@@ -61,6 +61,7 @@ func (n *node) configureNetwork(network machineconfig.Network) error {
 	if len(network.Nameservers) > 0 || len(network.SearchDomains) > 0 {
 		errs = append(errs, res.flush())
 	}
+	n.configs.setResolver(res)
 	ctx, cancel := context.WithCancel(context.Background())
 	boot.Go("stop DHCP at the shutdown", func() { <-n.stop; cancel() })
 	var leases []pendingLease

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -54,14 +55,8 @@ func (n *node) startServices(cfg *machineconfig.Config, varErr error) error {
 	if err := os.MkdirAll(filepath.Join(cgroupRoot, containers.ShimCgroup), 0o755); err != nil {
 		return err
 	}
-	files := containerdconfig.Files(cfg)
-	for _, p := range containerdconfig.SortedPaths(files) {
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(p, files[p], 0o644); err != nil {
-			return err
-		}
+	if err := writeContainerdConfig("/", cfg); err != nil {
+		return err
 	}
 	// The agent runs the static pods from their manifests, with or
 	// without an API server: they are there before it starts.
@@ -79,6 +74,35 @@ func (n *node) startServices(cfg *machineconfig.Config, varErr error) error {
 	n.mu.Lock()
 	n.services, n.images = sup, images
 	n.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// writeContainerdConfig writes containerd's config files for cfg under
+// root ("/" on a node): config.toml, and a hosts.toml for each registry,
+// which containerd reads at each pull; the directories of registries no
+// longer configured are removed.
+func writeContainerdConfig(root string, cfg *machineconfig.Config) error {
+	files := containerdconfig.Files(cfg)
+	for _, p := range containerdconfig.SortedPaths(files) {
+		p, data := filepath.Join(root, p), files[p]
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := replaceFile(p, data, 0o644); err != nil {
+			return fmt.Errorf("write containerd's %s: %w", p, err)
+		}
+	}
+	hostsDir := filepath.Join(root, containerdconfig.Node.HostsDir)
+	ents, err := os.ReadDir(hostsDir)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		if !slices.ContainsFunc(cfg.Containerd.Registries, func(r machineconfig.Registry) bool { return r.Host == e.Name() }) {
+			errs = append(errs, os.RemoveAll(filepath.Join(hostsDir, e.Name())))
+		}
+	}
 	return errors.Join(errs...)
 }
 

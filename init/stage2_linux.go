@@ -282,7 +282,7 @@ func (n *node) loadConfig(path string) (nodeConfig, error) {
 // startConfigs hands the config the node boots with to the control
 // socket's config calls, and writes it where the agent reads it.
 func (n *node) startConfigs(conf nodeConfig) error {
-	live := liveTargets{procSys: procSys, filesRoot: "/", staticPodDir: layout.StaticPodDir}
+	live := liveTargets{procSys: procSys, root: "/", staticPodDir: layout.StaticPodDir}
 	reboot := func() { n.requestShutdown(unix.LINUX_REBOOT_CMD_RESTART, "a machine config applied with a reboot") }
 	c, err := newConfigs(layout.MachineConfig, layout.RunningConfig, live, conf.Config, conf.doc, conf.recovery != nil, reboot)
 	n.mu.Lock()

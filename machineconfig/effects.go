@@ -43,6 +43,10 @@ var effects = []effectRule{
 	{"machine.sysctls", Live, "init sets the new values; a parameter dropped from the config gets back the value it had before the node set it"},
 	{"machine.files", Live, "init writes the files that changed, each whole or not at all; a file dropped from the config is removed"},
 	{"machine.staticPods", Live, "init rewrites the manifests; the agent starts, replaces or stops the pods"},
+	{"containerd.registries", Live, "init rewrites containerd's hosts.toml files, which containerd reads at each pull"},
+	{"network.nameservers", Live, "init rewrites /etc/resolv.conf"},
+	{"network.searchDomains", Live, "init rewrites /etc/resolv.conf"},
+	{"network.extraHostEntries", Live, "init rewrites its part of /etc/hosts"},
 	{"cluster.nodeLabels", Live, "the agent patches the Node's labels: sets the new ones, removes the dropped ones"},
 }
 

@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cairn-os/cairn/api/client"
 	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/qemu"
 )
 
@@ -63,7 +66,8 @@ func reportSizes(b *testing.B, dir string) {
 }
 
 // BenchmarkBoot boots the default image once and prints, in guest time,
-// kernel start → init and init → API ready, and the wall time to API ready.
+// kernel start → init and init → API ready, the wall time to API ready,
+// and the time a config takes to be applied live (applyLive).
 func BenchmarkBoot(b *testing.B) {
 	dir := b.TempDir()
 	port := freePort(b)
@@ -101,6 +105,7 @@ func BenchmarkBoot(b *testing.B) {
 		}
 		b.ReportMetric((ready["cairn-agent"] - initStart).Seconds(), "guest-init-to-api-s")
 		b.ReportMetric(first.BootTimeline[len(first.BootTimeline)-1].Start.AsDuration().Seconds(), "guest-start-services-s")
+		b.ReportMetric(applyLive(b, c, filepath.Join(dir, "machine.yaml")).Seconds()*1000, "apply-live-ms")
 		c.Shutdown(context.Background(), &machine.ShutdownRequest{})
 		select {
 		case <-vm.Done():
@@ -108,6 +113,43 @@ func BenchmarkBoot(b *testing.B) {
 			vm.Kill()
 		}
 	}
+}
+
+// applyLiveRuns is how many configs applyLive applies.
+const applyLiveRuns = 7
+
+// applyLive applies configs that differ in a sysctl and a machine file
+// live, one after the other, each checked in the kernel once the call
+// returned, and returns the median time from the call to its return.
+func applyLive(b *testing.B, c *client.Client, config string) time.Duration {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg, err := machineconfig.Load(config)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var took []time.Duration
+	for i := range applyLiveRuns {
+		v := strconv.Itoa(10 + i)
+		cfg.Machine.Sysctls = map[string]string{"vm.swappiness": v}
+		cfg.Machine.Files = []machineconfig.File{{Path: "/etc/cairn-bench/applied", Content: v}}
+		doc, err := cfg.Marshal()
+		if err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		if _, err := c.ApplyConfig(ctx, &machine.ApplyConfigRequest{Config: doc, Mode: machine.ApplyMode_APPLY_MODE_NO_REBOOT}); err != nil {
+			b.Fatal(err)
+		}
+		took = append(took, time.Since(t0))
+		if got, err := readNode(ctx, c, "/proc/sys/vm/swappiness"); err != nil || got != v {
+			b.Fatalf("vm.swappiness = %q, %v once applied, want %s", got, err, v)
+		}
+	}
+	slices.Sort(took)
+	fmt.Printf("apply live (sysctl + file, %d runs): call to applied min %s, median %s, max %s\n", applyLiveRuns,
+		took[0].Round(time.Microsecond), took[len(took)/2].Round(time.Microsecond), took[len(took)-1].Round(time.Microsecond))
+	return took[len(took)/2]
 }
 
 // waitServices waits until the named services are Ready and returns when
