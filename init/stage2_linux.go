@@ -292,7 +292,7 @@ func (n *node) startConfigs(conf nodeConfig) error {
 }
 
 // recoveryAdvice is what an operator does about a config that does not load.
-const recoveryAdvice = "check the file with `cairn config validate FILE`, put a valid machine config at config.yaml on the STATE partition, then reboot"
+const recoveryAdvice = "check the file with `cairn config validate FILE`, then apply a valid machine config with `cairn node apply -f FILE --mode reboot` (or put it at config.yaml on the STATE partition and reboot)"
 
 // startNodeServices starts the services, unless in recovery mode without
 // API credentials: then no management API can be served, and nothing the
