@@ -54,6 +54,9 @@ type configs struct {
 	bootGen    uint64 // STATE's
 	try        *pendingTry
 	lastErr    string
+	// onTrial is set while the config the node booted with waits to be
+	// healthy (keepIfHealthy).
+	onTrial bool
 	// res writes resolv.conf; nil until the network is configured.
 	res *resolver
 }
@@ -161,7 +164,7 @@ func (c *configs) lock() error {
 func (c *configs) Status() *machine.ConfigState {
 	c.guard.Lock()
 	defer c.guard.Unlock()
-	s := &machine.ConfigState{Generation: c.generation, BootGeneration: c.bootGen, LastError: c.lastErr}
+	s := &machine.ConfigState{Generation: c.generation, BootGeneration: c.bootGen, LastError: c.lastErr, OnTrial: c.onTrial}
 	if c.try != nil {
 		s.TryUntil = timestamppb.New(c.try.until)
 	}
@@ -218,12 +221,12 @@ func (c *configs) Apply(req *machine.ApplyConfigRequest) (*machine.ApplyConfigRe
 
 	switch mode {
 	case machine.ApplyMode_APPLY_MODE_STAGED:
-		if err := c.save(to); err != nil {
+		if err := c.save(to, true); err != nil {
 			return nil, err
 		}
 		resp.Outcome = "staged for the next boot"
 	case machine.ApplyMode_APPLY_MODE_REBOOT:
-		if err := c.save(to); err != nil {
+		if err := c.save(to, true); err != nil {
 			return nil, err
 		}
 		slog.Info("machine config written: rebooting to apply it", "generation", gen)
@@ -233,7 +236,7 @@ func (c *configs) Apply(req *machine.ApplyConfigRequest) (*machine.ApplyConfigRe
 		if err := c.switchTo(cur, to, ""); err != nil {
 			return nil, err
 		}
-		if err := c.save(to); err != nil {
+		if err := c.save(to, false); err != nil {
 			c.switchTo(to, cur, "")
 			return nil, err
 		}
@@ -346,7 +349,7 @@ func (c *configs) Confirm() (*machine.ConfirmConfigResponse, error) {
 		return nil, status.Error(codes.FailedPrecondition, "no config is being tried: nothing to confirm (apply one with --mode try)")
 	}
 	cur := c.running()
-	if err := c.save(cur); err != nil {
+	if err := c.save(cur, false); err != nil {
 		return nil, err
 	}
 	t.timer.Stop()
@@ -358,16 +361,28 @@ func (c *configs) Confirm() (*machine.ConfirmConfigResponse, error) {
 }
 
 // save writes r to STATE, whole or not at all, and keeps the config it
-// replaces beside it (previousSuffix).
-func (c *configs) save(r running) error {
+// replaces beside it (previousSuffix). A config for a boot (trial) is on
+// trial until a boot with it is healthy (see checkTrial); one applied live
+// has shown itself already.
+func (c *configs) save(r running, trial bool) error {
 	old, err := os.ReadFile(c.statePath)
 	if err == nil {
 		err = replaceFile(c.statePath+previousSuffix, old, 0o600)
 	} else if errors.Is(err, fs.ErrNotExist) {
 		err = nil
 	}
+	if err == nil && trial {
+		// Before the config: a power cut between the two leaves a marker
+		// of another generation, which the boot drops.
+		err = replaceFile(c.statePath+trialSuffix, []byte(fmt.Sprintf("%d\n", r.gen)), 0o600)
+	}
 	if err == nil {
 		err = replaceFile(c.statePath, withGeneration(r.gen, r.doc), 0o600)
+	}
+	if err == nil && !trial {
+		if err = os.Remove(c.statePath + trialSuffix); errors.Is(err, fs.ErrNotExist) {
+			err = nil
+		}
 	}
 	if err != nil {
 		return status.Errorf(codes.Internal, "write the machine config to STATE, nothing changed: %v", err)
@@ -375,12 +390,127 @@ func (c *configs) save(r running) error {
 	c.guard.Lock()
 	c.bootGen = r.gen
 	c.guard.Unlock()
-	slog.Info("machine config written to STATE", "generation", r.gen, "path", c.statePath)
+	slog.Info("machine config written to STATE", "generation", r.gen, "path", c.statePath, "trial", trial)
 	return nil
 }
 
-// previousSuffix names the config that STATE held before the last write.
-const previousSuffix = ".previous"
+// Files beside STATE's config: the config it held before the last write,
+// and the marker of a config on trial, which holds its generation, and
+// "booted" once a boot started with it.
+const (
+	previousSuffix = ".previous"
+	trialSuffix    = ".trial"
+)
+
+// trialDeadline is how long a boot with a config on trial has to become
+// healthy: containerd and cairn-agent Ready.
+const trialDeadline = 5 * time.Minute
+
+// checkTrial runs at boot, before STATE's config at statePath is loaded.
+// A config on trial that a boot already started with, and that never
+// became healthy, is replaced by the previous one: it returns why. A
+// config on trial that no boot started with yet is marked as booted now.
+func checkTrial(statePath string) (reverted string, err error) {
+	marker, err := os.ReadFile(statePath + trialSuffix)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the config's trial marker: %w", err)
+	}
+	data, err := os.ReadFile(statePath)
+	if err != nil {
+		return "", err // loadConfig says it
+	}
+	gen, _ := splitGeneration(data)
+	f := strings.Fields(string(marker))
+	switch {
+	case len(f) == 0 || f[0] != strconv.FormatUint(gen, 10):
+		// Of a config that was not written after all (a power cut).
+		return "", os.Remove(statePath + trialSuffix)
+	case len(f) == 1:
+		return "", replaceFile(statePath+trialSuffix, []byte(f[0]+" booted\n"), 0o600)
+	}
+	prev, err := os.ReadFile(statePath + previousSuffix)
+	if err != nil {
+		return "", fmt.Errorf("generation %d did not become healthy at its last boot, and there is no previous config to go back to: %w", gen, err)
+	}
+	if err := replaceFile(statePath, prev, 0o600); err != nil {
+		return "", fmt.Errorf("go back from generation %d, which did not become healthy: %w", gen, err)
+	}
+	if err := os.Remove(statePath + trialSuffix); err != nil {
+		return "", err
+	}
+	prevGen, _ := splitGeneration(prev)
+	why := fmt.Sprintf("generation %d reverted to %d at boot: the boot with it did not become healthy (containerd and cairn-agent Ready) within %s", gen, prevGen, trialDeadline)
+	slog.Warn(why)
+	return why, nil
+}
+
+// keepIfHealthy ends the trial of the config the node booted with, if it
+// is on trial: once healthy() holds, the config is kept; if it does not
+// within deadline, the node reboots, and the next boot goes back to the
+// previous config. stop ends the wait (the shutdown).
+func (c *configs) keepIfHealthy(healthy func() bool, deadline time.Duration, stop <-chan struct{}) {
+	marker, err := os.ReadFile(c.statePath + trialSuffix)
+	if err != nil {
+		return // none on trial
+	}
+	gen := c.Status().Generation
+	if f := strings.Fields(string(marker)); len(f) != 2 || f[0] != strconv.FormatUint(gen, 10) {
+		return // a config staged meanwhile for the next boot
+	}
+	c.setOnTrial(true)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	timeout := time.After(deadline)
+	for !healthy() {
+		select {
+		case <-stop:
+			if healthy() { // a shutdown soon after the boot
+				break
+			}
+			return
+		case <-timeout:
+			why := fmt.Sprintf("generation %d did not become healthy (containerd and cairn-agent Ready) within %s: rebooting into the previous config", gen, deadline)
+			slog.Error(why)
+			c.guard.Lock()
+			c.lastErr = why
+			c.guard.Unlock()
+			c.reboot()
+			return
+		case <-tick.C:
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now, err := os.ReadFile(c.statePath + trialSuffix); err != nil || !bytes.Equal(now, marker) {
+		c.setOnTrial(false)
+		return // a config was written to STATE meanwhile
+	}
+	if err := os.Remove(c.statePath + trialSuffix); err != nil {
+		slog.Error("the config's trial marker not removed", "err", err)
+		return
+	}
+	c.setOnTrial(false)
+	slog.Info("machine config healthy: kept", "generation", gen)
+}
+
+func (c *configs) setOnTrial(on bool) {
+	c.guard.Lock()
+	defer c.guard.Unlock()
+	c.onTrial = on
+}
+
+// noteReverted records why the boot went back to the previous config.
+func (c *configs) noteReverted(why string) {
+	if c == nil || why == "" {
+		return
+	}
+	c.guard.Lock()
+	defer c.guard.Unlock()
+	c.lastErr = why
+}
 
 // applyLive makes the running node's live fields (machineconfig's effects
 // table) go from old to new: sysctls, files, containerd's registries,

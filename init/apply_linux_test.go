@@ -362,3 +362,87 @@ func TestApplyConfig(t *testing.T) {
 		}
 	})
 }
+
+// TestConfigTrial follows a config written for a boot through its
+// trial: the first boot with it marks it booted; a boot that finds it
+// marked so (the one before never became healthy) goes back to the
+// previous config; a healthy boot keeps it; one that is not healthy in
+// time reboots.
+func TestConfigTrial(t *testing.T) {
+	if !inNamespaces(t, syscall.CLONE_NEWNET) { // the node's sysctls
+		return
+	}
+	a := newApplyNode(t)
+	state := filepath.Join(a.dir, "state", "config.yaml")
+	first := a.read("state/config.yaml")
+	second := a.edited(func(c *machineconfig.Config) { c.Machine.Hostname = "node-2" })
+	resp, err := a.apply(second, machine.ApplyMode_APPLY_MODE_REBOOT, 0)
+	if err != nil || a.reboots != 1 {
+		t.Fatalf("Apply(reboot) = %v, %v (%d reboots)", resp, err, a.reboots)
+	}
+	if got := a.read("state/config.yaml.trial"); got != "2\n" {
+		t.Fatalf("trial marker %q after apply with a reboot, want generation 2", got)
+	}
+
+	// The boot with it, which never becomes healthy.
+	if why, err := checkTrial(state); why != "" || err != nil {
+		t.Fatalf("checkTrial() at the first boot = %q, %v; want it marked booted", why, err)
+	}
+	if got := a.read("state/config.yaml.trial"); got != "2 booted\n" {
+		t.Errorf("trial marker %q after the first boot, want 2 booted", got)
+	}
+	// The next boot goes back.
+	why, err := checkTrial(state)
+	if err != nil || !strings.Contains(why, "generation 2 reverted to 1 at boot") {
+		t.Fatalf("checkTrial() at the next boot = %q, %v; want generation 1 back", why, err)
+	}
+	if got := a.read("state/config.yaml"); got != first {
+		t.Errorf("STATE's config after the revert:\n%s\nwant the first one back", got)
+	}
+	if got := a.read("state/config.yaml.trial"); got != "(none)" {
+		t.Errorf("trial marker %q after the revert, want none", got)
+	}
+	if why, err := checkTrial(state); why != "" || err != nil {
+		t.Errorf("checkTrial() with nothing on trial = %q, %v", why, err)
+	}
+
+	// A marker of a config that was never written (a power cut between
+	// the two writes) is dropped.
+	if err := os.WriteFile(state+trialSuffix, []byte("9\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if why, err := checkTrial(state); why != "" || err != nil || a.read("state/config.yaml.trial") != "(none)" || a.read("state/config.yaml") != first {
+		t.Errorf("checkTrial() with a stale marker = %q, %v; want it dropped, the config kept", why, err)
+	}
+
+	// A healthy boot keeps it; an unhealthy one reboots in time.
+	for _, healthy := range []bool{true, false} {
+		a := newApplyNode(t)
+		if _, err := a.apply(second, machine.ApplyMode_APPLY_MODE_STAGED, 0); err != nil {
+			t.Fatal(err)
+		}
+		state := filepath.Join(a.dir, "state", "config.yaml")
+		if _, err := checkTrial(state); err != nil {
+			t.Fatal(err)
+		}
+		a.c.generation = 2 // as the boot with it loads it
+		checks := 0
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			a.c.keepIfHealthy(func() bool { checks++; return healthy && checks > 2 }, 5*time.Second, nil)
+		}()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("keepIfHealthy(healthy %v) did not return", healthy)
+		}
+		marker := a.read("state/config.yaml.trial")
+		switch {
+		case healthy && (marker != "(none)" || a.reboots != 0 || a.c.Status().OnTrial):
+			t.Errorf("healthy boot: marker %q, %d reboots, %v; want the config kept", marker, a.reboots, a.c.Status())
+		case !healthy && (marker != "2 booted\n" || a.reboots != 1 || !strings.Contains(a.c.Status().LastError, "did not become healthy")):
+			t.Errorf("unhealthy boot: marker %q, %d reboots, %v; want a reboot, the marker kept for the next boot", marker, a.reboots, a.c.Status())
+		}
+	}
+}

@@ -128,6 +128,8 @@ type nodeConfig struct {
 func (n *node) bootSequence() boot.Sequence {
 	// varErr is why EPHEMERAL is not mounted on /var, if it is not.
 	var varErr error
+	// reverted says why STATE's config went back to the previous one.
+	var reverted string
 	// Until STATE's config loads, the node would run on the defaults of
 	// recovery mode.
 	rec := machineconfig.Recover(nil)
@@ -139,9 +141,19 @@ func (n *node) bootSequence() boot.Sequence {
 		{Name: "enable cgroup controllers", Run: func() error { return enableControllers(cgroupRoot) }},
 		{Name: "prepare EPHEMERAL", Run: func() error { varErr = n.prepareEphemeral(); return varErr }},
 		{Name: "mount STATE", Run: n.mountState},
+		{Name: "check the config on trial", Run: func() error {
+			why, err := checkTrial(layout.MachineConfig)
+			reverted = why
+			if why != "" {
+				return errors.New(why)
+			}
+			return err
+		}},
 		{Name: "load machine config", Run: func() (err error) {
 			conf, err = n.loadConfig(layout.MachineConfig)
-			return errors.Join(err, n.startConfigs(conf))
+			err = errors.Join(err, n.startConfigs(conf))
+			n.configs.noteReverted(reverted)
+			return err
 		}},
 		{Name: "set sysctls", Run: func() error {
 			was, err := applySysctls(procSys, conf.Machine.Sysctls)
@@ -153,7 +165,14 @@ func (n *node) bootSequence() boot.Sequence {
 		{Name: "configure network", Run: func() error { return n.configureNetwork(conf.Network) }},
 		{Name: "set the clock", Run: func() error { return n.startTimeKeeper(conf.Machine.Time.Servers) }},
 		{Name: "serve control socket", Run: n.serveControl},
-		{Name: "start services", Run: func() error { return n.startNodeServices(conf, varErr) }},
+		{Name: "start services", Run: func() error {
+			err := n.startNodeServices(conf, varErr)
+			if conf.recovery == nil {
+				boot.Go("keep the config once healthy", func() { n.configs.keepIfHealthy(n.servicesHealthy, trialDeadline, n.stop) })
+			}
+			return err
+		}},
+
 	}}
 }
 
@@ -293,6 +312,24 @@ func (n *node) startConfigs(conf nodeConfig) error {
 
 // recoveryAdvice is what an operator does about a config that does not load.
 const recoveryAdvice = "check the file with `cairn config validate FILE`, then apply a valid machine config with `cairn node apply -f FILE --mode reboot` (or put it at config.yaml on the STATE partition and reboot)"
+
+// servicesHealthy reports whether containerd and the agent are Ready:
+// what a config on trial must reach to be kept.
+func (n *node) servicesHealthy() bool {
+	n.mu.Lock()
+	sup := n.services
+	n.mu.Unlock()
+	if sup == nil {
+		return false
+	}
+	ready := 0
+	for _, s := range sup.Status() {
+		if (s.Name == "containerd" || s.Name == "cairn-agent") && s.Ready {
+			ready++
+		}
+	}
+	return ready == 2
+}
 
 // startNodeServices starts the services, unless in recovery mode without
 // API credentials: then no management API can be served, and nothing the

@@ -2946,7 +2946,11 @@ type ConfigState struct {
 	// When a pending try is reverted unless confirmed; unset when none is.
 	TryUntil *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=try_until,json=tryUntil,proto3" json:"try_until,omitempty"`
 	// Why the last config applied live was reverted or failed, if it was.
-	LastError     string `protobuf:"bytes,4,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	LastError string `protobuf:"bytes,4,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// Whether the config the node booted with waits to show it is healthy
+	// (containerd and cairn-agent Ready): if it does not in time, the node
+	// reboots into the previous one.
+	OnTrial       bool `protobuf:"varint,5,opt,name=on_trial,json=onTrial,proto3" json:"on_trial,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3007,6 +3011,13 @@ func (x *ConfigState) GetLastError() string {
 		return x.LastError
 	}
 	return ""
+}
+
+func (x *ConfigState) GetOnTrial() bool {
+	if x != nil {
+		return x.OnTrial
+	}
+	return false
 }
 
 var File_machine_proto protoreflect.FileDescriptor
@@ -3204,7 +3215,7 @@ const file_machine_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\"\x15\n" +
-	"\x13ConfigStatusRequest\"\xae\x01\n" +
+	"\x13ConfigStatusRequest\"\xc9\x01\n" +
 	"\vConfigState\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -3212,7 +3223,8 @@ const file_machine_proto_rawDesc = "" +
 	"\x0fboot_generation\x18\x02 \x01(\x04R\x0ebootGeneration\x127\n" +
 	"\ttry_until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\btryUntil\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\x04 \x01(\tR\tlastError*\x94\x01\n" +
+	"last_error\x18\x04 \x01(\tR\tlastError\x12\x19\n" +
+	"\bon_trial\x18\x05 \x01(\bR\aonTrial*\x94\x01\n" +
 	"\tApplyMode\x12\x13\n" +
 	"\x0fAPPLY_MODE_AUTO\x10\x00\x12\x18\n" +
 	"\x14APPLY_MODE_NO_REBOOT\x10\x01\x12\x15\n" +

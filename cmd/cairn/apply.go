@@ -109,6 +109,9 @@ func configState(c *machine.ConfigState) string {
 		notes = append(notes, fmt.Sprintf("being tried until %s: cairn node confirm keeps it, else generation %d comes back",
 			c.TryUntil.AsTime().Local().Format(time.RFC3339), c.BootGeneration))
 	}
+	if c.OnTrial {
+		notes = append(notes, "on trial: kept once containerd and cairn-agent are Ready, else the previous config comes back at a reboot")
+	}
 	if c.LastError != "" {
 		notes = append(notes, c.LastError)
 	}
