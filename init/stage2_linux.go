@@ -172,7 +172,6 @@ func (n *node) bootSequence() boot.Sequence {
 			}
 			return err
 		}},
-
 	}}
 }
 
