@@ -233,6 +233,17 @@ func testStagedAfterReboot(t *testing.T, ctx context.Context, c *client.Client) 
 	if v.Config.Generation < 3 || v.Config.Generation != v.Config.BootGeneration {
 		t.Errorf("Version().Config = %v after the reboot, want the staged generation running", v.Config)
 	}
+	// A config written for a boot is kept once the node is healthy.
+	poll.Until(t, time.Minute, "the staged config kept", func() error {
+		v, err := c.Version(ctx, &machine.VersionRequest{})
+		if err != nil {
+			return err
+		}
+		if v.Config.OnTrial || v.Config.LastError != "" {
+			return fmt.Errorf("config %v", v.Config)
+		}
+		return nil
+	})
 	for path, want := range map[string]string{"/proc/sys/vm/swappiness": swappinessStaged, appliedFile: "applied=staged"} {
 		if got, err := readNode(ctx, c, path); err != nil || got != want {
 			t.Errorf("%s = %q, %v after the reboot; want %q from the staged config", path, got, err, want)
