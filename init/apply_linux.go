@@ -179,6 +179,9 @@ func (c *configs) Apply(req *machine.ApplyConfigRequest) (*machine.ApplyConfigRe
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "the config is refused, nothing changed: %v", err)
 	}
+	if req.Mode == machine.ApplyMode_APPLY_MODE_TRY && req.TryTimeout.AsDuration() <= 0 {
+		return nil, status.Error(codes.InvalidArgument, "a try needs a timeout (--timeout), after which it is reverted unless confirmed")
+	}
 	if err := c.lock(); err != nil {
 		return nil, err
 	}
@@ -242,9 +245,6 @@ func (c *configs) Apply(req *machine.ApplyConfigRequest) (*machine.ApplyConfigRe
 		}
 		resp.Outcome = "applied live"
 	case machine.ApplyMode_APPLY_MODE_TRY:
-		if req.TryTimeout == nil || req.TryTimeout.AsDuration() <= 0 {
-			return nil, status.Error(codes.InvalidArgument, "a try needs a timeout (--timeout), after which it is reverted unless confirmed")
-		}
 		timeout := req.TryTimeout.AsDuration()
 		if err := c.switchTo(cur, to, ""); err != nil {
 			return nil, err
