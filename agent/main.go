@@ -191,6 +191,9 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, configPath, dir s
 			Version:       version.Version,
 			NodeIP:        nodeIP,
 			KubeletPort:   cfg.Cluster.KubeletPort,
+			// What the kubelet server does (its streams), for the API
+			// server to know.
+			DeclaredFeatures: server.DeclaredFeatures,
 		}, components)
 		if err != nil {
 			slog.Error("kubelet part not started", "err", err)

@@ -68,6 +68,10 @@ type Config struct {
 	// Node's daemonEndpoints for the API server to reach it; 0 reports
 	// none.
 	KubeletPort int
+	// DeclaredFeatures are the node's features that the API server reads
+	// from the Node (status.declaredFeatures) to know what the kubelet
+	// server does, e.g. ExtendWebSocketsToKubelet.
+	DeclaredFeatures []string
 	// Log receives what happens, the membership's own lines with
 	// component "node" and each component's with its name; nil means
 	// slog.Default().

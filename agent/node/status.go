@@ -182,6 +182,7 @@ func (j *joiner) nodeStatus(ctx context.Context, prev []corev1.NodeCondition, no
 		DaemonEndpoints: corev1.NodeDaemonEndpoints{
 			KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(j.cfg.KubeletPort)},
 		},
+		DeclaredFeatures: j.cfg.DeclaredFeatures,
 	}
 }
 
@@ -214,7 +215,8 @@ func sameStatus(a, b *corev1.NodeStatus) bool {
 	}
 	eq := apiequality.Semantic.DeepEqual
 	return eq(a.Addresses, b.Addresses) && eq(a.Capacity, b.Capacity) && eq(a.Allocatable, b.Allocatable) &&
-		eq(a.NodeInfo, b.NodeInfo) && eq(a.DaemonEndpoints, b.DaemonEndpoints) && eq(noHeartbeat(a.Conditions), noHeartbeat(b.Conditions))
+		eq(a.NodeInfo, b.NodeInfo) && eq(a.DaemonEndpoints, b.DaemonEndpoints) && eq(a.DeclaredFeatures, b.DeclaredFeatures) &&
+		eq(noHeartbeat(a.Conditions), noHeartbeat(b.Conditions))
 }
 
 // reportStatus measures the node every StatusInterval and patches the
@@ -265,12 +267,13 @@ func (j *joiner) updateStatus(ctx context.Context, nodes corev1client.NodeInterf
 	patch, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"resourceVersion": node.ResourceVersion},
 		"status": map[string]any{
-			"capacity":        status.Capacity,
-			"allocatable":     status.Allocatable,
-			"conditions":      status.Conditions,
-			"addresses":       status.Addresses,
-			"nodeInfo":        status.NodeInfo,
-			"daemonEndpoints": status.DaemonEndpoints,
+			"capacity":         status.Capacity,
+			"allocatable":      status.Allocatable,
+			"conditions":       status.Conditions,
+			"addresses":        status.Addresses,
+			"nodeInfo":         status.NodeInfo,
+			"daemonEndpoints":  status.DaemonEndpoints,
+			"declaredFeatures": status.DeclaredFeatures,
 		},
 	})
 	if err != nil {

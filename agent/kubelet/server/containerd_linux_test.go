@@ -89,7 +89,7 @@ func startCRINode(t *testing.T) *criNode {
 	done := make(chan error, 1)
 	go func() {
 		done <- node.Run(nctx, node.Config{NodeName: n.name, Cluster: cluster, Dir: dir, RuntimeInfo: client, RuntimeStatus: client,
-			Version: "test", NodeIP: n.ip, KubeletPort: n.port}, components)
+			Version: "test", NodeIP: n.ip, KubeletPort: n.port, DeclaredFeatures: DeclaredFeatures}, components)
 	}()
 	t.Cleanup(func() {
 		stop()

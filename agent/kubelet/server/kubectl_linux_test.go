@@ -137,6 +137,22 @@ func TestKubectl(t *testing.T) {
 		})
 	}
 
+	// The node declares ExtendWebSocketsToKubelet: the API server hands
+	// kubectl's WebSocket streams on as they are, and the server above
+	// translated them.
+	t.Run("websocket proxied to the node", func(t *testing.T) {
+		raw, err := n.c.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sub := range []string{"exec", "attach", "portforward"} {
+			re := regexp.MustCompile(`(?m)^apiserver_websocket_streaming_requests_total\{proxy_type="proxied_to_kubelet",subresource="` + sub + `"\} ([0-9]+)`)
+			if m := re.FindSubmatch(raw); m == nil || string(m[1]) == "0" {
+				t.Errorf("the API server proxied no WebSocket %s to the node (apiserver_websocket_streaming_requests_total): it translated them itself", sub)
+			}
+		}
+	})
+
 	t.Run("exec stopped container", func(t *testing.T) {
 		// The runtime's answer, at once: the container is not running.
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -567,14 +583,18 @@ func processes(t *testing.T, cmdline string) []string {
 	return pids
 }
 
-// proxying counts the goroutines in the stream proxy.
+// proxying counts the goroutines in the stream proxies: SPDY's
+// upgrade-aware proxy, and the WebSocket translator and tunnel.
 func proxying() int {
 	buf := make([]byte, 1<<22)
 	buf = buf[:runtime.Stack(buf, true)]
 	n := 0
 	for _, g := range bytes.Split(buf, []byte("\n\n")) {
-		if bytes.Contains(g, []byte("proxy.(*UpgradeAwareHandler)")) {
-			n++
+		for _, h := range []string{"proxy.(*UpgradeAwareHandler)", "proxy.(*StreamTranslatorHandler)", "proxy.(*TunnelingHandler)"} {
+			if bytes.Contains(g, []byte(h)) {
+				n++
+				break
+			}
 		}
 	}
 	return n

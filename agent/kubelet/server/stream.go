@@ -17,7 +17,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/httpstream/wsstream"
 	"k8s.io/apimachinery/pkg/util/proxy"
+	translator "k8s.io/apiserver/pkg/util/proxy"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cairn-os/cairn/agent/kubelet/pods"
@@ -85,7 +87,7 @@ func (s *server) exec(w http.ResponseWriter, r *http.Request) {
 		criError(w, "exec in the container", err)
 		return
 	}
-	s.proxyStream(w, r, resp.Url)
+	s.proxyStream(w, r, resp.Url, o)
 }
 
 // attach streams the stdio of a container's process, as kubectl attach
@@ -106,7 +108,7 @@ func (s *server) attach(w http.ResponseWriter, r *http.Request) {
 		criError(w, "attach to the container", err)
 		return
 	}
-	s.proxyStream(w, r, resp.Url)
+	s.proxyStream(w, r, resp.Url, o)
 }
 
 // portForward tunnels connections to ports in the pod's network
@@ -138,7 +140,7 @@ func (s *server) portForward(w http.ResponseWriter, r *http.Request) {
 		criError(w, "forward the pod's ports", err)
 		return
 	}
-	s.proxyStream(w, r, resp.Url)
+	s.proxyStream(w, r, resp.Url, streamOptions{})
 }
 
 // pod finds the pod of the request's path, its UID too if the path has
@@ -201,10 +203,20 @@ func criError(w http.ResponseWriter, what string, err error) {
 	http.Error(w, what+": "+status.Convert(err).Message(), code)
 }
 
+// DeclaredFeatures are the Node features (status.declaredFeatures) that
+// the server implements: with ExtendWebSocketsToKubelet the API server
+// hands kubectl's WebSocket streams on as they are rather than translate
+// them to SPDY itself, and the server translates them, as the kubelet
+// does.
+var DeclaredFeatures = []string{"ExtendWebSocketsToKubelet"}
+
 // proxyStream hands the upgraded connection to the runtime's streaming
-// server at rawURL, which speaks SPDY or WebSocket with the client, and
-// copies bytes both ways until either side closes; then both are closed.
-func (s *server) proxyStream(w http.ResponseWriter, r *http.Request, rawURL string) {
+// server at rawURL, which speaks SPDY, and copies bytes both ways until
+// either side closes; then both are closed. A WebSocket stream that the
+// API server passes on (DeclaredFeatures) is translated: exec and
+// attach's stream-close protocol (v5) stream by stream, as o says, and
+// port-forward's tunneling protocol as SPDY inside WebSocket frames.
+func (s *server) proxyStream(w http.ResponseWriter, r *http.Request, rawURL string, o streamOptions) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		http.Error(w, fmt.Sprintf("runtime's streaming URL %q: %v", rawURL, err), http.StatusInternalServerError)
@@ -212,7 +224,13 @@ func (s *server) proxyStream(w http.ResponseWriter, r *http.Request, rawURL stri
 	}
 	// The client's credentials are for this server, not the runtime's.
 	r.Header.Del("Authorization")
-	h := proxy.NewUpgradeAwareHandler(u, nil, false, true, streamResponder{s})
+	var h http.Handler = proxy.NewUpgradeAwareHandler(u, nil, false, true, streamResponder{s})
+	switch {
+	case wsstream.IsWebSocketRequestWithStreamCloseProtocol(r):
+		h = translator.NewStreamTranslatorHandler(u, nil, 0, translator.Options{Stdin: o.stdin, Stdout: o.stdout, Stderr: o.stderr, Tty: o.tty})
+	case wsstream.IsWebSocketRequestWithTunnelingProtocol(r):
+		h = translator.NewTunnelingHandler(h)
+	}
 	h.ServeHTTP(closingHijacker{w, r.Context()}, r)
 }
 
