@@ -297,8 +297,9 @@ func (a *Agent) Metrics(ctx context.Context) (map[string]float64, error) {
 }
 
 // initStub is the least of init's control socket that the agent's
-// management API needs here: a boot timeline with no steps, for Version
-// (which asks init for it and fails without); every other call answers
+// management API needs here: a boot timeline with no steps and the
+// config's first generation, for Version (which asks init for both and
+// fails without); every other call answers
 // Unimplemented. It runs in the test's process, as init runs in a process
 // of its own on a node.
 type initStub struct {
@@ -307,6 +308,10 @@ type initStub struct {
 
 func (initStub) BootTimeline(context.Context, *machine.BootTimelineRequest) (*machine.BootTimelineResponse, error) {
 	return &machine.BootTimelineResponse{}, nil
+}
+
+func (initStub) ConfigStatus(context.Context, *machine.ConfigStatusRequest) (*machine.ConfigState, error) {
+	return &machine.ConfigState{Generation: 1, BootGeneration: 1}, nil
 }
 
 // serveInit serves initStub on the unix socket path until tb ends.
