@@ -110,7 +110,8 @@ bench-pods: cluster components
 
 # kubectl exec round trip (p50, p99) and port-forward throughput through
 # the API server to cairn-agent and to the upstream kubelet on one
-# containerd, with the ratios (test/bench, as root; about 5 min).
+# containerd, each measured twice in turn, with the ratios (test/bench,
+# as root; about 3 min).
 bench-streams: cluster components
 	$(TEST_ENV) $(GO) test -tags bench -run '^$$' -bench Streams -benchtime 1x -timeout 30m ./test/bench/
 
