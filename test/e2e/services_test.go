@@ -137,7 +137,7 @@ func testServices(t *testing.T, ctx context.Context, c *client.Client, cfg *mach
 			t.Errorf("containerd last exit = %q, want killed by signal killed", s.LastExit)
 		}
 		if s := services(t, ctx, c)["cairn-agent"]; s.Restarts != 0 {
-			t.Errorf("cairn-agent restarted %d times while containerd crashed, want 0", s.Restarts)
+			t.Errorf("cairn-agent restarted %d times while containerd crashed (last exit %q), want 0; its log:\n%s", s.Restarts, s.LastExit, logs(t, ctx, c, &machine.LogsRequest{Service: "cairn-agent", TailLines: 60}))
 		}
 		t.Run("HelloKeepsRunning", func(t *testing.T) { checkHelloKept(t, ctx, c, hello, tick) })
 	})
