@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,23 +34,11 @@ const (
 // appliedFile is the machine file the live apply writes.
 const appliedFile = "/etc/cairn-e2e/applied.conf"
 
-// readNode reads a file on the node through the API.
+// readNode reads a file on the node through the API, without the
+// spaces around it.
 func readNode(ctx context.Context, c *client.Client, path string) (string, error) {
-	s, err := c.Read(ctx, &machine.ReadRequest{Path: path})
-	if err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	for {
-		chunk, err := s.Recv()
-		if err == io.EOF {
-			return strings.TrimSpace(b.String()), nil
-		}
-		if err != nil {
-			return "", err
-		}
-		b.Write(chunk.Data)
-	}
+	out, err := readStream(c.Read(ctx, &machine.ReadRequest{Path: path}))
+	return strings.TrimSpace(out), err
 }
 
 // nodeConfigDoc is the machine config at path changed by edit, as YAML.

@@ -414,16 +414,7 @@ func waitVersion(t *testing.T, ctx context.Context, c *client.Client, what strin
 // editConfig changes the machine config at path.
 func editConfig(t *testing.T, path string, edit func(*machineconfig.Config)) {
 	t.Helper()
-	cfg, err := machineconfig.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	edit(cfg)
-	raw, err := cfg.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
+	if err := os.WriteFile(path, nodeConfigDoc(t, path, edit), 0o600); err != nil {
 		t.Fatal(err)
 	}
 }

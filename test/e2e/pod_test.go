@@ -132,10 +132,8 @@ func testPod(t *testing.T, ctx context.Context, kc *kube.Cluster, c *client.Clie
 	t.Logf("Pod gone %s after Delete", time.Since(deleted).Round(100*time.Millisecond))
 }
 
-// readStream reads a log stream to its end.
-func readStream(stream interface {
-	Recv() (*machine.LogsChunk, error)
-}, err error) (string, error) {
+// readStream reads a stream of chunks (a log, a file) to its end.
+func readStream[C interface{ GetData() []byte }](stream interface{ Recv() (C, error) }, err error) (string, error) {
 	if err != nil {
 		return "", err
 	}
@@ -148,7 +146,7 @@ func readStream(stream interface {
 			}
 			return b.String(), err
 		}
-		b.Write(chunk.Data)
+		b.Write(chunk.GetData())
 	}
 }
 
