@@ -197,12 +197,9 @@ func (c *configs) Apply(req *machine.ApplyConfigRequest) (*machine.ApplyConfigRe
 	for _, ch := range changes {
 		resp.Changes = append(resp.Changes, &machine.ConfigChange{Path: ch.Path, Text: ch.String(), Reboot: ch.Effect() == machineconfig.Reboot})
 	}
-	reboot := machineconfig.NeedsReboot(changes)
-	if recovering {
-		// The node runs on what it salvaged: nothing of the config is
-		// running to change live.
-		reboot = changes
-	}
+	// In recovery mode the node runs on what it salvaged, not on STATE's
+	// config: only a boot applies one, whatever the diff says.
+	needsBoot := recovering || len(machineconfig.NeedsReboot(changes)) > 0
 	mode := req.Mode
 	switch {
 	case mode == machine.ApplyMode_APPLY_MODE_DRY_RUN:
@@ -211,15 +208,15 @@ func (c *configs) Apply(req *machine.ApplyConfigRequest) (*machine.ApplyConfigRe
 	case try != nil:
 		return nil, status.Errorf(codes.FailedPrecondition, "generation %d is being tried until %s: confirm it (cairn node confirm) or wait for its revert, then apply again",
 			try.generation, try.until.Format(time.RFC3339))
-	case len(changes) == 0 && mode != machine.ApplyMode_APPLY_MODE_REBOOT && mode != machine.ApplyMode_APPLY_MODE_STAGED:
+	case len(changes) == 0 && !recovering && mode != machine.ApplyMode_APPLY_MODE_REBOOT && mode != machine.ApplyMode_APPLY_MODE_STAGED:
 		resp.Outcome, resp.Generation = "no change", cur.gen
 		return resp, nil
-	case mode == machine.ApplyMode_APPLY_MODE_AUTO && len(reboot) > 0:
+	case mode == machine.ApplyMode_APPLY_MODE_AUTO && needsBoot:
 		mode = machine.ApplyMode_APPLY_MODE_REBOOT
 	case mode == machine.ApplyMode_APPLY_MODE_AUTO:
 		mode = machine.ApplyMode_APPLY_MODE_NO_REBOOT
-	case (mode == machine.ApplyMode_APPLY_MODE_NO_REBOOT || mode == machine.ApplyMode_APPLY_MODE_TRY) && len(reboot) > 0:
-		return nil, status.Errorf(codes.FailedPrecondition, "nothing changed: %s", needReboot(reboot, recovering))
+	case (mode == machine.ApplyMode_APPLY_MODE_NO_REBOOT || mode == machine.ApplyMode_APPLY_MODE_TRY) && needsBoot:
+		return nil, status.Errorf(codes.FailedPrecondition, "nothing changed: %s", needReboot(machineconfig.NeedsReboot(changes), recovering))
 	}
 
 	switch mode {

@@ -446,3 +446,41 @@ func TestConfigTrial(t *testing.T) {
 		}
 	}
 }
+
+// TestApplyInRecovery applies a config to a node that runs on what
+// recovery mode salvaged: only a reboot applies it, which writes it to
+// STATE for the next boot.
+func TestApplyInRecovery(t *testing.T) {
+	b, err := machineconfig.Generate(machineconfig.GenerateOptions{Hostname: "node-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := b.Config.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	state := filepath.Join(dir, "config.yaml")
+	damaged := append([]byte("futureField: 1\n"), good...)
+	if err := os.WriteFile(state, damaged, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rec := machineconfig.Recover(damaged)
+	reboots := 0
+	c, err := newConfigs(state, filepath.Join(dir, "run", "config.yaml"), liveTargets{}, rec.Config, damaged, true, func() { reboots++ })
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Apply(&machine.ApplyConfigRequest{Config: good, Mode: machine.ApplyMode_APPLY_MODE_NO_REBOOT})
+	wantCode(t, "Apply(no-reboot) in recovery", err, codes.FailedPrecondition, "recovery mode")
+	if data, _ := os.ReadFile(state); string(data) != string(damaged) || reboots != 0 {
+		t.Fatalf("after a refused apply: STATE changed or %d reboots", reboots)
+	}
+	resp, err := c.Apply(&machine.ApplyConfigRequest{Config: good, Mode: machine.ApplyMode_APPLY_MODE_AUTO})
+	if err != nil || resp.Outcome != "rebooting" || reboots != 1 {
+		t.Fatalf("Apply(auto) in recovery = %v, %v (%d reboots); want a reboot", resp, err, reboots)
+	}
+	if cfg, err := machineconfig.Load(state); err != nil || cfg.Machine.Hostname != "node-1" {
+		t.Errorf("STATE's config after the apply: %v; want the good one, which loads", err)
+	}
+}
