@@ -449,7 +449,8 @@ func TestConfigTrial(t *testing.T) {
 
 // TestApplyInRecovery applies a config to a node that runs on what
 // recovery mode salvaged: only a reboot applies it, which writes it to
-// STATE for the next boot.
+// STATE for the next boot; and one that comes while another change runs
+// is refused.
 func TestApplyInRecovery(t *testing.T) {
 	b, err := machineconfig.Generate(machineconfig.GenerateOptions{Hostname: "node-1"})
 	if err != nil {
@@ -471,6 +472,11 @@ func TestApplyInRecovery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// One change at a time: while another holds the config, refused.
+	c.mu.Lock()
+	_, err = c.Apply(&machine.ApplyConfigRequest{Config: good, Mode: machine.ApplyMode_APPLY_MODE_AUTO})
+	c.mu.Unlock()
+	wantCode(t, "Apply during another change", err, codes.Aborted, "another config change is in progress")
 	_, err = c.Apply(&machine.ApplyConfigRequest{Config: good, Mode: machine.ApplyMode_APPLY_MODE_NO_REBOOT})
 	wantCode(t, "Apply(no-reboot) in recovery", err, codes.FailedPrecondition, "recovery mode")
 	if data, _ := os.ReadFile(state); string(data) != string(damaged) || reboots != 0 {
