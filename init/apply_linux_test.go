@@ -452,14 +452,7 @@ func TestConfigTrial(t *testing.T) {
 // STATE for the next boot; and one that comes while another change runs
 // is refused.
 func TestApplyInRecovery(t *testing.T) {
-	b, err := machineconfig.Generate(machineconfig.GenerateOptions{Hostname: "node-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	good, err := b.Config.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
+	good := generatedDoc(t)
 	dir := t.TempDir()
 	state := filepath.Join(dir, "config.yaml")
 	damaged := append([]byte("futureField: 1\n"), good...)

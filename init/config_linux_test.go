@@ -14,14 +14,7 @@ import (
 // error kept for the control socket; and with no credentials salvaged, no
 // services start.
 func TestLoadConfig(t *testing.T) {
-	b, err := machineconfig.Generate(machineconfig.GenerateOptions{Hostname: "node-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	good, err := b.Config.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
+	good := generatedDoc(t)
 	dir := t.TempDir()
 	write := func(name string, data []byte) string {
 		path := filepath.Join(dir, name)
@@ -60,4 +53,19 @@ func TestLoadConfig(t *testing.T) {
 	if n.services != nil {
 		t.Error("a supervisor was made in recovery mode without credentials")
 	}
+}
+
+// generatedDoc is a valid machine config for node-1, as cairn config gen
+// writes it.
+func generatedDoc(t *testing.T) []byte {
+	t.Helper()
+	b, err := machineconfig.Generate(machineconfig.GenerateOptions{Hostname: "node-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := b.Config.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc
 }
