@@ -109,9 +109,9 @@ bench-pods: cluster components
 	$(TEST_ENV) $(GO) test -tags bench -run '^$$' -bench PodStartup -benchtime 1x -timeout 40m ./test/bench/
 
 # kubectl exec round trip (p50, p99) and port-forward throughput through
-# the API server to cairn-agent and to the upstream kubelet on one
-# containerd, each measured twice in turn, with the ratios (test/bench,
-# as root; about 3 min).
+# the API server to cairn-agent and to the upstream kubelet, both running
+# at once on containerds of one build and sampled in turn, with the ratios
+# and each node's CPU time (test/bench, as root; about 2 min).
 bench-streams: cluster components
 	$(TEST_ENV) $(GO) test -tags bench -run '^$$' -bench Streams -benchtime 1x -timeout 30m ./test/bench/
 

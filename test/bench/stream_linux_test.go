@@ -24,118 +24,142 @@ import (
 )
 
 const (
-	execRuns     = 25       // kubectl exec round trips per node and round
+	execRuns     = 100      // kubectl exec round trips per node
 	forwardBytes = 64 << 20 // per GET through kubectl port-forward
-	forwardRuns  = 3        // per node and round
-	// streamRounds is how many times each node is started and measured,
-	// in the order ABBA...: a drift of the machine over the run (its two
-	// cores are shared with the API server, containerd and kubectl)
-	// weighs on both nodes alike.
-	streamRounds = 2
+	forwardRuns  = 8        // per node
 )
 
 // BenchmarkStreams prints the round trip of `kubectl exec POD -- streamer
 // exit 0` (p50 and p99, kubectl's own start included) and the throughput
 // of an HTTP GET through `kubectl port-forward` (the median), through the
 // API server to cairn-agent's kubelet server and to the upstream kubelet,
-// on the same control plane and containerd, with the ratio
-// cairn-agent/kubelet. The two cannot run at once on one containerd (the
-// kubelet stops pods it does not know): each is started and measured in
-// turn, streamRounds times, and the figures are over all its samples.
+// on the same control plane and containerd build, with the ratio
+// cairn-agent/kubelet, and the CPU time each node process spent over each
+// phase.
+//
+// The two nodes run at once, each on its own containerd (a kubelet stops
+// the pods it does not know), and the samples are taken in pairs, one of
+// each node back to back, the first of a pair alternating: a drift of the
+// machine (its two cores are shared with the API server, both containerds
+// and kubectl) weighs on both nodes alike.
 func BenchmarkStreams(b *testing.B) {
 	kubeletBin := clusterBinary(b, "kubelet")
-	// Both nodes are reached at their InternalIP: the host's address for
-	// cairn-agent, 127.0.0.1 for the kubelet.
+	// Both nodes are reached at their InternalIP: the host's address.
 	c := kube.Start(b, kube.Options{APIServerFlags: []string{"--kubelet-preferred-address-types=InternalIP"}})
 	k := c.Kubectl(b, namespace)
-	rt := runtime.Start(b)
-	image := streamerImage(b, rt)
+	reg := registry.Start(b)
+	image := streamerImage(b, reg)
 	cairnAgentBin := agentnode.Build(b)
 	cniBin := agentnode.CNIPluginDir(b)
+	nodes := []*streamNode{
+		{name: "cairn-agent", start: func(rt *runtime.Runtime, node, dir string) *proc {
+			return startCairnAgent(b, c, rt, cairnAgentBin, cniBin, dir, node)
+		}},
+		{name: "kubelet", start: func(rt *runtime.Runtime, node, dir string) *proc {
+			return startKubelet(b, c, rt, kubeletBin, dir, node)
+		}},
+	}
+	for _, n := range nodes {
+		n.rt = runtime.Start(b)
+		pullStreamer(b, n.rt, reg, image)
+	}
 	for i := 0; b.Loop(); i++ {
-		nodes := []struct {
-			name  string
-			start func(node, dir string) *proc
-		}{
-			{"cairn-agent", func(node, dir string) *proc { return startCairnAgent(b, c, rt, cairnAgentBin, cniBin, dir, node) }},
-			{"kubelet", func(node, dir string) *proc { return startKubelet(b, c, rt, kubeletBin, dir, node) }},
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		for _, n := range nodes {
+			n.run(b, ctx, c, fmt.Sprintf("bench-stream-%s-%d", n.name, i), image)
 		}
-		samples := map[string]*streamSamples{"cairn-agent": {}, "kubelet": {}}
-		for round := range streamRounds {
-			order := []int{0, 1}
-			if round%2 == 1 {
-				order = []int{1, 0}
-			}
-			for _, n := range order {
-				node := nodes[n]
-				streamNode(b, c, k, rt, fmt.Sprintf("bench-stream-%s-%d-%d", node.name, i, round), image, node.start, samples[node.name])
+		pairs := func(runs int, sample func(n *streamNode)) {
+			for j := range runs {
+				for x := range nodes {
+					sample(nodes[(j+x)%len(nodes)])
+				}
 			}
 		}
-		agent, kubelet := samples["cairn-agent"].figures("cairn-agent"), samples["kubelet"].figures("kubelet")
-		fmt.Printf("\nkubectl exec round trip (%d runs) and port-forward throughput (median of %d GETs of %d MiB), through the API server, each node measured %d times in turn:\n",
-			execRuns*streamRounds, forwardRuns*streamRounds, forwardBytes>>20, streamRounds)
-		fmt.Printf("%-12s %10s %10s %14s\n", "node", "exec p50", "exec p99", "forward MB/s")
+		cpu := func() []time.Duration {
+			var ds []time.Duration
+			for _, n := range nodes {
+				ds = append(ds, n.r.cpu())
+			}
+			return ds
+		}
+		cpu0 := cpu()
+		pairs(execRuns, func(n *streamNode) {
+			t0 := time.Now()
+			if _, err := k.Run(ctx, nil, "exec", n.pod, "--", "streamer", "exit", "0"); err != nil {
+				n.r.fatalf("%v", err)
+			}
+			n.rtts = append(n.rtts, time.Since(t0))
+		})
+		for _, n := range nodes {
+			port, stop, err := portForward(ctx, k, n.pod)
+			if err != nil {
+				n.r.fatalf("%v", err)
+			}
+			n.forwardPort, n.stopForward = port, stop
+		}
+		cpu1 := cpu()
+		pairs(forwardRuns, func(n *streamNode) {
+			d, err := forwardGet(n.forwardPort)
+			if err != nil {
+				n.r.fatalf("%v", err)
+			}
+			n.gets = append(n.gets, d)
+		})
+		cpu2 := cpu()
+		for x, n := range nodes {
+			n.execCPU, n.forwardCPU = cpu1[x]-cpu0[x], cpu2[x]-cpu1[x]
+		}
+		agent, kubelet := nodes[0].figures(), nodes[1].figures()
+		fmt.Printf("\nkubectl exec round trip (%d runs) and port-forward throughput (median of %d GETs of %d MiB), through the API server, both nodes at once, sampled in turn:\n",
+			execRuns, forwardRuns, forwardBytes>>20)
+		fmt.Printf("%-12s %10s %10s %14s %10s %13s\n", "node", "exec p50", "exec p99", "forward MB/s", "exec CPU", "forward CPU")
 		for _, f := range []streamFigures{agent, kubelet} {
-			fmt.Printf("%-12s %10s %10s %14.1f\n", f.name, f.p50.Round(time.Millisecond), f.p99.Round(time.Millisecond), f.mbps)
+			fmt.Printf("%-12s %10s %10s %14.1f %9.2fs %12.2fs\n", f.name, f.p50.Round(time.Millisecond), f.p99.Round(time.Millisecond), f.mbps,
+				f.execCPU.Seconds(), f.forwardCPU.Seconds())
 		}
-		fmt.Printf("%-12s %10.2f %10.2f %14.2f\n", "ratio", agent.p50.Seconds()/kubelet.p50.Seconds(),
-			agent.p99.Seconds()/kubelet.p99.Seconds(), agent.mbps/kubelet.mbps)
+		fmt.Printf("%-12s %10.2f %10.2f %14.2f %10.2f %13.2f\n", "ratio", agent.p50.Seconds()/kubelet.p50.Seconds(),
+			agent.p99.Seconds()/kubelet.p99.Seconds(), agent.mbps/kubelet.mbps,
+			agent.execCPU.Seconds()/kubelet.execCPU.Seconds(), agent.forwardCPU.Seconds()/kubelet.forwardCPU.Seconds())
 		b.ReportMetric(agent.p50.Seconds()/kubelet.p50.Seconds(), "cairn-agent/kubelet-exec-p50")
 		b.ReportMetric(agent.p99.Seconds()/kubelet.p99.Seconds(), "cairn-agent/kubelet-exec-p99")
 		b.ReportMetric(agent.mbps/kubelet.mbps, "cairn-agent/kubelet-forward")
+		b.ReportMetric(agent.execCPU.Seconds()/kubelet.execCPU.Seconds(), "cairn-agent/kubelet-exec-cpu")
+		for _, n := range nodes {
+			n.stopForward()
+			n.stop()
+		}
+		cancel()
 	}
 }
 
-// streamSamples are one node's measurements, over its rounds.
-type streamSamples struct {
-	rtts, gets []time.Duration
+// streamNode is one node of the benchmark: its containerd, and for one
+// iteration its process, its pod and its samples.
+type streamNode struct {
+	name  string
+	start func(rt *runtime.Runtime, node, dir string) *proc
+	rt    *runtime.Runtime
+
+	r           *nodeRun
+	pod         string
+	forwardPort string
+	stopForward func()
+	rtts, gets  []time.Duration
+	// execCPU and forwardCPU are the node process's CPU time over each
+	// phase, the other node's samples included (both run throughout).
+	execCPU, forwardCPU time.Duration
 }
 
-// figures are the samples' percentiles and median rate.
-func (s *streamSamples) figures(name string) streamFigures {
-	return streamFigures{name: name, p50: percentile(s.rtts, 50), p99: percentile(s.rtts, 99),
-		mbps: float64(forwardBytes) / percentile(s.gets, 50).Seconds() / 1e6}
-}
-
-// streamFigures are one node's figures.
-type streamFigures struct {
-	name     string
-	p50, p99 time.Duration
-	mbps     float64 // 10^6 bytes a second
-}
-
-// streamerImage pushes the kubelet server's test workload to a registry
-// and pulls it into rt.
-func streamerImage(b *testing.B, rt *runtime.Runtime) string {
+// run starts the node as Node node and a pod of streamer serve on it, and
+// returns once the pod runs.
+func (n *streamNode) run(b *testing.B, ctx context.Context, c *kube.Cluster, node, image string) {
 	b.Helper()
-	reg := registry.Start(b)
-	if err := rt.AllowHTTP(reg.Addr); err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if _, err := registry.BuildAndPush(ctx, reg, "./agent/kubelet/server/testdata/streamer", "cairn-test/streamer:v1"); err != nil {
-		b.Fatal(err)
-	}
-	image := reg.Addr + "/cairn-test/streamer:v1"
-	if _, err := rt.ImageClient.PullImage(ctx, &criv1.PullImageRequest{Image: &criv1.ImageSpec{Image: image}}); err != nil {
-		b.Fatalf("pull %s: %v", image, err)
-	}
-	return image
-}
-
-// streamNode starts a node, runs a pod of streamer serve on it, measures
-// into samples, and stops the pod and the node.
-func streamNode(b *testing.B, c *kube.Cluster, k *kube.Kubectl, rt *runtime.Runtime, node, image string, start func(node, dir string) *proc, samples *streamSamples) {
-	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	p := start(node, b.TempDir())
-	r := &nodeRun{b: b, ctx: ctx, client: c.Client, rt: rt, node: node, image: image, p: p}
-	r.waitNodeReady()
+	p := n.start(n.rt, node, b.TempDir())
+	n.r = &nodeRun{b: b, ctx: ctx, client: c.Client, rt: n.rt, node: node, image: image, p: p}
+	n.pod, n.rtts, n.gets = node, nil, nil
+	n.r.waitNodeReady()
 	if p.ready != nil {
 		if err := p.ready(ctx); err != nil {
-			r.fatalf("%v", err)
+			n.r.fatalf("%v", err)
 		}
 	}
 	pods := c.Client.CoreV1().Pods(namespace)
@@ -146,78 +170,110 @@ func streamNode(b *testing.B, c *kube.Cluster, k *kube.Kubectl, rt *runtime.Runt
 		}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		r.fatalf("create pod: %v", err)
+		n.r.fatalf("create pod: %v", err)
 	}
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
 		pod, err := pods.Get(ctx, node, metav1.GetOptions{})
 		if err == nil && pod.Status.Phase == corev1.PodRunning {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			r.fatalf("pod %s not running within 2 minutes: %v", node, err)
+			n.r.fatalf("pod %s not running within 2 minutes: %v", node, err)
 		}
 	}
+}
 
-	for range execRuns {
-		t0 := time.Now()
-		if _, err := k.Run(ctx, nil, "exec", node, "--", "streamer", "exit", "0"); err != nil {
-			r.fatalf("%v", err)
-		}
-		samples.rtts = append(samples.rtts, time.Since(t0))
+// stop deletes the node's pod and stops the node.
+func (n *streamNode) stop() {
+	n.r.deleteAll(n.pod)
+	n.r.p.stop()
+}
+
+// figures are the samples' percentiles and median rate.
+func (n *streamNode) figures() streamFigures {
+	return streamFigures{name: n.name, p50: percentile(n.rtts, 50), p99: percentile(n.rtts, 99),
+		mbps:    float64(forwardBytes) / percentile(n.gets, 50).Seconds() / 1e6,
+		execCPU: n.execCPU, forwardCPU: n.forwardCPU}
+}
+
+// streamFigures are one node's figures.
+type streamFigures struct {
+	name     string
+	p50, p99 time.Duration
+	mbps     float64 // 10^6 bytes a second
+
+	execCPU, forwardCPU time.Duration
+}
+
+// streamerImage pushes the kubelet server's test workload to reg and
+// returns its name.
+func streamerImage(b *testing.B, reg *registry.Registry) string {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := registry.BuildAndPush(ctx, reg, "./agent/kubelet/server/testdata/streamer", "cairn-test/streamer:v1"); err != nil {
+		b.Fatal(err)
 	}
-	gets, err := forwardGets(ctx, k, node)
-	if err != nil {
-		r.fatalf("%v", err)
+	return reg.Addr + "/cairn-test/streamer:v1"
+}
+
+// pullStreamer pulls image from reg into rt.
+func pullStreamer(b *testing.B, rt *runtime.Runtime, reg *registry.Registry, image string) {
+	b.Helper()
+	if err := rt.AllowHTTP(reg.Addr); err != nil {
+		b.Fatal(err)
 	}
-	samples.gets = append(samples.gets, gets...)
-	r.deleteAll(node)
-	p.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := rt.ImageClient.PullImage(ctx, &criv1.PullImageRequest{Image: &criv1.ImageSpec{Image: image}}); err != nil {
+		b.Fatalf("pull %s: %v", image, err)
+	}
 }
 
 // forwarded is kubectl port-forward's line for its local port.
 var forwarded = regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> 8080`)
 
-// forwardGets GETs forwardBytes from the pod's streamer through kubectl
-// port-forward forwardRuns times and returns how long each took.
-func forwardGets(ctx context.Context, k *kube.Kubectl, pod string) ([]time.Duration, error) {
+// portForward starts kubectl port-forward to the pod's port 8080 and
+// returns the local port once it listens, and how to stop it.
+func portForward(ctx context.Context, k *kube.Kubectl, pod string) (string, func(), error) {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	cmd := k.Command(ctx, "port-forward", "pod/"+pod, "--address", "127.0.0.1", ":8080")
 	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, os.Stderr
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		cancel()
+		return "", nil, err
 	}
-	defer func() {
+	stop := func() {
 		cancel()
 		_ = cmd.Wait()
-	}()
-	var port string
+	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if m := forwarded.FindStringSubmatch(out.String()); m != nil {
-			port = m[1]
-			break
+			return m[1], stop, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("kubectl port-forward not listening within 30 s: %q", out.String())
+			stop()
+			return "", nil, fmt.Errorf("kubectl port-forward not listening within 30 s: %q", out.String())
 		}
 	}
+}
+
+// forwardGet GETs forwardBytes from the streamer behind the local port,
+// on a new connection, and returns how long it took.
+func forwardGet(port string) (time.Duration, error) {
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	var times []time.Duration
-	for range forwardRuns {
-		t0 := time.Now()
-		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%s/bytes/%d", port, forwardBytes))
-		if err != nil {
-			return nil, err
-		}
-		n, err := io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if err != nil || n != forwardBytes {
-			return nil, fmt.Errorf("GET through port-forward: %d bytes, %v; want %d", n, err, forwardBytes)
-		}
-		times = append(times, time.Since(t0))
+	t0 := time.Now()
+	resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%s/bytes/%d", port, forwardBytes))
+	if err != nil {
+		return 0, err
 	}
-	return times, nil
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil || n != forwardBytes {
+		return 0, fmt.Errorf("GET through port-forward: %d bytes, %v; want %d", n, err, forwardBytes)
+	}
+	return time.Since(t0), nil
 }
 
 // lockedBuffer is what a command writes while the benchmark reads it.
