@@ -256,3 +256,35 @@ func (c *controlServer) ConfigStatus(context.Context, *machine.ConfigStatusReque
 	}
 	return cfgs.Status(), nil
 }
+
+// nodeBoots returns the UKIs' state, or an error outside a node.
+func (c *controlServer) nodeBoots() (*boots, error) {
+	if c.n.boots == nil {
+		return nil, status.Error(codes.Unavailable, "no boot entries: init does not run from a UKI")
+	}
+	return c.n.boots, nil
+}
+
+func (c *controlServer) Upgrade(stream grpc.BidiStreamingServer[machine.UpgradeRequest, machine.UpgradeProgress]) error {
+	b, err := c.nodeBoots()
+	if err != nil {
+		return err
+	}
+	return b.Upgrade(stream)
+}
+
+func (c *controlServer) Rollback(context.Context, *machine.RollbackRequest) (*machine.RollbackResponse, error) {
+	b, err := c.nodeBoots()
+	if err != nil {
+		return nil, err
+	}
+	return b.Rollback("asked through the API (cairn node rollback)")
+}
+
+func (c *controlServer) BootStatus(context.Context, *machine.BootStatusRequest) (*machine.BootState, error) {
+	b, err := c.nodeBoots()
+	if err != nil {
+		return nil, err
+	}
+	return b.Status(), nil
+}

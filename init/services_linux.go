@@ -281,10 +281,5 @@ func replaceFile(path string, data []byte, mode os.FileMode) error {
 	if err := os.Rename(f.Name(), path); err != nil {
 		return err
 	}
-	dir, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer dir.Close()
-	return dir.Sync() // the rename, durable
+	return fsyncDir(filepath.Dir(path))
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cairn-os/cairn/init/internal/boot"
 	"github.com/cairn-os/cairn/internal/layout"
+	"github.com/cairn-os/cairn/internal/version"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/supervisor"
 )
@@ -52,6 +53,9 @@ type node struct {
 	// configs is the machine config as the node runs it and as STATE
 	// holds it; nil until it is loaded.
 	configs *configs
+	// boots are the UKIs on the ESP: upgrades, blessing, rollbacks; nil
+	// outside a node.
+	boots *boots
 }
 
 func newNode(sys system, timeline []boot.Record) *node {
@@ -91,6 +95,8 @@ func stage2() error {
 	reaper := supervisor.NewReaper()
 	n := newNode(realSystem(reaper), boot.InheritTimeline())
 	n.reaper = reaper
+	n.boots = &boots{esp: espPartition{dir: layout.ESPMount}, recordPath: layout.UpgradeRecord, spoolDir: layout.UpgradeSpool,
+		running: version.Version, reboot: func(why string) { n.requestShutdown(unix.LINUX_REBOOT_CMD_RESTART, why) }}
 	// Ctrl-Alt-Del arrives as SIGINT to PID 1; SIGTERM asks for a power
 	// off. Both are heard from now on, during the boot too.
 	unix.Reboot(unix.LINUX_REBOOT_CMD_CAD_OFF)
@@ -141,6 +147,7 @@ func (n *node) bootSequence() boot.Sequence {
 		{Name: "enable cgroup controllers", Run: func() error { return enableControllers(cgroupRoot) }},
 		{Name: "prepare EPHEMERAL", Run: func() error { varErr = n.prepareEphemeral(); return varErr }},
 		{Name: "mount STATE", Run: n.mountState},
+		{Name: "read the boot entries", Run: func() error { return n.boots.check() }},
 		{Name: "check the config on trial", Run: func() error {
 			why, err := checkTrial(layout.MachineConfig)
 			reverted = why
@@ -170,6 +177,7 @@ func (n *node) bootSequence() boot.Sequence {
 			if conf.recovery == nil {
 				boot.Go("keep the config once healthy", func() { n.configs.keepIfHealthy(n.servicesHealthy, trialDeadline, n.stop) })
 			}
+			boot.Go("bless the UKI once healthy", func() { n.boots.blessIfHealthy(n.servicesHealthy, n.stop) })
 			return err
 		}},
 	}}

@@ -27,6 +27,8 @@ var minRole = map[string]string{
 	"ServiceRestart": machineconfig.RoleOperator,
 	"ApplyConfig":    machineconfig.RoleOperator,
 	"ConfirmConfig":  machineconfig.RoleOperator,
+	"Upgrade":        machineconfig.RoleOperator,
+	"Rollback":       machineconfig.RoleOperator,
 
 	// Inspection: readers, who never get a secret (see readDenied).
 	"Dmesg":     machineconfig.RoleReader,

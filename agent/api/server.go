@@ -85,7 +85,54 @@ func (s *machineServer) Version(ctx context.Context, _ *machine.VersionRequest) 
 	if resp.Config, err = s.init.ConfigStatus(ctx, &machine.ConfigStatusRequest{}); err != nil {
 		return nil, fmt.Errorf("machine config state from init: %w", err)
 	}
+	if resp.Boot, err = s.init.BootStatus(ctx, &machine.BootStatusRequest{}); err != nil {
+		return nil, fmt.Errorf("boot state from init: %w", err)
+	}
 	return resp, nil
+}
+
+// Upgrades and rollbacks are init's: it owns the EFI system partition.
+
+// Upgrade relays the caller's stream to init and init's progress back.
+func (s *machineServer) Upgrade(stream grpc.BidiStreamingServer[machine.UpgradeRequest, machine.UpgradeProgress]) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	up, err := s.init.Upgrade(ctx)
+	if err != nil {
+		return err
+	}
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err == io.EOF {
+				up.CloseSend()
+				return
+			}
+			if err != nil {
+				cancel() // the caller went away: so does init's side
+				return
+			}
+			if up.Send(req) != nil {
+				return // init's error comes from Recv
+			}
+		}
+	}()
+	for {
+		p, err := up.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(p); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *machineServer) Rollback(ctx context.Context, req *machine.RollbackRequest) (*machine.RollbackResponse, error) {
+	return s.init.Rollback(ctx, req)
 }
 
 // The machine config is init's, which writes it to STATE and applies it.

@@ -29,7 +29,7 @@ import (
 type recordingInit struct {
 	machine.InitClient
 	reboots, shutdowns int
-	applies            int
+	applies, rollbacks int
 	timelines          atomic.Int32 // BootTimeline calls: one per Version
 }
 
@@ -40,6 +40,15 @@ func (r *recordingInit) BootTimeline(context.Context, *machine.BootTimelineReque
 
 func (r *recordingInit) ConfigStatus(context.Context, *machine.ConfigStatusRequest, ...grpc.CallOption) (*machine.ConfigState, error) {
 	return &machine.ConfigState{Generation: 3, BootGeneration: 4}, nil
+}
+
+func (r *recordingInit) BootStatus(context.Context, *machine.BootStatusRequest, ...grpc.CallOption) (*machine.BootState, error) {
+	return &machine.BootState{Entry: "cairn-0.1.0.efi", Blessed: true}, nil
+}
+
+func (r *recordingInit) Rollback(context.Context, *machine.RollbackRequest, ...grpc.CallOption) (*machine.RollbackResponse, error) {
+	r.rollbacks++
+	return &machine.RollbackResponse{From: "0.2.0", To: "0.1.0"}, nil
 }
 
 func (r *recordingInit) ApplyConfig(_ context.Context, req *machine.ApplyConfigRequest, _ ...grpc.CallOption) (*machine.ApplyConfigResponse, error) {
@@ -116,8 +125,11 @@ func TestRoles(t *testing.T) {
 		if status.Code(err) != tt.wantVersion {
 			t.Errorf("%s: Version() = %v, want %v", tt.role, err, tt.wantVersion)
 		}
-		if err == nil && (len(v.BootTimeline) != 1 || v.Kernel == "" || v.TimeSync.GetServer() != "time.example.com" || v.Config.GetBootGeneration() != 4) {
-			t.Errorf("%s: Version() = %v, want the kernel, init's boot timeline, time sync and config state", tt.role, v)
+		if err == nil && (len(v.BootTimeline) != 1 || v.Kernel == "" || v.TimeSync.GetServer() != "time.example.com" || v.Config.GetBootGeneration() != 4 || v.Boot.GetEntry() != "cairn-0.1.0.efi") {
+			t.Errorf("%s: Version() = %v, want the kernel, init's boot timeline, time sync, config and boot state", tt.role, v)
+		}
+		if _, err := c.Rollback(ctx, &machine.RollbackRequest{}); status.Code(err) != tt.wantApply {
+			t.Errorf("%s: Rollback() = %v, want %v", tt.role, err, tt.wantApply)
 		}
 		if _, err := c.ApplyConfig(ctx, &machine.ApplyConfigRequest{Config: []byte("x")}); status.Code(err) != tt.wantApply {
 			t.Errorf("%s: ApplyConfig() = %v, want %v", tt.role, err, tt.wantApply)
@@ -129,8 +141,8 @@ func TestRoles(t *testing.T) {
 			t.Errorf("%s: Shutdown() = %v, want %v", tt.role, err, tt.wantSD)
 		}
 	}
-	if init.reboots != 2 || init.shutdowns != 2 || init.applies != 2 {
-		t.Errorf("init got %d reboots, %d shutdowns and %d applies, want 2 each (operator and admin)", init.reboots, init.shutdowns, init.applies)
+	if init.reboots != 2 || init.shutdowns != 2 || init.applies != 2 || init.rollbacks != 2 {
+		t.Errorf("init got %d reboots, %d shutdowns, %d applies and %d rollbacks, want 2 each (operator and admin)", init.reboots, init.shutdowns, init.applies, init.rollbacks)
 	}
 }
 

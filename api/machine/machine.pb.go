@@ -143,7 +143,10 @@ type VersionResponse struct {
 	// machine.time.servers; unset when none are configured.
 	TimeSync *TimeSync `protobuf:"bytes,7,opt,name=time_sync,json=timeSync,proto3" json:"time_sync,omitempty"`
 	// Config is the state of the node's machine config.
-	Config        *ConfigState `protobuf:"bytes,8,opt,name=config,proto3" json:"config,omitempty"`
+	Config *ConfigState `protobuf:"bytes,8,opt,name=config,proto3" json:"config,omitempty"`
+	// Boot is the state of the node's UKIs: which booted, on trial or
+	// blessed, and any rollback.
+	Boot          *BootState `protobuf:"bytes,9,opt,name=boot,proto3" json:"boot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -230,6 +233,13 @@ func (x *VersionResponse) GetTimeSync() *TimeSync {
 func (x *VersionResponse) GetConfig() *ConfigState {
 	if x != nil {
 		return x.Config
+	}
+	return nil
+}
+
+func (x *VersionResponse) GetBoot() *BootState {
+	if x != nil {
+		return x.Boot
 	}
 	return nil
 }
@@ -3020,12 +3030,477 @@ func (x *ConfigState) GetOnTrial() bool {
 	return false
 }
 
+type UpgradeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The first message is the header, the others the UKI's bytes in order.
+	//
+	// Types that are valid to be assigned to Part:
+	//
+	//	*UpgradeRequest_Header
+	//	*UpgradeRequest_Chunk
+	Part          isUpgradeRequest_Part `protobuf_oneof:"part"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpgradeRequest) Reset() {
+	*x = UpgradeRequest{}
+	mi := &file_machine_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpgradeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpgradeRequest) ProtoMessage() {}
+
+func (x *UpgradeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpgradeRequest.ProtoReflect.Descriptor instead.
+func (*UpgradeRequest) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *UpgradeRequest) GetPart() isUpgradeRequest_Part {
+	if x != nil {
+		return x.Part
+	}
+	return nil
+}
+
+func (x *UpgradeRequest) GetHeader() *UpgradeHeader {
+	if x != nil {
+		if x, ok := x.Part.(*UpgradeRequest_Header); ok {
+			return x.Header
+		}
+	}
+	return nil
+}
+
+func (x *UpgradeRequest) GetChunk() []byte {
+	if x != nil {
+		if x, ok := x.Part.(*UpgradeRequest_Chunk); ok {
+			return x.Chunk
+		}
+	}
+	return nil
+}
+
+type isUpgradeRequest_Part interface {
+	isUpgradeRequest_Part()
+}
+
+type UpgradeRequest_Header struct {
+	Header *UpgradeHeader `protobuf:"bytes,1,opt,name=header,proto3,oneof"`
+}
+
+type UpgradeRequest_Chunk struct {
+	Chunk []byte `protobuf:"bytes,2,opt,name=chunk,proto3,oneof"`
+}
+
+func (*UpgradeRequest_Header) isUpgradeRequest_Part() {}
+
+func (*UpgradeRequest_Chunk) isUpgradeRequest_Part() {}
+
+type UpgradeHeader struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The UKI's size in bytes and the SHA-256 of its bytes in hex: what is
+	// received must match both.
+	Size   uint64 `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
+	Sha256 string `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// Written now, booted at the next reboot, which the call does not make.
+	Stage bool `protobuf:"varint,3,opt,name=stage,proto3" json:"stage,omitempty"`
+	// How many boots the new UKI gets to become healthy; 0 means 3.
+	Tries uint32 `protobuf:"varint,4,opt,name=tries,proto3" json:"tries,omitempty"`
+	// How long each of its boots has to become healthy (containerd and
+	// cairn-agent Ready) before init reboots; unset means 5 minutes.
+	HealthTimeout *durationpb.Duration `protobuf:"bytes,5,opt,name=health_timeout,json=healthTimeout,proto3" json:"health_timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpgradeHeader) Reset() {
+	*x = UpgradeHeader{}
+	mi := &file_machine_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpgradeHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpgradeHeader) ProtoMessage() {}
+
+func (x *UpgradeHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpgradeHeader.ProtoReflect.Descriptor instead.
+func (*UpgradeHeader) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *UpgradeHeader) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *UpgradeHeader) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *UpgradeHeader) GetStage() bool {
+	if x != nil {
+		return x.Stage
+	}
+	return false
+}
+
+func (x *UpgradeHeader) GetTries() uint32 {
+	if x != nil {
+		return x.Tries
+	}
+	return 0
+}
+
+func (x *UpgradeHeader) GetHealthTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.HealthTimeout
+	}
+	return nil
+}
+
+type UpgradeProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One of received, verified, written, staged, rebooting.
+	Step string `protobuf:"bytes,1,opt,name=step,proto3" json:"step,omitempty"`
+	// The step as a sentence.
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// Bytes received so far.
+	Bytes uint64 `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// The version the UKI declares.
+	Version       string `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpgradeProgress) Reset() {
+	*x = UpgradeProgress{}
+	mi := &file_machine_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpgradeProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpgradeProgress) ProtoMessage() {}
+
+func (x *UpgradeProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpgradeProgress.ProtoReflect.Descriptor instead.
+func (*UpgradeProgress) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *UpgradeProgress) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *UpgradeProgress) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *UpgradeProgress) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *UpgradeProgress) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+type RollbackRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RollbackRequest) Reset() {
+	*x = RollbackRequest{}
+	mi := &file_machine_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollbackRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollbackRequest) ProtoMessage() {}
+
+func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
+func (*RollbackRequest) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{53}
+}
+
+type RollbackResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The version the node runs and the one it reboots into.
+	From          string `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	To            string `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RollbackResponse) Reset() {
+	*x = RollbackResponse{}
+	mi := &file_machine_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollbackResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollbackResponse) ProtoMessage() {}
+
+func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollbackResponse.ProtoReflect.Descriptor instead.
+func (*RollbackResponse) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *RollbackResponse) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *RollbackResponse) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+type BootStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BootStatusRequest) Reset() {
+	*x = BootStatusRequest{}
+	mi := &file_machine_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootStatusRequest) ProtoMessage() {}
+
+func (x *BootStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootStatusRequest.ProtoReflect.Descriptor instead.
+func (*BootStatusRequest) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{55}
+}
+
+// BootState is what the EFI system partition holds and how the node
+// booted from it.
+type BootState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The UKI the node booted, as named in EFI/Linux at boot.
+	Entry string `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
+	// Set once it is kept for good: booted healthy, or never on trial.
+	Blessed bool `protobuf:"varint,2,opt,name=blessed,proto3" json:"blessed,omitempty"`
+	// The other UKI in EFI/Linux, the one a rollback boots; empty if none.
+	Other string `protobuf:"bytes,3,opt,name=other,proto3" json:"other,omitempty"`
+	// An upgrade under way, as a sentence: staged for the next boot, or on
+	// trial until healthy.
+	Pending string `protobuf:"bytes,4,opt,name=pending,proto3" json:"pending,omitempty"`
+	// The version the node went back from, when a new UKI's boots did not
+	// become healthy or a rollback was asked, and why.
+	RolledBackFrom string `protobuf:"bytes,5,opt,name=rolled_back_from,json=rolledBackFrom,proto3" json:"rolled_back_from,omitempty"`
+	RollbackReason string `protobuf:"bytes,6,opt,name=rollback_reason,json=rollbackReason,proto3" json:"rollback_reason,omitempty"`
+	// Why the EFI system partition could not be read or written, if so.
+	Error         string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BootState) Reset() {
+	*x = BootState{}
+	mi := &file_machine_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootState) ProtoMessage() {}
+
+func (x *BootState) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootState.ProtoReflect.Descriptor instead.
+func (*BootState) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *BootState) GetEntry() string {
+	if x != nil {
+		return x.Entry
+	}
+	return ""
+}
+
+func (x *BootState) GetBlessed() bool {
+	if x != nil {
+		return x.Blessed
+	}
+	return false
+}
+
+func (x *BootState) GetOther() string {
+	if x != nil {
+		return x.Other
+	}
+	return ""
+}
+
+func (x *BootState) GetPending() string {
+	if x != nil {
+		return x.Pending
+	}
+	return ""
+}
+
+func (x *BootState) GetRolledBackFrom() string {
+	if x != nil {
+		return x.RolledBackFrom
+	}
+	return ""
+}
+
+func (x *BootState) GetRollbackReason() string {
+	if x != nil {
+		return x.RollbackReason
+	}
+	return ""
+}
+
+func (x *BootState) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 var File_machine_proto protoreflect.FileDescriptor
 
 const file_machine_proto_rawDesc = "" +
 	"\n" +
 	"\rmachine.proto\x12\x16cairn.machine.v1alpha1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x10\n" +
-	"\x0eVersionRequest\"\xfe\x02\n" +
+	"\x0eVersionRequest\"\xb5\x03\n" +
 	"\x0fVersionResponse\x12#\n" +
 	"\rcairn_version\x18\x01 \x01(\tR\fcairnVersion\x12\x16\n" +
 	"\x06kernel\x18\x02 \x01(\tR\x06kernel\x12\x1a\n" +
@@ -3034,7 +3509,8 @@ const file_machine_proto_rawDesc = "" +
 	"\x06uptime\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x06uptime\x12E\n" +
 	"\rboot_timeline\x18\x06 \x03(\v2 .cairn.machine.v1alpha1.BootStepR\fbootTimeline\x12=\n" +
 	"\ttime_sync\x18\a \x01(\v2 .cairn.machine.v1alpha1.TimeSyncR\btimeSync\x12;\n" +
-	"\x06config\x18\b \x01(\v2#.cairn.machine.v1alpha1.ConfigStateR\x06config\"\xf5\x01\n" +
+	"\x06config\x18\b \x01(\v2#.cairn.machine.v1alpha1.ConfigStateR\x06config\x125\n" +
+	"\x04boot\x18\t \x01(\v2!.cairn.machine.v1alpha1.BootStateR\x04boot\"\xf5\x01\n" +
 	"\bTimeSync\x12\x16\n" +
 	"\x06synced\x18\x01 \x01(\bR\x06synced\x12\x16\n" +
 	"\x06server\x18\x02 \x01(\tR\x06server\x121\n" +
@@ -3224,14 +3700,42 @@ const file_machine_proto_rawDesc = "" +
 	"\ttry_until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\btryUntil\x12\x1d\n" +
 	"\n" +
 	"last_error\x18\x04 \x01(\tR\tlastError\x12\x19\n" +
-	"\bon_trial\x18\x05 \x01(\bR\aonTrial*\x94\x01\n" +
+	"\bon_trial\x18\x05 \x01(\bR\aonTrial\"q\n" +
+	"\x0eUpgradeRequest\x12?\n" +
+	"\x06header\x18\x01 \x01(\v2%.cairn.machine.v1alpha1.UpgradeHeaderH\x00R\x06header\x12\x16\n" +
+	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\x06\n" +
+	"\x04part\"\xa9\x01\n" +
+	"\rUpgradeHeader\x12\x12\n" +
+	"\x04size\x18\x01 \x01(\x04R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x14\n" +
+	"\x05stage\x18\x03 \x01(\bR\x05stage\x12\x14\n" +
+	"\x05tries\x18\x04 \x01(\rR\x05tries\x12@\n" +
+	"\x0ehealth_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\rhealthTimeout\"o\n" +
+	"\x0fUpgradeProgress\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\tR\x04step\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\x04R\x05bytes\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\tR\aversion\"\x11\n" +
+	"\x0fRollbackRequest\"6\n" +
+	"\x10RollbackResponse\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\tR\x02to\"\x13\n" +
+	"\x11BootStatusRequest\"\xd4\x01\n" +
+	"\tBootState\x12\x14\n" +
+	"\x05entry\x18\x01 \x01(\tR\x05entry\x12\x18\n" +
+	"\ablessed\x18\x02 \x01(\bR\ablessed\x12\x14\n" +
+	"\x05other\x18\x03 \x01(\tR\x05other\x12\x18\n" +
+	"\apending\x18\x04 \x01(\tR\apending\x12(\n" +
+	"\x10rolled_back_from\x18\x05 \x01(\tR\x0erolledBackFrom\x12'\n" +
+	"\x0frollback_reason\x18\x06 \x01(\tR\x0erollbackReason\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error*\x94\x01\n" +
 	"\tApplyMode\x12\x13\n" +
 	"\x0fAPPLY_MODE_AUTO\x10\x00\x12\x18\n" +
 	"\x14APPLY_MODE_NO_REBOOT\x10\x01\x12\x15\n" +
 	"\x11APPLY_MODE_REBOOT\x10\x02\x12\x15\n" +
 	"\x11APPLY_MODE_STAGED\x10\x03\x12\x12\n" +
 	"\x0eAPPLY_MODE_TRY\x10\x04\x12\x16\n" +
-	"\x12APPLY_MODE_DRY_RUN\x10\x052\xcf\f\n" +
+	"\x12APPLY_MODE_DRY_RUN\x10\x052\x8e\x0e\n" +
 	"\aMachine\x12Z\n" +
 	"\aVersion\x12&.cairn.machine.v1alpha1.VersionRequest\x1a'.cairn.machine.v1alpha1.VersionResponse\x12W\n" +
 	"\x06Reboot\x12%.cairn.machine.v1alpha1.RebootRequest\x1a&.cairn.machine.v1alpha1.RebootResponse\x12]\n" +
@@ -3244,13 +3748,16 @@ const file_machine_proto_rawDesc = "" +
 	"Containers\x12).cairn.machine.v1alpha1.ContainersRequest\x1a*.cairn.machine.v1alpha1.ContainersResponse\x12V\n" +
 	"\aPodLogs\x12&.cairn.machine.v1alpha1.PodLogsRequest\x1a!.cairn.machine.v1alpha1.LogsChunk0\x01\x12f\n" +
 	"\vApplyConfig\x12*.cairn.machine.v1alpha1.ApplyConfigRequest\x1a+.cairn.machine.v1alpha1.ApplyConfigResponse\x12l\n" +
-	"\rConfirmConfig\x12,.cairn.machine.v1alpha1.ConfirmConfigRequest\x1a-.cairn.machine.v1alpha1.ConfirmConfigResponse\x12T\n" +
+	"\rConfirmConfig\x12,.cairn.machine.v1alpha1.ConfirmConfigRequest\x1a-.cairn.machine.v1alpha1.ConfirmConfigResponse\x12^\n" +
+	"\aUpgrade\x12&.cairn.machine.v1alpha1.UpgradeRequest\x1a'.cairn.machine.v1alpha1.UpgradeProgress(\x010\x01\x12]\n" +
+	"\bRollback\x12'.cairn.machine.v1alpha1.RollbackRequest\x1a(.cairn.machine.v1alpha1.RollbackResponse\x12T\n" +
 	"\x05Audit\x12$.cairn.machine.v1alpha1.AuditRequest\x1a%.cairn.machine.v1alpha1.AuditResponse\x12T\n" +
 	"\x05Dmesg\x12$.cairn.machine.v1alpha1.DmesgRequest\x1a#.cairn.machine.v1alpha1.DmesgRecord0\x01\x12W\n" +
 	"\x06Mounts\x12%.cairn.machine.v1alpha1.MountsRequest\x1a&.cairn.machine.v1alpha1.MountsResponse\x12`\n" +
 	"\tProcesses\x12(.cairn.machine.v1alpha1.ProcessesRequest\x1a).cairn.machine.v1alpha1.ProcessesResponse\x12Z\n" +
 	"\aNetwork\x12&.cairn.machine.v1alpha1.NetworkRequest\x1a'.cairn.machine.v1alpha1.NetworkResponse\x12P\n" +
-	"\x04Read\x12#.cairn.machine.v1alpha1.ReadRequest\x1a!.cairn.machine.v1alpha1.ReadChunk0\x012\xd0\b\n" +
+	"\x04Read\x12#.cairn.machine.v1alpha1.ReadRequest\x1a!.cairn.machine.v1alpha1.ReadChunk0\x012\xeb\n" +
+	"\n" +
 	"\x04Init\x12i\n" +
 	"\fBootTimeline\x12+.cairn.machine.v1alpha1.BootTimelineRequest\x1a,.cairn.machine.v1alpha1.BootTimelineResponse\x12W\n" +
 	"\x06Reboot\x12%.cairn.machine.v1alpha1.RebootRequest\x1a&.cairn.machine.v1alpha1.RebootResponse\x12]\n" +
@@ -3263,7 +3770,11 @@ const file_machine_proto_rawDesc = "" +
 	"Containers\x12).cairn.machine.v1alpha1.ContainersRequest\x1a*.cairn.machine.v1alpha1.ContainersResponse\x12f\n" +
 	"\vApplyConfig\x12*.cairn.machine.v1alpha1.ApplyConfigRequest\x1a+.cairn.machine.v1alpha1.ApplyConfigResponse\x12l\n" +
 	"\rConfirmConfig\x12,.cairn.machine.v1alpha1.ConfirmConfigRequest\x1a-.cairn.machine.v1alpha1.ConfirmConfigResponse\x12`\n" +
-	"\fConfigStatus\x12+.cairn.machine.v1alpha1.ConfigStatusRequest\x1a#.cairn.machine.v1alpha1.ConfigStateB'Z%github.com/cairn-os/cairn/api/machineb\x06proto3"
+	"\fConfigStatus\x12+.cairn.machine.v1alpha1.ConfigStatusRequest\x1a#.cairn.machine.v1alpha1.ConfigState\x12^\n" +
+	"\aUpgrade\x12&.cairn.machine.v1alpha1.UpgradeRequest\x1a'.cairn.machine.v1alpha1.UpgradeProgress(\x010\x01\x12]\n" +
+	"\bRollback\x12'.cairn.machine.v1alpha1.RollbackRequest\x1a(.cairn.machine.v1alpha1.RollbackResponse\x12Z\n" +
+	"\n" +
+	"BootStatus\x12).cairn.machine.v1alpha1.BootStatusRequest\x1a!.cairn.machine.v1alpha1.BootStateB'Z%github.com/cairn-os/cairn/api/machineb\x06proto3"
 
 var (
 	file_machine_proto_rawDescOnce sync.Once
@@ -3278,7 +3789,7 @@ func file_machine_proto_rawDescGZIP() []byte {
 }
 
 var file_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_machine_proto_goTypes = []any{
 	(ApplyMode)(0),                 // 0: cairn.machine.v1alpha1.ApplyMode
 	(*VersionRequest)(nil),         // 1: cairn.machine.v1alpha1.VersionRequest
@@ -3331,105 +3842,125 @@ var file_machine_proto_goTypes = []any{
 	(*ConfirmConfigResponse)(nil),  // 48: cairn.machine.v1alpha1.ConfirmConfigResponse
 	(*ConfigStatusRequest)(nil),    // 49: cairn.machine.v1alpha1.ConfigStatusRequest
 	(*ConfigState)(nil),            // 50: cairn.machine.v1alpha1.ConfigState
-	nil,                            // 51: cairn.machine.v1alpha1.AuditRecord.RequestEntry
-	(*durationpb.Duration)(nil),    // 52: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 53: google.protobuf.Timestamp
+	(*UpgradeRequest)(nil),         // 51: cairn.machine.v1alpha1.UpgradeRequest
+	(*UpgradeHeader)(nil),          // 52: cairn.machine.v1alpha1.UpgradeHeader
+	(*UpgradeProgress)(nil),        // 53: cairn.machine.v1alpha1.UpgradeProgress
+	(*RollbackRequest)(nil),        // 54: cairn.machine.v1alpha1.RollbackRequest
+	(*RollbackResponse)(nil),       // 55: cairn.machine.v1alpha1.RollbackResponse
+	(*BootStatusRequest)(nil),      // 56: cairn.machine.v1alpha1.BootStatusRequest
+	(*BootState)(nil),              // 57: cairn.machine.v1alpha1.BootState
+	nil,                            // 58: cairn.machine.v1alpha1.AuditRecord.RequestEntry
+	(*durationpb.Duration)(nil),    // 59: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 60: google.protobuf.Timestamp
 }
 var file_machine_proto_depIdxs = []int32{
-	52, // 0: cairn.machine.v1alpha1.VersionResponse.uptime:type_name -> google.protobuf.Duration
+	59, // 0: cairn.machine.v1alpha1.VersionResponse.uptime:type_name -> google.protobuf.Duration
 	4,  // 1: cairn.machine.v1alpha1.VersionResponse.boot_timeline:type_name -> cairn.machine.v1alpha1.BootStep
 	3,  // 2: cairn.machine.v1alpha1.VersionResponse.time_sync:type_name -> cairn.machine.v1alpha1.TimeSync
 	50, // 3: cairn.machine.v1alpha1.VersionResponse.config:type_name -> cairn.machine.v1alpha1.ConfigState
-	52, // 4: cairn.machine.v1alpha1.TimeSync.offset:type_name -> google.protobuf.Duration
-	53, // 5: cairn.machine.v1alpha1.TimeSync.last_sync:type_name -> google.protobuf.Timestamp
-	53, // 6: cairn.machine.v1alpha1.TimeSync.next_poll:type_name -> google.protobuf.Timestamp
-	52, // 7: cairn.machine.v1alpha1.BootStep.start:type_name -> google.protobuf.Duration
-	52, // 8: cairn.machine.v1alpha1.BootStep.duration:type_name -> google.protobuf.Duration
-	4,  // 9: cairn.machine.v1alpha1.BootTimelineResponse.steps:type_name -> cairn.machine.v1alpha1.BootStep
-	3,  // 10: cairn.machine.v1alpha1.BootTimelineResponse.time_sync:type_name -> cairn.machine.v1alpha1.TimeSync
-	13, // 11: cairn.machine.v1alpha1.ServicesResponse.services:type_name -> cairn.machine.v1alpha1.ServiceStatus
-	53, // 12: cairn.machine.v1alpha1.ServiceStatus.since:type_name -> google.protobuf.Timestamp
-	53, // 13: cairn.machine.v1alpha1.ServiceStatus.started_at:type_name -> google.protobuf.Timestamp
-	52, // 14: cairn.machine.v1alpha1.ServiceStatus.since_boot:type_name -> google.protobuf.Duration
-	14, // 15: cairn.machine.v1alpha1.ServiceStatus.limits:type_name -> cairn.machine.v1alpha1.CgroupLimits
-	24, // 16: cairn.machine.v1alpha1.ContainersResponse.namespaces:type_name -> cairn.machine.v1alpha1.ContainerNamespace
-	25, // 17: cairn.machine.v1alpha1.ContainerNamespace.containers:type_name -> cairn.machine.v1alpha1.Container
-	26, // 18: cairn.machine.v1alpha1.ContainerNamespace.images:type_name -> cairn.machine.v1alpha1.Image
-	29, // 19: cairn.machine.v1alpha1.AuditResponse.records:type_name -> cairn.machine.v1alpha1.AuditRecord
-	53, // 20: cairn.machine.v1alpha1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	51, // 21: cairn.machine.v1alpha1.AuditRecord.request:type_name -> cairn.machine.v1alpha1.AuditRecord.RequestEntry
-	52, // 22: cairn.machine.v1alpha1.AuditRecord.duration:type_name -> google.protobuf.Duration
-	52, // 23: cairn.machine.v1alpha1.DmesgRecord.time:type_name -> google.protobuf.Duration
-	34, // 24: cairn.machine.v1alpha1.MountsResponse.mounts:type_name -> cairn.machine.v1alpha1.Mount
-	37, // 25: cairn.machine.v1alpha1.ProcessesResponse.processes:type_name -> cairn.machine.v1alpha1.Process
-	52, // 26: cairn.machine.v1alpha1.Process.cpu_time:type_name -> google.protobuf.Duration
-	40, // 27: cairn.machine.v1alpha1.NetworkResponse.links:type_name -> cairn.machine.v1alpha1.Link
-	41, // 28: cairn.machine.v1alpha1.NetworkResponse.routes:type_name -> cairn.machine.v1alpha1.Route
-	0,  // 29: cairn.machine.v1alpha1.ApplyConfigRequest.mode:type_name -> cairn.machine.v1alpha1.ApplyMode
-	52, // 30: cairn.machine.v1alpha1.ApplyConfigRequest.try_timeout:type_name -> google.protobuf.Duration
-	45, // 31: cairn.machine.v1alpha1.ApplyConfigResponse.changes:type_name -> cairn.machine.v1alpha1.ConfigChange
-	53, // 32: cairn.machine.v1alpha1.ConfigState.try_until:type_name -> google.protobuf.Timestamp
-	1,  // 33: cairn.machine.v1alpha1.Machine.Version:input_type -> cairn.machine.v1alpha1.VersionRequest
-	7,  // 34: cairn.machine.v1alpha1.Machine.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
-	9,  // 35: cairn.machine.v1alpha1.Machine.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
-	11, // 36: cairn.machine.v1alpha1.Machine.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
-	15, // 37: cairn.machine.v1alpha1.Machine.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
-	17, // 38: cairn.machine.v1alpha1.Machine.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
-	19, // 39: cairn.machine.v1alpha1.Machine.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
-	22, // 40: cairn.machine.v1alpha1.Machine.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
-	21, // 41: cairn.machine.v1alpha1.Machine.PodLogs:input_type -> cairn.machine.v1alpha1.PodLogsRequest
-	44, // 42: cairn.machine.v1alpha1.Machine.ApplyConfig:input_type -> cairn.machine.v1alpha1.ApplyConfigRequest
-	47, // 43: cairn.machine.v1alpha1.Machine.ConfirmConfig:input_type -> cairn.machine.v1alpha1.ConfirmConfigRequest
-	27, // 44: cairn.machine.v1alpha1.Machine.Audit:input_type -> cairn.machine.v1alpha1.AuditRequest
-	30, // 45: cairn.machine.v1alpha1.Machine.Dmesg:input_type -> cairn.machine.v1alpha1.DmesgRequest
-	32, // 46: cairn.machine.v1alpha1.Machine.Mounts:input_type -> cairn.machine.v1alpha1.MountsRequest
-	35, // 47: cairn.machine.v1alpha1.Machine.Processes:input_type -> cairn.machine.v1alpha1.ProcessesRequest
-	38, // 48: cairn.machine.v1alpha1.Machine.Network:input_type -> cairn.machine.v1alpha1.NetworkRequest
-	42, // 49: cairn.machine.v1alpha1.Machine.Read:input_type -> cairn.machine.v1alpha1.ReadRequest
-	5,  // 50: cairn.machine.v1alpha1.Init.BootTimeline:input_type -> cairn.machine.v1alpha1.BootTimelineRequest
-	7,  // 51: cairn.machine.v1alpha1.Init.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
-	9,  // 52: cairn.machine.v1alpha1.Init.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
-	11, // 53: cairn.machine.v1alpha1.Init.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
-	15, // 54: cairn.machine.v1alpha1.Init.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
-	17, // 55: cairn.machine.v1alpha1.Init.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
-	19, // 56: cairn.machine.v1alpha1.Init.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
-	22, // 57: cairn.machine.v1alpha1.Init.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
-	44, // 58: cairn.machine.v1alpha1.Init.ApplyConfig:input_type -> cairn.machine.v1alpha1.ApplyConfigRequest
-	47, // 59: cairn.machine.v1alpha1.Init.ConfirmConfig:input_type -> cairn.machine.v1alpha1.ConfirmConfigRequest
-	49, // 60: cairn.machine.v1alpha1.Init.ConfigStatus:input_type -> cairn.machine.v1alpha1.ConfigStatusRequest
-	2,  // 61: cairn.machine.v1alpha1.Machine.Version:output_type -> cairn.machine.v1alpha1.VersionResponse
-	8,  // 62: cairn.machine.v1alpha1.Machine.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
-	10, // 63: cairn.machine.v1alpha1.Machine.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
-	12, // 64: cairn.machine.v1alpha1.Machine.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
-	16, // 65: cairn.machine.v1alpha1.Machine.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
-	18, // 66: cairn.machine.v1alpha1.Machine.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
-	20, // 67: cairn.machine.v1alpha1.Machine.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	23, // 68: cairn.machine.v1alpha1.Machine.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
-	20, // 69: cairn.machine.v1alpha1.Machine.PodLogs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	46, // 70: cairn.machine.v1alpha1.Machine.ApplyConfig:output_type -> cairn.machine.v1alpha1.ApplyConfigResponse
-	48, // 71: cairn.machine.v1alpha1.Machine.ConfirmConfig:output_type -> cairn.machine.v1alpha1.ConfirmConfigResponse
-	28, // 72: cairn.machine.v1alpha1.Machine.Audit:output_type -> cairn.machine.v1alpha1.AuditResponse
-	31, // 73: cairn.machine.v1alpha1.Machine.Dmesg:output_type -> cairn.machine.v1alpha1.DmesgRecord
-	33, // 74: cairn.machine.v1alpha1.Machine.Mounts:output_type -> cairn.machine.v1alpha1.MountsResponse
-	36, // 75: cairn.machine.v1alpha1.Machine.Processes:output_type -> cairn.machine.v1alpha1.ProcessesResponse
-	39, // 76: cairn.machine.v1alpha1.Machine.Network:output_type -> cairn.machine.v1alpha1.NetworkResponse
-	43, // 77: cairn.machine.v1alpha1.Machine.Read:output_type -> cairn.machine.v1alpha1.ReadChunk
-	6,  // 78: cairn.machine.v1alpha1.Init.BootTimeline:output_type -> cairn.machine.v1alpha1.BootTimelineResponse
-	8,  // 79: cairn.machine.v1alpha1.Init.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
-	10, // 80: cairn.machine.v1alpha1.Init.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
-	12, // 81: cairn.machine.v1alpha1.Init.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
-	16, // 82: cairn.machine.v1alpha1.Init.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
-	18, // 83: cairn.machine.v1alpha1.Init.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
-	20, // 84: cairn.machine.v1alpha1.Init.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	23, // 85: cairn.machine.v1alpha1.Init.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
-	46, // 86: cairn.machine.v1alpha1.Init.ApplyConfig:output_type -> cairn.machine.v1alpha1.ApplyConfigResponse
-	48, // 87: cairn.machine.v1alpha1.Init.ConfirmConfig:output_type -> cairn.machine.v1alpha1.ConfirmConfigResponse
-	50, // 88: cairn.machine.v1alpha1.Init.ConfigStatus:output_type -> cairn.machine.v1alpha1.ConfigState
-	61, // [61:89] is the sub-list for method output_type
-	33, // [33:61] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	57, // 4: cairn.machine.v1alpha1.VersionResponse.boot:type_name -> cairn.machine.v1alpha1.BootState
+	59, // 5: cairn.machine.v1alpha1.TimeSync.offset:type_name -> google.protobuf.Duration
+	60, // 6: cairn.machine.v1alpha1.TimeSync.last_sync:type_name -> google.protobuf.Timestamp
+	60, // 7: cairn.machine.v1alpha1.TimeSync.next_poll:type_name -> google.protobuf.Timestamp
+	59, // 8: cairn.machine.v1alpha1.BootStep.start:type_name -> google.protobuf.Duration
+	59, // 9: cairn.machine.v1alpha1.BootStep.duration:type_name -> google.protobuf.Duration
+	4,  // 10: cairn.machine.v1alpha1.BootTimelineResponse.steps:type_name -> cairn.machine.v1alpha1.BootStep
+	3,  // 11: cairn.machine.v1alpha1.BootTimelineResponse.time_sync:type_name -> cairn.machine.v1alpha1.TimeSync
+	13, // 12: cairn.machine.v1alpha1.ServicesResponse.services:type_name -> cairn.machine.v1alpha1.ServiceStatus
+	60, // 13: cairn.machine.v1alpha1.ServiceStatus.since:type_name -> google.protobuf.Timestamp
+	60, // 14: cairn.machine.v1alpha1.ServiceStatus.started_at:type_name -> google.protobuf.Timestamp
+	59, // 15: cairn.machine.v1alpha1.ServiceStatus.since_boot:type_name -> google.protobuf.Duration
+	14, // 16: cairn.machine.v1alpha1.ServiceStatus.limits:type_name -> cairn.machine.v1alpha1.CgroupLimits
+	24, // 17: cairn.machine.v1alpha1.ContainersResponse.namespaces:type_name -> cairn.machine.v1alpha1.ContainerNamespace
+	25, // 18: cairn.machine.v1alpha1.ContainerNamespace.containers:type_name -> cairn.machine.v1alpha1.Container
+	26, // 19: cairn.machine.v1alpha1.ContainerNamespace.images:type_name -> cairn.machine.v1alpha1.Image
+	29, // 20: cairn.machine.v1alpha1.AuditResponse.records:type_name -> cairn.machine.v1alpha1.AuditRecord
+	60, // 21: cairn.machine.v1alpha1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	58, // 22: cairn.machine.v1alpha1.AuditRecord.request:type_name -> cairn.machine.v1alpha1.AuditRecord.RequestEntry
+	59, // 23: cairn.machine.v1alpha1.AuditRecord.duration:type_name -> google.protobuf.Duration
+	59, // 24: cairn.machine.v1alpha1.DmesgRecord.time:type_name -> google.protobuf.Duration
+	34, // 25: cairn.machine.v1alpha1.MountsResponse.mounts:type_name -> cairn.machine.v1alpha1.Mount
+	37, // 26: cairn.machine.v1alpha1.ProcessesResponse.processes:type_name -> cairn.machine.v1alpha1.Process
+	59, // 27: cairn.machine.v1alpha1.Process.cpu_time:type_name -> google.protobuf.Duration
+	40, // 28: cairn.machine.v1alpha1.NetworkResponse.links:type_name -> cairn.machine.v1alpha1.Link
+	41, // 29: cairn.machine.v1alpha1.NetworkResponse.routes:type_name -> cairn.machine.v1alpha1.Route
+	0,  // 30: cairn.machine.v1alpha1.ApplyConfigRequest.mode:type_name -> cairn.machine.v1alpha1.ApplyMode
+	59, // 31: cairn.machine.v1alpha1.ApplyConfigRequest.try_timeout:type_name -> google.protobuf.Duration
+	45, // 32: cairn.machine.v1alpha1.ApplyConfigResponse.changes:type_name -> cairn.machine.v1alpha1.ConfigChange
+	60, // 33: cairn.machine.v1alpha1.ConfigState.try_until:type_name -> google.protobuf.Timestamp
+	52, // 34: cairn.machine.v1alpha1.UpgradeRequest.header:type_name -> cairn.machine.v1alpha1.UpgradeHeader
+	59, // 35: cairn.machine.v1alpha1.UpgradeHeader.health_timeout:type_name -> google.protobuf.Duration
+	1,  // 36: cairn.machine.v1alpha1.Machine.Version:input_type -> cairn.machine.v1alpha1.VersionRequest
+	7,  // 37: cairn.machine.v1alpha1.Machine.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
+	9,  // 38: cairn.machine.v1alpha1.Machine.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
+	11, // 39: cairn.machine.v1alpha1.Machine.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
+	15, // 40: cairn.machine.v1alpha1.Machine.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
+	17, // 41: cairn.machine.v1alpha1.Machine.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
+	19, // 42: cairn.machine.v1alpha1.Machine.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
+	22, // 43: cairn.machine.v1alpha1.Machine.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
+	21, // 44: cairn.machine.v1alpha1.Machine.PodLogs:input_type -> cairn.machine.v1alpha1.PodLogsRequest
+	44, // 45: cairn.machine.v1alpha1.Machine.ApplyConfig:input_type -> cairn.machine.v1alpha1.ApplyConfigRequest
+	47, // 46: cairn.machine.v1alpha1.Machine.ConfirmConfig:input_type -> cairn.machine.v1alpha1.ConfirmConfigRequest
+	51, // 47: cairn.machine.v1alpha1.Machine.Upgrade:input_type -> cairn.machine.v1alpha1.UpgradeRequest
+	54, // 48: cairn.machine.v1alpha1.Machine.Rollback:input_type -> cairn.machine.v1alpha1.RollbackRequest
+	27, // 49: cairn.machine.v1alpha1.Machine.Audit:input_type -> cairn.machine.v1alpha1.AuditRequest
+	30, // 50: cairn.machine.v1alpha1.Machine.Dmesg:input_type -> cairn.machine.v1alpha1.DmesgRequest
+	32, // 51: cairn.machine.v1alpha1.Machine.Mounts:input_type -> cairn.machine.v1alpha1.MountsRequest
+	35, // 52: cairn.machine.v1alpha1.Machine.Processes:input_type -> cairn.machine.v1alpha1.ProcessesRequest
+	38, // 53: cairn.machine.v1alpha1.Machine.Network:input_type -> cairn.machine.v1alpha1.NetworkRequest
+	42, // 54: cairn.machine.v1alpha1.Machine.Read:input_type -> cairn.machine.v1alpha1.ReadRequest
+	5,  // 55: cairn.machine.v1alpha1.Init.BootTimeline:input_type -> cairn.machine.v1alpha1.BootTimelineRequest
+	7,  // 56: cairn.machine.v1alpha1.Init.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
+	9,  // 57: cairn.machine.v1alpha1.Init.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
+	11, // 58: cairn.machine.v1alpha1.Init.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
+	15, // 59: cairn.machine.v1alpha1.Init.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
+	17, // 60: cairn.machine.v1alpha1.Init.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
+	19, // 61: cairn.machine.v1alpha1.Init.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
+	22, // 62: cairn.machine.v1alpha1.Init.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
+	44, // 63: cairn.machine.v1alpha1.Init.ApplyConfig:input_type -> cairn.machine.v1alpha1.ApplyConfigRequest
+	47, // 64: cairn.machine.v1alpha1.Init.ConfirmConfig:input_type -> cairn.machine.v1alpha1.ConfirmConfigRequest
+	49, // 65: cairn.machine.v1alpha1.Init.ConfigStatus:input_type -> cairn.machine.v1alpha1.ConfigStatusRequest
+	51, // 66: cairn.machine.v1alpha1.Init.Upgrade:input_type -> cairn.machine.v1alpha1.UpgradeRequest
+	54, // 67: cairn.machine.v1alpha1.Init.Rollback:input_type -> cairn.machine.v1alpha1.RollbackRequest
+	56, // 68: cairn.machine.v1alpha1.Init.BootStatus:input_type -> cairn.machine.v1alpha1.BootStatusRequest
+	2,  // 69: cairn.machine.v1alpha1.Machine.Version:output_type -> cairn.machine.v1alpha1.VersionResponse
+	8,  // 70: cairn.machine.v1alpha1.Machine.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
+	10, // 71: cairn.machine.v1alpha1.Machine.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
+	12, // 72: cairn.machine.v1alpha1.Machine.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
+	16, // 73: cairn.machine.v1alpha1.Machine.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
+	18, // 74: cairn.machine.v1alpha1.Machine.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
+	20, // 75: cairn.machine.v1alpha1.Machine.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	23, // 76: cairn.machine.v1alpha1.Machine.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
+	20, // 77: cairn.machine.v1alpha1.Machine.PodLogs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	46, // 78: cairn.machine.v1alpha1.Machine.ApplyConfig:output_type -> cairn.machine.v1alpha1.ApplyConfigResponse
+	48, // 79: cairn.machine.v1alpha1.Machine.ConfirmConfig:output_type -> cairn.machine.v1alpha1.ConfirmConfigResponse
+	53, // 80: cairn.machine.v1alpha1.Machine.Upgrade:output_type -> cairn.machine.v1alpha1.UpgradeProgress
+	55, // 81: cairn.machine.v1alpha1.Machine.Rollback:output_type -> cairn.machine.v1alpha1.RollbackResponse
+	28, // 82: cairn.machine.v1alpha1.Machine.Audit:output_type -> cairn.machine.v1alpha1.AuditResponse
+	31, // 83: cairn.machine.v1alpha1.Machine.Dmesg:output_type -> cairn.machine.v1alpha1.DmesgRecord
+	33, // 84: cairn.machine.v1alpha1.Machine.Mounts:output_type -> cairn.machine.v1alpha1.MountsResponse
+	36, // 85: cairn.machine.v1alpha1.Machine.Processes:output_type -> cairn.machine.v1alpha1.ProcessesResponse
+	39, // 86: cairn.machine.v1alpha1.Machine.Network:output_type -> cairn.machine.v1alpha1.NetworkResponse
+	43, // 87: cairn.machine.v1alpha1.Machine.Read:output_type -> cairn.machine.v1alpha1.ReadChunk
+	6,  // 88: cairn.machine.v1alpha1.Init.BootTimeline:output_type -> cairn.machine.v1alpha1.BootTimelineResponse
+	8,  // 89: cairn.machine.v1alpha1.Init.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
+	10, // 90: cairn.machine.v1alpha1.Init.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
+	12, // 91: cairn.machine.v1alpha1.Init.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
+	16, // 92: cairn.machine.v1alpha1.Init.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
+	18, // 93: cairn.machine.v1alpha1.Init.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
+	20, // 94: cairn.machine.v1alpha1.Init.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	23, // 95: cairn.machine.v1alpha1.Init.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
+	46, // 96: cairn.machine.v1alpha1.Init.ApplyConfig:output_type -> cairn.machine.v1alpha1.ApplyConfigResponse
+	48, // 97: cairn.machine.v1alpha1.Init.ConfirmConfig:output_type -> cairn.machine.v1alpha1.ConfirmConfigResponse
+	50, // 98: cairn.machine.v1alpha1.Init.ConfigStatus:output_type -> cairn.machine.v1alpha1.ConfigState
+	53, // 99: cairn.machine.v1alpha1.Init.Upgrade:output_type -> cairn.machine.v1alpha1.UpgradeProgress
+	55, // 100: cairn.machine.v1alpha1.Init.Rollback:output_type -> cairn.machine.v1alpha1.RollbackResponse
+	57, // 101: cairn.machine.v1alpha1.Init.BootStatus:output_type -> cairn.machine.v1alpha1.BootState
+	69, // [69:102] is the sub-list for method output_type
+	36, // [36:69] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_machine_proto_init() }
@@ -3437,13 +3968,17 @@ func file_machine_proto_init() {
 	if File_machine_proto != nil {
 		return
 	}
+	file_machine_proto_msgTypes[50].OneofWrappers = []any{
+		(*UpgradeRequest_Header)(nil),
+		(*UpgradeRequest_Chunk)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_machine_proto_rawDesc), len(file_machine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   51,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

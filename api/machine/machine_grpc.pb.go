@@ -33,6 +33,8 @@ const (
 	Machine_PodLogs_FullMethodName        = "/cairn.machine.v1alpha1.Machine/PodLogs"
 	Machine_ApplyConfig_FullMethodName    = "/cairn.machine.v1alpha1.Machine/ApplyConfig"
 	Machine_ConfirmConfig_FullMethodName  = "/cairn.machine.v1alpha1.Machine/ConfirmConfig"
+	Machine_Upgrade_FullMethodName        = "/cairn.machine.v1alpha1.Machine/Upgrade"
+	Machine_Rollback_FullMethodName       = "/cairn.machine.v1alpha1.Machine/Rollback"
 	Machine_Audit_FullMethodName          = "/cairn.machine.v1alpha1.Machine/Audit"
 	Machine_Dmesg_FullMethodName          = "/cairn.machine.v1alpha1.Machine/Dmesg"
 	Machine_Mounts_FullMethodName         = "/cairn.machine.v1alpha1.Machine/Mounts"
@@ -77,6 +79,16 @@ type MachineClient interface {
 	// ConfirmConfig keeps the config of a pending try: it is written to
 	// STATE, and the node boots with it from then on.
 	ConfirmConfig(ctx context.Context, in *ConfirmConfigRequest, opts ...grpc.CallOption) (*ConfirmConfigResponse, error)
+	// Upgrade receives a UKI (a header, then its bytes in chunks), checks
+	// its size, digest and version, writes it to the EFI system partition
+	// beside the running one with a boot counter, and reboots into it
+	// unless staged; the steps stream back. Its boot blesses it once the
+	// node is healthy; after its tries, systemd-boot boots the previous UKI
+	// again. Nothing is written unless every check passed.
+	Upgrade(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[UpgradeRequest, UpgradeProgress], error)
+	// Rollback boots the other UKI of the EFI system partition now, and from
+	// then on.
+	Rollback(ctx context.Context, in *RollbackRequest, opts ...grpc.CallOption) (*RollbackResponse, error)
 	// Audit returns the latest records of the calls that change the node
 	// (every call but the reader ones), refused calls included, oldest
 	// first: those still in the agent's bounded memory since it started.
@@ -232,6 +244,29 @@ func (c *machineClient) ConfirmConfig(ctx context.Context, in *ConfirmConfigRequ
 	return out, nil
 }
 
+func (c *machineClient) Upgrade(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[UpgradeRequest, UpgradeProgress], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Machine_ServiceDesc.Streams[2], Machine_Upgrade_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[UpgradeRequest, UpgradeProgress]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Machine_UpgradeClient = grpc.BidiStreamingClient[UpgradeRequest, UpgradeProgress]
+
+func (c *machineClient) Rollback(ctx context.Context, in *RollbackRequest, opts ...grpc.CallOption) (*RollbackResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RollbackResponse)
+	err := c.cc.Invoke(ctx, Machine_Rollback_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *machineClient) Audit(ctx context.Context, in *AuditRequest, opts ...grpc.CallOption) (*AuditResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AuditResponse)
@@ -244,7 +279,7 @@ func (c *machineClient) Audit(ctx context.Context, in *AuditRequest, opts ...grp
 
 func (c *machineClient) Dmesg(ctx context.Context, in *DmesgRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DmesgRecord], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Machine_ServiceDesc.Streams[2], Machine_Dmesg_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Machine_ServiceDesc.Streams[3], Machine_Dmesg_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -293,7 +328,7 @@ func (c *machineClient) Network(ctx context.Context, in *NetworkRequest, opts ..
 
 func (c *machineClient) Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Machine_ServiceDesc.Streams[3], Machine_Read_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Machine_ServiceDesc.Streams[4], Machine_Read_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -346,6 +381,16 @@ type MachineServer interface {
 	// ConfirmConfig keeps the config of a pending try: it is written to
 	// STATE, and the node boots with it from then on.
 	ConfirmConfig(context.Context, *ConfirmConfigRequest) (*ConfirmConfigResponse, error)
+	// Upgrade receives a UKI (a header, then its bytes in chunks), checks
+	// its size, digest and version, writes it to the EFI system partition
+	// beside the running one with a boot counter, and reboots into it
+	// unless staged; the steps stream back. Its boot blesses it once the
+	// node is healthy; after its tries, systemd-boot boots the previous UKI
+	// again. Nothing is written unless every check passed.
+	Upgrade(grpc.BidiStreamingServer[UpgradeRequest, UpgradeProgress]) error
+	// Rollback boots the other UKI of the EFI system partition now, and from
+	// then on.
+	Rollback(context.Context, *RollbackRequest) (*RollbackResponse, error)
 	// Audit returns the latest records of the calls that change the node
 	// (every call but the reader ones), refused calls included, oldest
 	// first: those still in the agent's bounded memory since it started.
@@ -405,6 +450,12 @@ func (UnimplementedMachineServer) ApplyConfig(context.Context, *ApplyConfigReque
 }
 func (UnimplementedMachineServer) ConfirmConfig(context.Context, *ConfirmConfigRequest) (*ConfirmConfigResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ConfirmConfig not implemented")
+}
+func (UnimplementedMachineServer) Upgrade(grpc.BidiStreamingServer[UpgradeRequest, UpgradeProgress]) error {
+	return status.Errorf(codes.Unimplemented, "method Upgrade not implemented")
+}
+func (UnimplementedMachineServer) Rollback(context.Context, *RollbackRequest) (*RollbackResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Rollback not implemented")
 }
 func (UnimplementedMachineServer) Audit(context.Context, *AuditRequest) (*AuditResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Audit not implemented")
@@ -629,6 +680,31 @@ func _Machine_ConfirmConfig_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Machine_Upgrade_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(MachineServer).Upgrade(&grpc.GenericServerStream[UpgradeRequest, UpgradeProgress]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Machine_UpgradeServer = grpc.BidiStreamingServer[UpgradeRequest, UpgradeProgress]
+
+func _Machine_Rollback_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RollbackRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MachineServer).Rollback(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Machine_Rollback_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MachineServer).Rollback(ctx, req.(*RollbackRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Machine_Audit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(AuditRequest)
 	if err := dec(in); err != nil {
@@ -767,6 +843,10 @@ var Machine_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Machine_ConfirmConfig_Handler,
 		},
 		{
+			MethodName: "Rollback",
+			Handler:    _Machine_Rollback_Handler,
+		},
+		{
 			MethodName: "Audit",
 			Handler:    _Machine_Audit_Handler,
 		},
@@ -795,6 +875,12 @@ var Machine_ServiceDesc = grpc.ServiceDesc{
 			ServerStreams: true,
 		},
 		{
+			StreamName:    "Upgrade",
+			Handler:       _Machine_Upgrade_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
 			StreamName:    "Dmesg",
 			Handler:       _Machine_Dmesg_Handler,
 			ServerStreams: true,
@@ -820,6 +906,9 @@ const (
 	Init_ApplyConfig_FullMethodName    = "/cairn.machine.v1alpha1.Init/ApplyConfig"
 	Init_ConfirmConfig_FullMethodName  = "/cairn.machine.v1alpha1.Init/ConfirmConfig"
 	Init_ConfigStatus_FullMethodName   = "/cairn.machine.v1alpha1.Init/ConfigStatus"
+	Init_Upgrade_FullMethodName        = "/cairn.machine.v1alpha1.Init/Upgrade"
+	Init_Rollback_FullMethodName       = "/cairn.machine.v1alpha1.Init/Rollback"
+	Init_BootStatus_FullMethodName     = "/cairn.machine.v1alpha1.Init/BootStatus"
 )
 
 // InitClient is the client API for Init service.
@@ -839,6 +928,9 @@ type InitClient interface {
 	ApplyConfig(ctx context.Context, in *ApplyConfigRequest, opts ...grpc.CallOption) (*ApplyConfigResponse, error)
 	ConfirmConfig(ctx context.Context, in *ConfirmConfigRequest, opts ...grpc.CallOption) (*ConfirmConfigResponse, error)
 	ConfigStatus(ctx context.Context, in *ConfigStatusRequest, opts ...grpc.CallOption) (*ConfigState, error)
+	Upgrade(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[UpgradeRequest, UpgradeProgress], error)
+	Rollback(ctx context.Context, in *RollbackRequest, opts ...grpc.CallOption) (*RollbackResponse, error)
+	BootStatus(ctx context.Context, in *BootStatusRequest, opts ...grpc.CallOption) (*BootState, error)
 }
 
 type initClient struct {
@@ -968,6 +1060,39 @@ func (c *initClient) ConfigStatus(ctx context.Context, in *ConfigStatusRequest, 
 	return out, nil
 }
 
+func (c *initClient) Upgrade(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[UpgradeRequest, UpgradeProgress], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Init_ServiceDesc.Streams[1], Init_Upgrade_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[UpgradeRequest, UpgradeProgress]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Init_UpgradeClient = grpc.BidiStreamingClient[UpgradeRequest, UpgradeProgress]
+
+func (c *initClient) Rollback(ctx context.Context, in *RollbackRequest, opts ...grpc.CallOption) (*RollbackResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RollbackResponse)
+	err := c.cc.Invoke(ctx, Init_Rollback_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *initClient) BootStatus(ctx context.Context, in *BootStatusRequest, opts ...grpc.CallOption) (*BootState, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BootState)
+	err := c.cc.Invoke(ctx, Init_BootStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InitServer is the server API for Init service.
 // All implementations must embed UnimplementedInitServer
 // for forward compatibility.
@@ -985,6 +1110,9 @@ type InitServer interface {
 	ApplyConfig(context.Context, *ApplyConfigRequest) (*ApplyConfigResponse, error)
 	ConfirmConfig(context.Context, *ConfirmConfigRequest) (*ConfirmConfigResponse, error)
 	ConfigStatus(context.Context, *ConfigStatusRequest) (*ConfigState, error)
+	Upgrade(grpc.BidiStreamingServer[UpgradeRequest, UpgradeProgress]) error
+	Rollback(context.Context, *RollbackRequest) (*RollbackResponse, error)
+	BootStatus(context.Context, *BootStatusRequest) (*BootState, error)
 	mustEmbedUnimplementedInitServer()
 }
 
@@ -1027,6 +1155,15 @@ func (UnimplementedInitServer) ConfirmConfig(context.Context, *ConfirmConfigRequ
 }
 func (UnimplementedInitServer) ConfigStatus(context.Context, *ConfigStatusRequest) (*ConfigState, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ConfigStatus not implemented")
+}
+func (UnimplementedInitServer) Upgrade(grpc.BidiStreamingServer[UpgradeRequest, UpgradeProgress]) error {
+	return status.Errorf(codes.Unimplemented, "method Upgrade not implemented")
+}
+func (UnimplementedInitServer) Rollback(context.Context, *RollbackRequest) (*RollbackResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Rollback not implemented")
+}
+func (UnimplementedInitServer) BootStatus(context.Context, *BootStatusRequest) (*BootState, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method BootStatus not implemented")
 }
 func (UnimplementedInitServer) mustEmbedUnimplementedInitServer() {}
 func (UnimplementedInitServer) testEmbeddedByValue()              {}
@@ -1240,6 +1377,49 @@ func _Init_ConfigStatus_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Init_Upgrade_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(InitServer).Upgrade(&grpc.GenericServerStream[UpgradeRequest, UpgradeProgress]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Init_UpgradeServer = grpc.BidiStreamingServer[UpgradeRequest, UpgradeProgress]
+
+func _Init_Rollback_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RollbackRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InitServer).Rollback(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Init_Rollback_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InitServer).Rollback(ctx, req.(*RollbackRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Init_BootStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BootStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InitServer).BootStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Init_BootStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InitServer).BootStatus(ctx, req.(*BootStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Init_ServiceDesc is the grpc.ServiceDesc for Init service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1287,12 +1467,26 @@ var Init_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "ConfigStatus",
 			Handler:    _Init_ConfigStatus_Handler,
 		},
+		{
+			MethodName: "Rollback",
+			Handler:    _Init_Rollback_Handler,
+		},
+		{
+			MethodName: "BootStatus",
+			Handler:    _Init_BootStatus_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Logs",
 			Handler:       _Init_Logs_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Upgrade",
+			Handler:       _Init_Upgrade_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "machine.proto",

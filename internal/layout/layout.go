@@ -34,6 +34,15 @@ const (
 	// before the agent starts, read and watched by the agent; root's
 	// alone (0700).
 	StaticPodDir = StateDir + "/static-pods"
+	// UpgradeRecord is init's record of the last upgrade or rollback:
+	// what the boots after it are (the new UKI on trial, the old one
+	// after a rollback) and why.
+	UpgradeRecord = StateDir + "/upgrade.json"
+	// ESPMount is where init mounts the EFI system partition while it
+	// reads or writes UKIs, and UpgradeSpool where it keeps a UKI it
+	// receives until it is checked.
+	ESPMount     = "/run/cairn/esp"
+	UpgradeSpool = "/run/cairn/upgrade"
 	// InitSocket is PID 1's control socket, which the agent calls.
 	InitSocket = "/run/cairn/init.sock"
 	// AgentBinary is the node agent.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/cairn-os/cairn/api/client"
 	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/internal/version"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/test/kube"
 	"github.com/cairn-os/cairn/test/repo"
@@ -297,9 +298,9 @@ func (a *Agent) Metrics(ctx context.Context) (map[string]float64, error) {
 }
 
 // initStub is the least of init's control socket that the agent's
-// management API needs here: a boot timeline with no steps and the
-// config's first generation, for Version (which asks init for both and
-// fails without); every other call answers
+// management API needs here: a boot timeline with no steps, the
+// config's first generation and the image's UKI, for Version (which asks
+// init for these and fails without); every other call answers
 // Unimplemented. It runs in the test's process, as init runs in a process
 // of its own on a node.
 type initStub struct {
@@ -312,6 +313,10 @@ func (initStub) BootTimeline(context.Context, *machine.BootTimelineRequest) (*ma
 
 func (initStub) ConfigStatus(context.Context, *machine.ConfigStatusRequest) (*machine.ConfigState, error) {
 	return &machine.ConfigState{Generation: 1, BootGeneration: 1}, nil
+}
+
+func (initStub) BootStatus(context.Context, *machine.BootStatusRequest) (*machine.BootState, error) {
+	return &machine.BootState{Entry: "cairn-" + version.Version + ".efi", Blessed: true}, nil
 }
 
 // serveInit serves initStub on the unix socket path until tb ends.
