@@ -56,6 +56,12 @@ func (f *nodeFlags) endpoints(cc *machineconfig.ClientConfig) ([]string, error) 
 // are fn's as they are; on several each line of output is prefixed with
 // its node, and the error names every node that failed and why.
 func (f *nodeFlags) onNodes(cmd *cobra.Command, timeout time.Duration, fn func(context.Context, *target) error) error {
+	return f.inWaves(cmd, 0, timeout, fn)
+}
+
+// inWaves is onNodes wave by wave: wave nodes at once (0: all), the next
+// wave only once every node of this one succeeded.
+func (f *nodeFlags) inWaves(cmd *cobra.Command, wave int, timeout time.Duration, fn func(context.Context, *target) error) error {
 	cc, err := machineconfig.LoadClientConfig(f.cairnconfig)
 	if err != nil {
 		return fmt.Errorf("%w (make one with `cairn config gen`, or point --cairnconfig at it)", err)
@@ -67,6 +73,9 @@ func (f *nodeFlags) onNodes(cmd *cobra.Command, timeout time.Duration, fn func(c
 	if len(endpoints) == 1 {
 		return f.onNode(cmd.Context(), cc, endpoints[0], cmd.OutOrStdout(), timeout, fn)
 	}
+	if wave <= 0 {
+		wave = len(endpoints)
+	}
 	width := 0
 	for _, e := range endpoints {
 		width = max(width, len(e))
@@ -74,33 +83,49 @@ func (f *nodeFlags) onNodes(cmd *cobra.Command, timeout time.Duration, fn func(c
 	out := &lockedWriter{w: cmd.OutOrStdout()}
 	errOut := &lockedWriter{w: cmd.ErrOrStderr()}
 	errs := make([]error, len(endpoints))
-	var wg sync.WaitGroup
-	for i, e := range endpoints {
-		prefix := fmt.Sprintf("%-*s ", width+1, e+":")
-		w := &linePrefixer{out: out, prefix: prefix}
-		wg.Go(func() {
-			errs[i] = f.onNode(cmd.Context(), cc, e, w, timeout, fn)
-			if err := w.Flush(); err != nil && errs[i] == nil {
-				errs[i] = err
-			}
-			if errs[i] != nil {
-				// Now, not only in the summary: a stream (logs -f) of
-				// the others may go on until the user ends it.
-				fmt.Fprintf(errOut, "%serror: %v\n", prefix, errs[i])
-			}
-		})
-	}
-	wg.Wait()
 	var failed []string
-	for i, err := range errs {
-		if err != nil {
-			failed = append(failed, fmt.Sprintf("\n  %-*s %v", width+1, endpoints[i]+":", err))
+	for start := 0; start < len(endpoints) && len(failed) == 0; start += wave {
+		var wg sync.WaitGroup
+		for i := start; i < min(start+wave, len(endpoints)); i++ {
+			e := endpoints[i]
+			prefix := fmt.Sprintf("%-*s ", width+1, e+":")
+			w := &linePrefixer{out: out, prefix: prefix}
+			wg.Go(func() {
+				errs[i] = f.onNode(cmd.Context(), cc, e, w, timeout, fn)
+				if err := w.Flush(); err != nil && errs[i] == nil {
+					errs[i] = err
+				}
+				if errs[i] != nil {
+					// Now, not only in the summary: a stream (logs -f) of
+					// the others may go on until the user ends it.
+					fmt.Fprintf(errOut, "%serror: %v\n", prefix, errs[i])
+				}
+			})
+		}
+		wg.Wait()
+		for i := start; i < min(start+wave, len(endpoints)); i++ {
+			if errs[i] != nil {
+				failed = append(failed, fmt.Sprintf("\n  %-*s %v", width+1, endpoints[i]+":", errs[i]))
+			}
+		}
+		if rest := endpoints[min(start+wave, len(endpoints)):]; len(failed) > 0 && len(rest) > 0 {
+			failed = append(failed, fmt.Sprintf("\n  stopped: not tried on %s", strings.Join(rest, ", ")))
 		}
 	}
 	if len(failed) > 0 {
-		return fmt.Errorf("%d of %d nodes failed:%s", len(failed), len(endpoints), strings.Join(failed, ""))
+		return fmt.Errorf("%d of %d nodes failed:%s", countFailed(errs), len(endpoints), strings.Join(failed, ""))
 	}
 	return nil
+}
+
+func countFailed(errs []error) int {
+	n := 0
+	for _, err := range errs {
+		if err != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // onNode connects to one node and runs fn on it. A node that does not

@@ -16,8 +16,8 @@ func imageCmd() *cobra.Command {
 	var o build.Options
 	var size string
 	b := &cobra.Command{
-		Use:   "build -c MACHINE.yaml -o OUTPUT",
-		Short: "Build a bootable disk image from a machine config",
+		Use:   "build -c MACHINE.yaml -o OUTPUT [--uki]",
+		Short: "Build a bootable disk image (or with --uki its UKI alone) from a machine config",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if size != "" {
@@ -39,14 +39,19 @@ func imageCmd() *cobra.Command {
 			if _, err := build.Build(cmd.Context(), o); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s and %s\nnext: cairn qemu run %s\n",
-				o.Output, filepath.Join(filepath.Dir(o.Output), "manifest.json"), o.Output)
+			next := "cairn qemu run " + o.Output
+			if o.UKI {
+				next = "cairn node upgrade --image " + o.Output
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s and %s\nnext: %s\n",
+				o.Output, filepath.Join(filepath.Dir(o.Output), "manifest.json"), next)
 			return nil
 		},
 	}
 	b.Flags().StringVarP(&o.Config, "config", "c", "", "machine config (required)")
 	b.Flags().StringVarP(&o.Output, "output", "o", "", "disk image to write (required)")
 	b.Flags().StringVar(&o.Format, "format", "raw", "output format: raw or qcow2")
+	b.Flags().BoolVar(&o.UKI, "uki", false, "write the UKI alone (kernel, initramfs, command line), to upgrade a node with")
 	b.Flags().StringVar(&o.Assets, "assets", "", "directory with the node binaries init and cairn-agent (default: beside this program)")
 	b.Flags().StringVar(&o.CacheDir, "cache", "", "kernel download cache (default $CAIRN_CACHE or ~/.cache/cairn)")
 	b.Flags().StringVar(&size, "size", "", "disk size, e.g. 8GiB (default 2GiB)")

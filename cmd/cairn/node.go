@@ -142,6 +142,7 @@ func nodeCmd() *cobra.Command {
 	cmd.AddCommand(metricsCmd(f), auditCmd(f))
 	cmd.AddCommand(inspectCmds(f)...)
 	cmd.AddCommand(applyCmds(f)...)
+	cmd.AddCommand(upgradeCmds(f)...)
 	cmd.AddCommand(logs, kill, restart,
 		call("services", "List the services and their state", func(ctx context.Context, c *client.Client, w io.Writer) error {
 			resp, err := c.Services(ctx, &machine.ServicesRequest{})
@@ -260,6 +261,9 @@ func printVersion(w io.Writer, v *machine.VersionResponse) {
 	}
 	if v.Config != nil {
 		fmt.Fprintf(w, "Config:     %s\n", configState(v.Config))
+	}
+	if v.Boot != nil {
+		fmt.Fprintf(w, "Boot:       %s\n", bootState(v.Boot))
 	}
 	if ts := v.TimeSync; ts != nil {
 		line := "Time sync:  not synced"

@@ -94,9 +94,12 @@ func systemModules() []string {
 
 // Options of one build.
 type Options struct {
-	Config   string // machine config file
-	Output   string // disk image to write
-	Format   string // raw (default) or qcow2
+	Config string // machine config file
+	Output string // disk image to write
+	Format string // raw (default) or qcow2
+	// UKI, when set, writes the UKI alone to Output, with no disk: what
+	// `cairn node upgrade` sends to a node.
+	UKI      bool
 	Assets   string // directory holding the node binaries (init-stage1, init, cairn-agent, pause) and the components
 	CacheDir string // kernel download cache; default rootfs.DefaultCacheDir()
 	Size     int64  // disk size in bytes; 0 = image default
@@ -277,6 +280,10 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 		m.Inputs = append(m.Inputs, a)
 	}
 
+	if o.UKI {
+		return m, finish(o, m, uki, []output{{filepath.Base(o.Output), uki}, {"initramfs", parts.Initramfs}, {"rootfs.sqsh", parts.SquashFS}}, stage)
+	}
+
 	stage("write disk")
 	seed := sha256.New()
 	for _, a := range m.Inputs {
@@ -299,27 +306,35 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 	if err := format.Convert(ctx, raw, tmpOut); err != nil {
 		return nil, err
 	}
-	outputs := []struct{ name, path string }{
+	return m, finish(o, m, tmpOut, []output{
 		{filepath.Base(o.Output), tmpOut},
 		{"uki", uki},
 		{"initramfs", parts.Initramfs},
 		{"rootfs.sqsh", parts.SquashFS},
-	}
+	}, stage)
+}
+
+// output is a file of the build recorded in the manifest.
+type output struct{ name, path string }
+
+// finish records the outputs in the manifest, moves out to o.Output, and
+// writes the manifest beside it.
+func finish(o Options, m *image.Manifest, out string, outputs []output, stage func(string)) error {
 	for _, out := range outputs {
 		a, err := image.FileArtifact(out.name, out.path, "")
 		if err != nil {
-			return nil, err
+			return err
 		}
 		m.Outputs = append(m.Outputs, a)
 	}
-	if err := os.Rename(tmpOut, o.Output); err != nil {
-		return nil, err
+	if err := os.Rename(out, o.Output); err != nil {
+		return err
 	}
-	if err := m.Write(filepath.Join(outDir, "manifest.json")); err != nil {
-		return nil, err
+	if err := m.Write(filepath.Join(filepath.Dir(o.Output), "manifest.json")); err != nil {
+		return err
 	}
 	stage("done: " + o.Output)
-	return m, nil
+	return nil
 }
 
 // sandboxImage writes the pod sandbox image, the pause binary alone, as an

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/cairn-os/cairn/image"
+	"github.com/cairn-os/cairn/internal/bootentry"
+	"github.com/cairn-os/cairn/internal/version"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/rootfs"
 	"github.com/cairn-os/cairn/test/need"
@@ -211,6 +213,35 @@ func TestBuild(t *testing.T) {
 			}
 		}
 	}
+	// --uki: the UKI alone, the very bytes the disk's build made.
+	t.Run("UKI", func(t *testing.T) {
+		dir := t.TempDir()
+		out := filepath.Join(dir, "node.efi")
+		um, err := Build(context.Background(), Options{Config: config, Output: out, Assets: assets, UKI: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := dirNames(t, dir), []string{"manifest.json", "node.efi"}; !cmp.Equal(got, want) {
+			t.Errorf("output directory holds %q, want %q", got, want)
+		}
+		var diskUKI string
+		for _, a := range m.Outputs {
+			if a.Name == "uki" {
+				diskUKI = a.SHA256
+			}
+		}
+		if sum := fileSHA(t, out); sum != diskUKI || len(um.Outputs) == 0 || um.Outputs[0].SHA256 != sum {
+			t.Errorf("--uki wrote a UKI of sha256 %s (manifest %v), the disk's build one of %s", sum, um.Outputs, diskUKI)
+		}
+		f, err := os.Open(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if info, err := bootentry.ReadUKI(f); err != nil || info.Version != version.Version {
+			t.Errorf("ReadUKI(%s) = %+v, %v; want version %s", out, info, err, version.Version)
+		}
+	})
 }
 
 // TestBuildErrors wants a build that cannot succeed to stop before it

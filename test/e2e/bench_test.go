@@ -67,7 +67,10 @@ func reportSizes(b *testing.B, dir string) {
 
 // BenchmarkBoot boots the default image once and prints, in guest time,
 // kernel start → init and init → API ready, the wall time to API ready,
-// and the time a config takes to be applied live (applyLive).
+// the time a config takes to be applied live (applyLive), and the times of
+// an upgrade cycle (upgradeCycle), from each call: a broken upgrade to the
+// old version's API again, an upgrade to the new version's API and to its
+// blessing, and a rollback to the old version's API.
 func BenchmarkBoot(b *testing.B) {
 	dir := b.TempDir()
 	port := freePort(b)
@@ -106,6 +109,11 @@ func BenchmarkBoot(b *testing.B) {
 		b.ReportMetric((ready["cairn-agent"] - initStart).Seconds(), "guest-init-to-api-s")
 		b.ReportMetric(first.BootTimeline[len(first.BootTimeline)-1].Start.AsDuration().Seconds(), "guest-start-services-s")
 		b.ReportMetric(applyLive(b, c, filepath.Join(dir, "machine.yaml")).Seconds()*1000, "apply-live-ms")
+		up := upgradeCycle(b, context.Background(), c, filepath.Join(dir, "cairnconfig"), filepath.Join(dir, "machine.yaml"))
+		b.ReportMetric(up.upgraded.Seconds(), "upgrade-to-api-s")
+		b.ReportMetric(up.blessed.Seconds(), "upgrade-to-blessed-s")
+		b.ReportMetric(up.brokenRolledBack.Seconds(), "broken-upgrade-to-old-api-s")
+		b.ReportMetric(up.rolledBack.Seconds(), "rollback-to-api-s")
 		c.Shutdown(context.Background(), &machine.ShutdownRequest{})
 		select {
 		case <-vm.Done():

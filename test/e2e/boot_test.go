@@ -249,6 +249,8 @@ func TestBoot(t *testing.T) {
 
 	t.Run("StagedAfterReboot", func(t *testing.T) { testStagedAfterReboot(t, ctx, c) })
 
+	t.Run("UpgradeAndRollback", func(t *testing.T) { upgradeCycle(t, ctx, c, filepath.Join(dir, "cairnconfig"), config) })
+
 	t.Run("Shutdown", func(t *testing.T) {
 		if _, err := c.Shutdown(ctx, &machine.ShutdownRequest{}); err != nil {
 			t.Fatal(err)

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/cairn-os/cairn/api/client"
+	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/internal/bootentry"
+)
+
+// upgradeCmds are cairn node upgrade and rollback.
+func upgradeCmds(f *nodeFlags) []*cobra.Command {
+	var (
+		uki           string
+		stage         bool
+		tries         uint32
+		healthTimeout time.Duration
+		wait          time.Duration
+		maxParallel   int
+	)
+	upgrade := &cobra.Command{
+		Use:   "upgrade --image UKI [--stage] [--max-parallel N]",
+		Short: "Upgrade the node to a UKI (cairn image build --uki), rolled back by itself unless healthy",
+		Long: `Upgrade sends a UKI to the node, which checks its size, digest and version
+and writes it to its EFI system partition beside the running one, on trial,
+then reboots into it. The new UKI's boot blesses it once containerd and
+cairn-agent are Ready within --health-timeout; after --tries boots that are
+not, the node boots the previous UKI again and says why in 'cairn node
+version'. The command follows the node until the new version is blessed
+(or rolled back), for at most --wait.
+
+With --nodes, --max-parallel N upgrades N nodes at a time and stops at the
+first wave with a node that did not come back healthy.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if uki == "" {
+				return errors.New("name the UKI with --image FILE (cairn image build --uki writes one)")
+			}
+			info, err := readUKI(uki)
+			if err != nil {
+				return err
+			}
+			h := &machine.UpgradeHeader{Stage: stage, Tries: tries, HealthTimeout: durationpb.New(healthTimeout)}
+			return f.inWaves(cmd, maxParallel, wait, func(ctx context.Context, n *target) error {
+				return upgradeNode(ctx, n, uki, info.Version, h)
+			})
+		},
+	}
+	upgrade.Flags().StringVar(&uki, "image", "", "the UKI to boot (cairn image build --uki)")
+	upgrade.Flags().BoolVar(&stage, "stage", false, "write it now, boot it at the next reboot")
+	upgrade.Flags().Uint32Var(&tries, "tries", bootentry.DefaultTries, "boots the new UKI gets to become healthy")
+	upgrade.Flags().DurationVar(&healthTimeout, "health-timeout", 5*time.Minute, "how long each of its boots has to become healthy")
+	upgrade.Flags().DurationVar(&wait, "wait", 30*time.Minute, "how long to follow each node until its new version is blessed")
+	upgrade.Flags().IntVar(&maxParallel, "max-parallel", 0, "with --nodes: upgrade this many nodes at a time (0: all)")
+
+	rollback := f.call("rollback", "Boot the other UKI now and from then on (the one before the last upgrade)", func(ctx context.Context, c *client.Client, w io.Writer) error {
+		resp, err := c.Rollback(ctx, &machine.RollbackRequest{})
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "rebooting from %s into %s\n", resp.From, resp.To)
+		return err
+	})
+	return []*cobra.Command{upgrade, rollback}
+}
+
+// readUKI checks the file is a Cairn UKI before anything is sent.
+func readUKI(path string) (bootentry.Info, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return bootentry.Info{}, err
+	}
+	defer f.Close()
+	info, err := bootentry.ReadUKI(f)
+	if err != nil {
+		return info, fmt.Errorf("%s: %w", path, err)
+	}
+	return info, nil
+}
+
+// upgradeNode sends the UKI and, unless staged, follows the node through
+// its reboot until it runs the new version blessed, or went back.
+func upgradeNode(ctx context.Context, n *target, uki, version string, h *machine.UpgradeHeader) error {
+	stream, err := n.Client.Upgrade(ctx)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	var rebooting bool
+	_, err = client.SendUKI(stream, uki, &machine.UpgradeHeader{Stage: h.Stage, Tries: h.Tries, HealthTimeout: h.HealthTimeout}, func(p *machine.UpgradeProgress) {
+		fmt.Fprintf(n.Out, "%-9s %s\n", p.Step, p.Message)
+		rebooting = rebooting || p.Step == "rebooting"
+	})
+	if err != nil && !rebooting { // once rebooting, the node may go before the call ends
+		return err
+	}
+	if !rebooting {
+		return nil // staged
+	}
+	seen := ""
+	return followUpgrade(ctx, n, version, func(v *machine.VersionResponse) (bool, error) {
+		switch {
+		case v.CairnVersion == version && seen != "healthy":
+			seen = "healthy"
+			fmt.Fprintf(n.Out, "%-9s %s serves the API, %s after the call\n", "healthy", version, time.Since(start).Round(time.Second))
+		case v.Boot.GetRolledBackFrom() == version:
+			return true, fmt.Errorf("rolled back to %s: %s", v.CairnVersion, v.Boot.GetRollbackReason())
+		}
+		if v.CairnVersion == version && v.Boot.GetBlessed() {
+			fmt.Fprintf(n.Out, "%-9s %s (%s), %s after the call\n", "blessed", v.Boot.Entry, version, time.Since(start).Round(time.Second))
+			return true, nil
+		}
+		return false, nil
+	})
+}
+
+// followUpgrade polls the node's Version, each call bounded (the node
+// goes away while it reboots), until done says it is over, or ctx ends.
+func followUpgrade(ctx context.Context, n *target, version string, done func(*machine.VersionResponse) (bool, error)) error {
+	var last error
+	for {
+		callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		v, err := n.Client.Version(callCtx, &machine.VersionRequest{})
+		cancel()
+		if err == nil {
+			if over, err := done(v); over {
+				return err
+			}
+		} else {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the node did not run %s blessed in time (last error: %v): see `cairn node version`", version, last)
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// bootState is Version's line about the node's UKIs.
+func bootState(b *machine.BootState) string {
+	s := b.Entry
+	if b.Blessed {
+		s += " (blessed)"
+	}
+	if b.Other != "" {
+		s += "; other: " + b.Other
+	}
+	if b.Pending != "" {
+		s += "; " + b.Pending
+	}
+	if b.RolledBackFrom != "" {
+		s += fmt.Sprintf("; rolled back from %s: %s", b.RolledBackFrom, b.RollbackReason)
+	}
+	if b.Error != "" {
+		s += "; error: " + b.Error
+	}
+	return s
+}

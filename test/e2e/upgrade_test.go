@@ -1,0 +1,199 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cairn-os/cairn/api/client"
+	"github.com/cairn-os/cairn/api/machine"
+)
+
+// upgradeUKIs are the UKIs an upgrade test sends: a good one of a newer
+// version, and a broken one of that version whose agent exits at once.
+type upgradeUKIs struct {
+	version      string
+	good, broken string
+}
+
+var (
+	upgradeOnce  sync.Once
+	upgradeBuilt upgradeUKIs
+	upgradeErr   error
+)
+
+// buildUpgradeUKIs builds, once per run, the node binaries at version
+// running+".1-e2e" and from them the two UKIs for the machine config.
+func buildUpgradeUKIs(tb testing.TB, config, running string) upgradeUKIs {
+	tb.Helper()
+	upgradeOnce.Do(func() { upgradeBuilt, upgradeErr = buildUKIs(config, running+".1-e2e") })
+	if upgradeErr != nil {
+		tb.Fatal(upgradeErr)
+	}
+	return upgradeBuilt
+}
+
+func buildUKIs(config, version string) (upgradeUKIs, error) {
+	dir, err := os.MkdirTemp("", "cairn-e2e-upgrade-")
+	if err != nil {
+		return upgradeUKIs{}, err
+	}
+	run := func(cmd *exec.Cmd) error {
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%v: %v\n%s", cmd.Args, err, out)
+		}
+		return nil
+	}
+	// The components as they are (cp -p: make finds them up to date);
+	// cairn, init and the agent rebuilt at the new version.
+	good, broken := filepath.Join(dir, "bin"), filepath.Join(dir, "broken")
+	if err := run(exec.Command("cp", "-a", binDir, good)); err != nil {
+		return upgradeUKIs{}, err
+	}
+	mk := exec.Command("make", "--no-print-directory", "build", "OUT="+dir, "VERSION="+version)
+	mk.Dir = "../.."
+	if err := run(mk); err != nil {
+		return upgradeUKIs{}, err
+	}
+	if err := run(exec.Command("cp", "-a", good, broken)); err != nil {
+		return upgradeUKIs{}, err
+	}
+	gb := exec.Command("go", "build", "-o", filepath.Join(broken, "cairn-agent"), "./testdata/brokenagent")
+	gb.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if err := run(gb); err != nil {
+		return upgradeUKIs{}, err
+	}
+	u := upgradeUKIs{version: version, good: filepath.Join(dir, "good.efi"), broken: filepath.Join(dir, "broken.efi")}
+	for _, b := range []struct{ assets, out string }{{good, u.good}, {broken, u.broken}} {
+		if err := run(exec.Command(filepath.Join(good, "cairn"), "image", "build", "--uki", "-c", config, "-o", b.out, "--assets", b.assets)); err != nil {
+			return upgradeUKIs{}, err
+		}
+	}
+	return u, nil
+}
+
+// upgradeTimes are the figures of an upgrade cycle, from the call.
+type upgradeTimes struct {
+	brokenRolledBack time.Duration // a broken upgrade → the old version's API, rolled back
+	upgraded         time.Duration // a good upgrade → the new version's API
+	blessed          time.Duration // a good upgrade → the new UKI blessed
+	rolledBack       time.Duration // cairn node rollback → the old version's API
+}
+
+// upgradeCycle drives a node running a blessed UKI through the CLI: an
+// upgrade to a broken UKI, which rolls back by itself after its one try;
+// an upgrade to a good one, blessed with the old one kept; and a rollback
+// to the old one. The node ends on the UKI it started with.
+func upgradeCycle(tb testing.TB, ctx context.Context, c *client.Client, cairnconfig, config string) upgradeTimes {
+	tb.Helper()
+	v0, err := c.Version(ctx, &machine.VersionRequest{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	a := v0.CairnVersion
+	if b := v0.Boot; !b.GetBlessed() || b.Entry != "cairn-"+a+".efi" {
+		tb.Fatalf("Version().Boot = %v before the upgrades, want cairn-%s.efi blessed", b, a)
+	}
+	u := buildUpgradeUKIs(tb, config, a)
+	cli := func(args ...string) (string, error) {
+		out, err := exec.CommandContext(ctx, filepath.Join(binDir, "cairn"), append([]string{"node", "--cairnconfig", cairnconfig}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	// poll polls Version until cond holds, through reboots.
+	poll := func(ctx context.Context, what string, cond func(*machine.VersionResponse) bool) (*machine.VersionResponse, error) {
+		for deadline := time.Now().Add(10 * time.Minute); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(time.Second) {
+			callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			v, err := c.Version(callCtx, &machine.VersionRequest{})
+			cancel()
+			if err == nil && cond(v) {
+				return v, nil
+			}
+		}
+		return nil, fmt.Errorf("no %s within 10 minutes", what)
+	}
+	waitFor := func(what string, cond func(*machine.VersionResponse) bool) *machine.VersionResponse {
+		tb.Helper()
+		v, err := poll(ctx, what, cond)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return v
+	}
+	var times upgradeTimes
+
+	// Refused before anything is sent: not a UKI.
+	if out, err := cli("upgrade", "--image", config); err == nil || !strings.Contains(out, "not a UKI") {
+		tb.Errorf("upgrade --image machine.yaml: %v\n%s", err, out)
+	}
+
+	// A broken UKI: one boot, not healthy within 30 s, back to a.
+	start := time.Now()
+	out, err := cli("upgrade", "--image", u.broken, "--tries", "1", "--health-timeout", "30s", "--wait", "10m")
+	times.brokenRolledBack = time.Since(start)
+	tb.Logf("cairn node upgrade (broken): %v\n%s", err, out)
+	want := fmt.Sprintf("rolled back to %s: its 1 boots did not become healthy: %s did not become healthy", a, u.version)
+	if err == nil || !strings.Contains(out, want) {
+		tb.Errorf("upgrade to the broken UKI: %v, want a failure with %q", err, want)
+	}
+	v := waitFor("rollback to "+a, func(v *machine.VersionResponse) bool { return v.CairnVersion == a })
+	if b := v.Boot; b.RolledBackFrom != u.version || b.Entry != "cairn-"+a+".efi" || !b.Blessed || b.Other != "cairn-"+u.version+"+0-1.efi" {
+		tb.Errorf("Version().Boot after the broken upgrade = %v, want %s blessed, rolled back from %s, which is spent", b, a, u.version)
+	}
+
+	// A good UKI: its API, then blessed; a kept beside it.
+	start = time.Now()
+	polled := make(chan error, 1)
+	pollCtx, stopPolling := context.WithCancel(ctx)
+	defer stopPolling()
+	go func() {
+		_, err := poll(pollCtx, u.version+"'s API", func(v *machine.VersionResponse) bool { return v.CairnVersion == u.version })
+		times.upgraded = time.Since(start)
+		polled <- err
+	}()
+	out, err = cli("upgrade", "--image", u.good, "--wait", "10m")
+	times.blessed = time.Since(start)
+	if err != nil {
+		stopPolling()
+	}
+	if perr := <-polled; perr != nil && err == nil {
+		tb.Error(perr)
+	}
+	tb.Logf("cairn node upgrade: %v\n%s", err, out)
+	if err != nil {
+		tb.Fatalf("upgrade to %s: %v", u.version, err)
+	}
+	for _, step := range []string{"received", "verified", "written", "rebooting", "healthy", "blessed   cairn-" + u.version + ".efi"} {
+		if !strings.Contains(out, step) {
+			tb.Errorf("upgrade output lacks %q", step)
+		}
+	}
+	v, err = c.Version(ctx, &machine.VersionRequest{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if b := v.Boot; v.CairnVersion != u.version || !b.Blessed || b.Entry != "cairn-"+u.version+".efi" || b.Other != "cairn-"+a+".efi" || b.RolledBackFrom != "" {
+		tb.Errorf("Version after the upgrade = %s, Boot %v; want %s blessed, %s kept", v.CairnVersion, b, u.version, a)
+	}
+
+	// Rollback: back to a, and from then on.
+	start = time.Now()
+	if out, err := cli("rollback"); err != nil || !strings.Contains(out, "rebooting from "+u.version+" into "+a) {
+		tb.Fatalf("rollback: %v\n%s", err, out)
+	}
+	v = waitFor("rollback to "+a, func(v *machine.VersionResponse) bool { return v.CairnVersion == a })
+	times.rolledBack = time.Since(start)
+	if b := v.Boot; !b.Blessed || b.Entry != "cairn-"+a+".efi" || b.RolledBackFrom != u.version || !strings.Contains(b.RollbackReason, "cairn node rollback") {
+		tb.Errorf("Version().Boot after the rollback = %v", b)
+	}
+	tb.Logf("broken upgrade → %s's API rolled back %s; upgrade → %s's API %s, blessed %s; rollback → %s's API %s",
+		a, times.brokenRolledBack.Round(time.Second), u.version, times.upgraded.Round(time.Second), times.blessed.Round(time.Second), a, times.rolledBack.Round(time.Second))
+	return times
+}
