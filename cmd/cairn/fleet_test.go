@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -15,9 +17,12 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/cairn-os/cairn/agent/api"
 	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/image"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/test/poll"
 )
@@ -27,6 +32,51 @@ import (
 type nodeInit struct {
 	machine.UnimplementedInitServer
 	name string
+
+	// refuse makes Upgrade fail; upgrades records when each began and
+	// ended, in the fleet's shared log.
+	refuse   bool
+	upgrades *eventLog
+}
+
+// Upgrade reads the UKI to its end and stages it, or refuses it.
+func (n *nodeInit) Upgrade(s grpc.BidiStreamingServer[machine.UpgradeRequest, machine.UpgradeProgress]) error {
+	n.upgrades.add("begin " + n.name)
+	defer n.upgrades.add("end " + n.name)
+	var got uint64
+	for {
+		req, err := s.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		got += uint64(len(req.GetChunk()))
+	}
+	time.Sleep(100 * time.Millisecond) // long enough for waves to overlap if they did
+	if n.refuse {
+		return status.Error(codes.FailedPrecondition, "refused by "+n.name)
+	}
+	return s.Send(&machine.UpgradeProgress{Step: "staged", Message: fmt.Sprintf("%d bytes staged on %s", got, n.name), Bytes: got})
+}
+
+// eventLog is what nodes did, in order.
+type eventLog struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (l *eventLog) add(e string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, e)
+}
+
+func (l *eventLog) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.events)
 }
 
 func (n *nodeInit) Services(context.Context, *machine.ServicesRequest) (*machine.ServicesResponse, error) {
@@ -56,6 +106,8 @@ func (n *nodeInit) Logs(req *machine.LogsRequest, s grpc.ServerStreamingServer[m
 type fleet struct {
 	config string
 	stop   map[string]func() // by endpoint
+	inits  []*nodeInit
+	events *eventLog
 }
 
 // startFleet serves n nodes, the first at [::1]:PORT and the others at
@@ -66,7 +118,7 @@ func startFleet(t *testing.T, n int) (*fleet, []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fl := &fleet{config: filepath.Join(t.TempDir(), "cairnconfig"), stop: map[string]func(){}}
+	fl := &fleet{config: filepath.Join(t.TempDir(), "cairnconfig"), stop: map[string]func(){}, events: &eventLog{}}
 	var endpoints []string
 	for i := range n {
 		sock := filepath.Join(t.TempDir(), "init.sock")
@@ -75,7 +127,9 @@ func startFleet(t *testing.T, n int) (*fleet, []string) {
 			t.Fatal(err)
 		}
 		is := grpc.NewServer()
-		machine.RegisterInitServer(is, &nodeInit{name: "node" + strconv.Itoa(i)})
+		ni := &nodeInit{name: "node" + strconv.Itoa(i), upgrades: fl.events}
+		fl.inits = append(fl.inits, ni)
+		machine.RegisterInitServer(is, ni)
 		go is.Serve(il)
 		t.Cleanup(is.Stop)
 		initc, err := api.DialInit(sock)
@@ -248,6 +302,55 @@ func TestNodesFanOut(t *testing.T) {
 	cancel()
 	if err := <-done; err == nil {
 		t.Error("logs -f with a stopped node ended without an error")
+	}
+}
+
+// TestUpgradeWaves stages a UKI on three nodes, --max-parallel at a
+// time: a wave begins once the one before ended, and a wave with a
+// failure stops the roll, naming the nodes not tried.
+func TestUpgradeWaves(t *testing.T) {
+	fl, endpoints := startFleet(t, 3)
+	uki := filepath.Join(t.TempDir(), "node.efi")
+	dir := t.TempDir()
+	for _, f := range []string{"vmlinuz", "initrd"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := image.WriteUKI(uki, image.UKI{Stub: "/usr/lib/systemd/boot/efi/linuxx64.efi.stub", OSRelease: []byte("ID=cairn\nVERSION_ID=9.9\n"),
+		Cmdline: []byte("quiet"), Linux: filepath.Join(dir, "vmlinuz"), Initrd: filepath.Join(dir, "initrd")}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	nodes := strings.Join(endpoints, ",")
+
+	out, _, err := fl.cairn(ctx, "--nodes", nodes, "upgrade", "--image", uki, "--stage", "--max-parallel", "2")
+	if err != nil {
+		t.Fatalf("upgrade --max-parallel 2: %v\n%s", err, out)
+	}
+	ev := fl.events.all()
+	if len(ev) != 6 || !slices.Contains(ev[:4], "end node0") || !slices.Contains(ev[:4], "end node1") || ev[4] != "begin node2" {
+		t.Errorf("upgrade --max-parallel 2: events %v, want node0 and node1 ended before node2 began", ev)
+	}
+	fi, err := os.Stat(uki)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := byNode(t, out, endpoints)
+	for i, e := range endpoints {
+		if want := fmt.Sprintf("staged    %d bytes staged on node%d", fi.Size(), i); !cmp.Equal(lines[e], []string{want}) {
+			t.Errorf("%s printed %q, want %q", e, lines[e], want)
+		}
+	}
+
+	fl.events.events = nil
+	fl.inits[1].refuse = true
+	out, _, err = fl.cairn(ctx, "--nodes", nodes, "upgrade", "--image", uki, "--stage", "--max-parallel", "1")
+	if err == nil || !strings.Contains(err.Error(), "refused by node1") || !strings.Contains(err.Error(), "stopped: not tried on "+endpoints[2]) {
+		t.Errorf("upgrade --max-parallel 1 with node1 refusing: %v, want its refusal and %s not tried\n%s", err, endpoints[2], out)
+	}
+	if ev := fl.events.all(); !cmp.Equal(ev, []string{"begin node0", "end node0", "begin node1", "end node1"}) {
+		t.Errorf("events %v, want node0 then node1, and node2 never", ev)
 	}
 }
 
