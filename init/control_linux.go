@@ -288,3 +288,7 @@ func (c *controlServer) BootStatus(context.Context, *machine.BootStatusRequest) 
 	}
 	return b.Status(), nil
 }
+
+func (c *controlServer) Reset(_ context.Context, req *machine.ResetRequest) (*machine.ResetResponse, error) {
+	return c.n.reset(req)
+}

@@ -56,6 +56,9 @@ type node struct {
 	// boots are the UKIs on the ESP: upgrades, blessing, rollbacks; nil
 	// outside a node.
 	boots *boots
+	// resetting is the wipe the shutdown does, set by a reset; nil for
+	// a plain shutdown.
+	resetting *resetPlan
 }
 
 func newNode(sys system, timeline []boot.Record) *node {
@@ -379,14 +382,21 @@ func (n *node) shutdownSequence(cmd int) boot.Sequence {
 		sup   *supervisor.Supervisor
 		disks []string
 	)
-	return boot.Sequence{Name: "shutdown", Steps: []boot.Step{
+	steps := []boot.Step{
 		{Name: "stop the boot", Run: func() (err error) { sup, disks, err = n.stopBoot(shutdownWait); return err }},
 		{Name: "stop services", Run: func() error { return stopServices(sup) }},
 		{Name: "end processes", Run: n.endProcesses},
 		{Name: "sync", Run: func() error { n.sys.sync(); return nil }},
 		{Name: "unmount disks", Run: func() error { n.unmountDisks(disks); return nil }},
-		{Name: shutdownWhat(cmd), Run: func() error { n.reboot(cmd); return nil }},
-	}}
+	}
+	n.mu.Lock()
+	plan := n.resetting
+	n.mu.Unlock()
+	if plan != nil {
+		steps = append(steps, boot.Step{Name: "reset: wipe " + plan.what(), Run: func() error { return n.wipe(plan) }})
+	}
+	steps = append(steps, boot.Step{Name: shutdownWhat(cmd), Run: func() error { n.reboot(cmd); return nil }})
+	return boot.Sequence{Name: "shutdown", Steps: steps}
 }
 
 // stopBoot waits up to wait for the boot step that is running, if any (the

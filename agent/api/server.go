@@ -131,6 +131,10 @@ func (s *machineServer) Upgrade(stream grpc.BidiStreamingServer[machine.UpgradeR
 	}
 }
 
+func (s *machineServer) Reset(ctx context.Context, req *machine.ResetRequest) (*machine.ResetResponse, error) {
+	return s.init.Reset(ctx, req)
+}
+
 func (s *machineServer) Rollback(ctx context.Context, req *machine.RollbackRequest) (*machine.RollbackResponse, error) {
 	return s.init.Rollback(ctx, req)
 }

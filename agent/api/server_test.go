@@ -30,6 +30,7 @@ type recordingInit struct {
 	machine.InitClient
 	reboots, shutdowns int
 	applies, rollbacks int
+	resets             int
 	timelines          atomic.Int32 // BootTimeline calls: one per Version
 }
 
@@ -49,6 +50,11 @@ func (r *recordingInit) BootStatus(context.Context, *machine.BootStatusRequest, 
 func (r *recordingInit) Rollback(context.Context, *machine.RollbackRequest, ...grpc.CallOption) (*machine.RollbackResponse, error) {
 	r.rollbacks++
 	return &machine.RollbackResponse{From: "0.2.0", To: "0.1.0"}, nil
+}
+
+func (r *recordingInit) Reset(context.Context, *machine.ResetRequest, ...grpc.CallOption) (*machine.ResetResponse, error) {
+	r.resets++
+	return &machine.ResetResponse{}, nil
 }
 
 func (r *recordingInit) ApplyConfig(_ context.Context, req *machine.ApplyConfigRequest, _ ...grpc.CallOption) (*machine.ApplyConfigResponse, error) {
@@ -131,6 +137,13 @@ func TestRoles(t *testing.T) {
 		if _, err := c.Rollback(ctx, &machine.RollbackRequest{}); status.Code(err) != tt.wantApply {
 			t.Errorf("%s: Rollback() = %v, want %v", tt.role, err, tt.wantApply)
 		}
+		wantReset := codes.PermissionDenied
+		if tt.role == machineconfig.RoleAdmin {
+			wantReset = codes.OK
+		}
+		if _, err := c.Reset(ctx, &machine.ResetRequest{}); status.Code(err) != wantReset {
+			t.Errorf("%s: Reset() = %v, want %v", tt.role, err, wantReset)
+		}
 		if _, err := c.ApplyConfig(ctx, &machine.ApplyConfigRequest{Config: []byte("x")}); status.Code(err) != tt.wantApply {
 			t.Errorf("%s: ApplyConfig() = %v, want %v", tt.role, err, tt.wantApply)
 		}
@@ -140,6 +153,9 @@ func TestRoles(t *testing.T) {
 		if _, err := c.Shutdown(ctx, &machine.ShutdownRequest{}); status.Code(err) != tt.wantSD {
 			t.Errorf("%s: Shutdown() = %v, want %v", tt.role, err, tt.wantSD)
 		}
+	}
+	if init.resets != 1 {
+		t.Errorf("init got %d resets, want 1 (admin)", init.resets)
 	}
 	if init.reboots != 2 || init.shutdowns != 2 || init.applies != 2 || init.rollbacks != 2 {
 		t.Errorf("init got %d reboots, %d shutdowns, %d applies and %d rollbacks, want 2 each (operator and admin)", init.reboots, init.shutdowns, init.applies, init.rollbacks)

@@ -3495,6 +3495,106 @@ func (x *BootState) GetError() string {
 	return ""
 }
 
+type ResetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Also wipe STATE: applied configs, the upgrade record; the node boots
+	// on the machine config its image came with.
+	WipeState bool `protobuf:"varint,1,opt,name=wipe_state,json=wipeState,proto3" json:"wipe_state,omitempty"`
+	// Power off once wiped, instead of rebooting.
+	Shutdown      bool `protobuf:"varint,2,opt,name=shutdown,proto3" json:"shutdown,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetRequest) Reset() {
+	*x = ResetRequest{}
+	mi := &file_machine_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetRequest) ProtoMessage() {}
+
+func (x *ResetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
+func (*ResetRequest) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *ResetRequest) GetWipeState() bool {
+	if x != nil {
+		return x.WipeState
+	}
+	return false
+}
+
+func (x *ResetRequest) GetShutdown() bool {
+	if x != nil {
+		return x.Shutdown
+	}
+	return false
+}
+
+type ResetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the node does, as a sentence.
+	Outcome       string `protobuf:"bytes,1,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetResponse) Reset() {
+	*x = ResetResponse{}
+	mi := &file_machine_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetResponse) ProtoMessage() {}
+
+func (x *ResetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetResponse.ProtoReflect.Descriptor instead.
+func (*ResetResponse) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *ResetResponse) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
 var File_machine_proto protoreflect.FileDescriptor
 
 const file_machine_proto_rawDesc = "" +
@@ -3728,14 +3828,20 @@ const file_machine_proto_rawDesc = "" +
 	"\apending\x18\x04 \x01(\tR\apending\x12(\n" +
 	"\x10rolled_back_from\x18\x05 \x01(\tR\x0erolledBackFrom\x12'\n" +
 	"\x0frollback_reason\x18\x06 \x01(\tR\x0erollbackReason\x12\x14\n" +
-	"\x05error\x18\a \x01(\tR\x05error*\x94\x01\n" +
+	"\x05error\x18\a \x01(\tR\x05error\"I\n" +
+	"\fResetRequest\x12\x1d\n" +
+	"\n" +
+	"wipe_state\x18\x01 \x01(\bR\twipeState\x12\x1a\n" +
+	"\bshutdown\x18\x02 \x01(\bR\bshutdown\")\n" +
+	"\rResetResponse\x12\x18\n" +
+	"\aoutcome\x18\x01 \x01(\tR\aoutcome*\x94\x01\n" +
 	"\tApplyMode\x12\x13\n" +
 	"\x0fAPPLY_MODE_AUTO\x10\x00\x12\x18\n" +
 	"\x14APPLY_MODE_NO_REBOOT\x10\x01\x12\x15\n" +
 	"\x11APPLY_MODE_REBOOT\x10\x02\x12\x15\n" +
 	"\x11APPLY_MODE_STAGED\x10\x03\x12\x12\n" +
 	"\x0eAPPLY_MODE_TRY\x10\x04\x12\x16\n" +
-	"\x12APPLY_MODE_DRY_RUN\x10\x052\x8e\x0e\n" +
+	"\x12APPLY_MODE_DRY_RUN\x10\x052\xe4\x0e\n" +
 	"\aMachine\x12Z\n" +
 	"\aVersion\x12&.cairn.machine.v1alpha1.VersionRequest\x1a'.cairn.machine.v1alpha1.VersionResponse\x12W\n" +
 	"\x06Reboot\x12%.cairn.machine.v1alpha1.RebootRequest\x1a&.cairn.machine.v1alpha1.RebootResponse\x12]\n" +
@@ -3751,13 +3857,13 @@ const file_machine_proto_rawDesc = "" +
 	"\rConfirmConfig\x12,.cairn.machine.v1alpha1.ConfirmConfigRequest\x1a-.cairn.machine.v1alpha1.ConfirmConfigResponse\x12^\n" +
 	"\aUpgrade\x12&.cairn.machine.v1alpha1.UpgradeRequest\x1a'.cairn.machine.v1alpha1.UpgradeProgress(\x010\x01\x12]\n" +
 	"\bRollback\x12'.cairn.machine.v1alpha1.RollbackRequest\x1a(.cairn.machine.v1alpha1.RollbackResponse\x12T\n" +
+	"\x05Reset\x12$.cairn.machine.v1alpha1.ResetRequest\x1a%.cairn.machine.v1alpha1.ResetResponse\x12T\n" +
 	"\x05Audit\x12$.cairn.machine.v1alpha1.AuditRequest\x1a%.cairn.machine.v1alpha1.AuditResponse\x12T\n" +
 	"\x05Dmesg\x12$.cairn.machine.v1alpha1.DmesgRequest\x1a#.cairn.machine.v1alpha1.DmesgRecord0\x01\x12W\n" +
 	"\x06Mounts\x12%.cairn.machine.v1alpha1.MountsRequest\x1a&.cairn.machine.v1alpha1.MountsResponse\x12`\n" +
 	"\tProcesses\x12(.cairn.machine.v1alpha1.ProcessesRequest\x1a).cairn.machine.v1alpha1.ProcessesResponse\x12Z\n" +
 	"\aNetwork\x12&.cairn.machine.v1alpha1.NetworkRequest\x1a'.cairn.machine.v1alpha1.NetworkResponse\x12P\n" +
-	"\x04Read\x12#.cairn.machine.v1alpha1.ReadRequest\x1a!.cairn.machine.v1alpha1.ReadChunk0\x012\xeb\n" +
-	"\n" +
+	"\x04Read\x12#.cairn.machine.v1alpha1.ReadRequest\x1a!.cairn.machine.v1alpha1.ReadChunk0\x012\xc1\v\n" +
 	"\x04Init\x12i\n" +
 	"\fBootTimeline\x12+.cairn.machine.v1alpha1.BootTimelineRequest\x1a,.cairn.machine.v1alpha1.BootTimelineResponse\x12W\n" +
 	"\x06Reboot\x12%.cairn.machine.v1alpha1.RebootRequest\x1a&.cairn.machine.v1alpha1.RebootResponse\x12]\n" +
@@ -3774,7 +3880,8 @@ const file_machine_proto_rawDesc = "" +
 	"\aUpgrade\x12&.cairn.machine.v1alpha1.UpgradeRequest\x1a'.cairn.machine.v1alpha1.UpgradeProgress(\x010\x01\x12]\n" +
 	"\bRollback\x12'.cairn.machine.v1alpha1.RollbackRequest\x1a(.cairn.machine.v1alpha1.RollbackResponse\x12Z\n" +
 	"\n" +
-	"BootStatus\x12).cairn.machine.v1alpha1.BootStatusRequest\x1a!.cairn.machine.v1alpha1.BootStateB'Z%github.com/cairn-os/cairn/api/machineb\x06proto3"
+	"BootStatus\x12).cairn.machine.v1alpha1.BootStatusRequest\x1a!.cairn.machine.v1alpha1.BootState\x12T\n" +
+	"\x05Reset\x12$.cairn.machine.v1alpha1.ResetRequest\x1a%.cairn.machine.v1alpha1.ResetResponseB'Z%github.com/cairn-os/cairn/api/machineb\x06proto3"
 
 var (
 	file_machine_proto_rawDescOnce sync.Once
@@ -3789,7 +3896,7 @@ func file_machine_proto_rawDescGZIP() []byte {
 }
 
 var file_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_machine_proto_goTypes = []any{
 	(ApplyMode)(0),                 // 0: cairn.machine.v1alpha1.ApplyMode
 	(*VersionRequest)(nil),         // 1: cairn.machine.v1alpha1.VersionRequest
@@ -3849,47 +3956,49 @@ var file_machine_proto_goTypes = []any{
 	(*RollbackResponse)(nil),       // 55: cairn.machine.v1alpha1.RollbackResponse
 	(*BootStatusRequest)(nil),      // 56: cairn.machine.v1alpha1.BootStatusRequest
 	(*BootState)(nil),              // 57: cairn.machine.v1alpha1.BootState
-	nil,                            // 58: cairn.machine.v1alpha1.AuditRecord.RequestEntry
-	(*durationpb.Duration)(nil),    // 59: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 60: google.protobuf.Timestamp
+	(*ResetRequest)(nil),           // 58: cairn.machine.v1alpha1.ResetRequest
+	(*ResetResponse)(nil),          // 59: cairn.machine.v1alpha1.ResetResponse
+	nil,                            // 60: cairn.machine.v1alpha1.AuditRecord.RequestEntry
+	(*durationpb.Duration)(nil),    // 61: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 62: google.protobuf.Timestamp
 }
 var file_machine_proto_depIdxs = []int32{
-	59, // 0: cairn.machine.v1alpha1.VersionResponse.uptime:type_name -> google.protobuf.Duration
+	61, // 0: cairn.machine.v1alpha1.VersionResponse.uptime:type_name -> google.protobuf.Duration
 	4,  // 1: cairn.machine.v1alpha1.VersionResponse.boot_timeline:type_name -> cairn.machine.v1alpha1.BootStep
 	3,  // 2: cairn.machine.v1alpha1.VersionResponse.time_sync:type_name -> cairn.machine.v1alpha1.TimeSync
 	50, // 3: cairn.machine.v1alpha1.VersionResponse.config:type_name -> cairn.machine.v1alpha1.ConfigState
 	57, // 4: cairn.machine.v1alpha1.VersionResponse.boot:type_name -> cairn.machine.v1alpha1.BootState
-	59, // 5: cairn.machine.v1alpha1.TimeSync.offset:type_name -> google.protobuf.Duration
-	60, // 6: cairn.machine.v1alpha1.TimeSync.last_sync:type_name -> google.protobuf.Timestamp
-	60, // 7: cairn.machine.v1alpha1.TimeSync.next_poll:type_name -> google.protobuf.Timestamp
-	59, // 8: cairn.machine.v1alpha1.BootStep.start:type_name -> google.protobuf.Duration
-	59, // 9: cairn.machine.v1alpha1.BootStep.duration:type_name -> google.protobuf.Duration
+	61, // 5: cairn.machine.v1alpha1.TimeSync.offset:type_name -> google.protobuf.Duration
+	62, // 6: cairn.machine.v1alpha1.TimeSync.last_sync:type_name -> google.protobuf.Timestamp
+	62, // 7: cairn.machine.v1alpha1.TimeSync.next_poll:type_name -> google.protobuf.Timestamp
+	61, // 8: cairn.machine.v1alpha1.BootStep.start:type_name -> google.protobuf.Duration
+	61, // 9: cairn.machine.v1alpha1.BootStep.duration:type_name -> google.protobuf.Duration
 	4,  // 10: cairn.machine.v1alpha1.BootTimelineResponse.steps:type_name -> cairn.machine.v1alpha1.BootStep
 	3,  // 11: cairn.machine.v1alpha1.BootTimelineResponse.time_sync:type_name -> cairn.machine.v1alpha1.TimeSync
 	13, // 12: cairn.machine.v1alpha1.ServicesResponse.services:type_name -> cairn.machine.v1alpha1.ServiceStatus
-	60, // 13: cairn.machine.v1alpha1.ServiceStatus.since:type_name -> google.protobuf.Timestamp
-	60, // 14: cairn.machine.v1alpha1.ServiceStatus.started_at:type_name -> google.protobuf.Timestamp
-	59, // 15: cairn.machine.v1alpha1.ServiceStatus.since_boot:type_name -> google.protobuf.Duration
+	62, // 13: cairn.machine.v1alpha1.ServiceStatus.since:type_name -> google.protobuf.Timestamp
+	62, // 14: cairn.machine.v1alpha1.ServiceStatus.started_at:type_name -> google.protobuf.Timestamp
+	61, // 15: cairn.machine.v1alpha1.ServiceStatus.since_boot:type_name -> google.protobuf.Duration
 	14, // 16: cairn.machine.v1alpha1.ServiceStatus.limits:type_name -> cairn.machine.v1alpha1.CgroupLimits
 	24, // 17: cairn.machine.v1alpha1.ContainersResponse.namespaces:type_name -> cairn.machine.v1alpha1.ContainerNamespace
 	25, // 18: cairn.machine.v1alpha1.ContainerNamespace.containers:type_name -> cairn.machine.v1alpha1.Container
 	26, // 19: cairn.machine.v1alpha1.ContainerNamespace.images:type_name -> cairn.machine.v1alpha1.Image
 	29, // 20: cairn.machine.v1alpha1.AuditResponse.records:type_name -> cairn.machine.v1alpha1.AuditRecord
-	60, // 21: cairn.machine.v1alpha1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	58, // 22: cairn.machine.v1alpha1.AuditRecord.request:type_name -> cairn.machine.v1alpha1.AuditRecord.RequestEntry
-	59, // 23: cairn.machine.v1alpha1.AuditRecord.duration:type_name -> google.protobuf.Duration
-	59, // 24: cairn.machine.v1alpha1.DmesgRecord.time:type_name -> google.protobuf.Duration
+	62, // 21: cairn.machine.v1alpha1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	60, // 22: cairn.machine.v1alpha1.AuditRecord.request:type_name -> cairn.machine.v1alpha1.AuditRecord.RequestEntry
+	61, // 23: cairn.machine.v1alpha1.AuditRecord.duration:type_name -> google.protobuf.Duration
+	61, // 24: cairn.machine.v1alpha1.DmesgRecord.time:type_name -> google.protobuf.Duration
 	34, // 25: cairn.machine.v1alpha1.MountsResponse.mounts:type_name -> cairn.machine.v1alpha1.Mount
 	37, // 26: cairn.machine.v1alpha1.ProcessesResponse.processes:type_name -> cairn.machine.v1alpha1.Process
-	59, // 27: cairn.machine.v1alpha1.Process.cpu_time:type_name -> google.protobuf.Duration
+	61, // 27: cairn.machine.v1alpha1.Process.cpu_time:type_name -> google.protobuf.Duration
 	40, // 28: cairn.machine.v1alpha1.NetworkResponse.links:type_name -> cairn.machine.v1alpha1.Link
 	41, // 29: cairn.machine.v1alpha1.NetworkResponse.routes:type_name -> cairn.machine.v1alpha1.Route
 	0,  // 30: cairn.machine.v1alpha1.ApplyConfigRequest.mode:type_name -> cairn.machine.v1alpha1.ApplyMode
-	59, // 31: cairn.machine.v1alpha1.ApplyConfigRequest.try_timeout:type_name -> google.protobuf.Duration
+	61, // 31: cairn.machine.v1alpha1.ApplyConfigRequest.try_timeout:type_name -> google.protobuf.Duration
 	45, // 32: cairn.machine.v1alpha1.ApplyConfigResponse.changes:type_name -> cairn.machine.v1alpha1.ConfigChange
-	60, // 33: cairn.machine.v1alpha1.ConfigState.try_until:type_name -> google.protobuf.Timestamp
+	62, // 33: cairn.machine.v1alpha1.ConfigState.try_until:type_name -> google.protobuf.Timestamp
 	52, // 34: cairn.machine.v1alpha1.UpgradeRequest.header:type_name -> cairn.machine.v1alpha1.UpgradeHeader
-	59, // 35: cairn.machine.v1alpha1.UpgradeHeader.health_timeout:type_name -> google.protobuf.Duration
+	61, // 35: cairn.machine.v1alpha1.UpgradeHeader.health_timeout:type_name -> google.protobuf.Duration
 	1,  // 36: cairn.machine.v1alpha1.Machine.Version:input_type -> cairn.machine.v1alpha1.VersionRequest
 	7,  // 37: cairn.machine.v1alpha1.Machine.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
 	9,  // 38: cairn.machine.v1alpha1.Machine.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
@@ -3903,61 +4012,65 @@ var file_machine_proto_depIdxs = []int32{
 	47, // 46: cairn.machine.v1alpha1.Machine.ConfirmConfig:input_type -> cairn.machine.v1alpha1.ConfirmConfigRequest
 	51, // 47: cairn.machine.v1alpha1.Machine.Upgrade:input_type -> cairn.machine.v1alpha1.UpgradeRequest
 	54, // 48: cairn.machine.v1alpha1.Machine.Rollback:input_type -> cairn.machine.v1alpha1.RollbackRequest
-	27, // 49: cairn.machine.v1alpha1.Machine.Audit:input_type -> cairn.machine.v1alpha1.AuditRequest
-	30, // 50: cairn.machine.v1alpha1.Machine.Dmesg:input_type -> cairn.machine.v1alpha1.DmesgRequest
-	32, // 51: cairn.machine.v1alpha1.Machine.Mounts:input_type -> cairn.machine.v1alpha1.MountsRequest
-	35, // 52: cairn.machine.v1alpha1.Machine.Processes:input_type -> cairn.machine.v1alpha1.ProcessesRequest
-	38, // 53: cairn.machine.v1alpha1.Machine.Network:input_type -> cairn.machine.v1alpha1.NetworkRequest
-	42, // 54: cairn.machine.v1alpha1.Machine.Read:input_type -> cairn.machine.v1alpha1.ReadRequest
-	5,  // 55: cairn.machine.v1alpha1.Init.BootTimeline:input_type -> cairn.machine.v1alpha1.BootTimelineRequest
-	7,  // 56: cairn.machine.v1alpha1.Init.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
-	9,  // 57: cairn.machine.v1alpha1.Init.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
-	11, // 58: cairn.machine.v1alpha1.Init.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
-	15, // 59: cairn.machine.v1alpha1.Init.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
-	17, // 60: cairn.machine.v1alpha1.Init.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
-	19, // 61: cairn.machine.v1alpha1.Init.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
-	22, // 62: cairn.machine.v1alpha1.Init.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
-	44, // 63: cairn.machine.v1alpha1.Init.ApplyConfig:input_type -> cairn.machine.v1alpha1.ApplyConfigRequest
-	47, // 64: cairn.machine.v1alpha1.Init.ConfirmConfig:input_type -> cairn.machine.v1alpha1.ConfirmConfigRequest
-	49, // 65: cairn.machine.v1alpha1.Init.ConfigStatus:input_type -> cairn.machine.v1alpha1.ConfigStatusRequest
-	51, // 66: cairn.machine.v1alpha1.Init.Upgrade:input_type -> cairn.machine.v1alpha1.UpgradeRequest
-	54, // 67: cairn.machine.v1alpha1.Init.Rollback:input_type -> cairn.machine.v1alpha1.RollbackRequest
-	56, // 68: cairn.machine.v1alpha1.Init.BootStatus:input_type -> cairn.machine.v1alpha1.BootStatusRequest
-	2,  // 69: cairn.machine.v1alpha1.Machine.Version:output_type -> cairn.machine.v1alpha1.VersionResponse
-	8,  // 70: cairn.machine.v1alpha1.Machine.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
-	10, // 71: cairn.machine.v1alpha1.Machine.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
-	12, // 72: cairn.machine.v1alpha1.Machine.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
-	16, // 73: cairn.machine.v1alpha1.Machine.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
-	18, // 74: cairn.machine.v1alpha1.Machine.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
-	20, // 75: cairn.machine.v1alpha1.Machine.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	23, // 76: cairn.machine.v1alpha1.Machine.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
-	20, // 77: cairn.machine.v1alpha1.Machine.PodLogs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	46, // 78: cairn.machine.v1alpha1.Machine.ApplyConfig:output_type -> cairn.machine.v1alpha1.ApplyConfigResponse
-	48, // 79: cairn.machine.v1alpha1.Machine.ConfirmConfig:output_type -> cairn.machine.v1alpha1.ConfirmConfigResponse
-	53, // 80: cairn.machine.v1alpha1.Machine.Upgrade:output_type -> cairn.machine.v1alpha1.UpgradeProgress
-	55, // 81: cairn.machine.v1alpha1.Machine.Rollback:output_type -> cairn.machine.v1alpha1.RollbackResponse
-	28, // 82: cairn.machine.v1alpha1.Machine.Audit:output_type -> cairn.machine.v1alpha1.AuditResponse
-	31, // 83: cairn.machine.v1alpha1.Machine.Dmesg:output_type -> cairn.machine.v1alpha1.DmesgRecord
-	33, // 84: cairn.machine.v1alpha1.Machine.Mounts:output_type -> cairn.machine.v1alpha1.MountsResponse
-	36, // 85: cairn.machine.v1alpha1.Machine.Processes:output_type -> cairn.machine.v1alpha1.ProcessesResponse
-	39, // 86: cairn.machine.v1alpha1.Machine.Network:output_type -> cairn.machine.v1alpha1.NetworkResponse
-	43, // 87: cairn.machine.v1alpha1.Machine.Read:output_type -> cairn.machine.v1alpha1.ReadChunk
-	6,  // 88: cairn.machine.v1alpha1.Init.BootTimeline:output_type -> cairn.machine.v1alpha1.BootTimelineResponse
-	8,  // 89: cairn.machine.v1alpha1.Init.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
-	10, // 90: cairn.machine.v1alpha1.Init.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
-	12, // 91: cairn.machine.v1alpha1.Init.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
-	16, // 92: cairn.machine.v1alpha1.Init.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
-	18, // 93: cairn.machine.v1alpha1.Init.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
-	20, // 94: cairn.machine.v1alpha1.Init.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	23, // 95: cairn.machine.v1alpha1.Init.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
-	46, // 96: cairn.machine.v1alpha1.Init.ApplyConfig:output_type -> cairn.machine.v1alpha1.ApplyConfigResponse
-	48, // 97: cairn.machine.v1alpha1.Init.ConfirmConfig:output_type -> cairn.machine.v1alpha1.ConfirmConfigResponse
-	50, // 98: cairn.machine.v1alpha1.Init.ConfigStatus:output_type -> cairn.machine.v1alpha1.ConfigState
-	53, // 99: cairn.machine.v1alpha1.Init.Upgrade:output_type -> cairn.machine.v1alpha1.UpgradeProgress
-	55, // 100: cairn.machine.v1alpha1.Init.Rollback:output_type -> cairn.machine.v1alpha1.RollbackResponse
-	57, // 101: cairn.machine.v1alpha1.Init.BootStatus:output_type -> cairn.machine.v1alpha1.BootState
-	69, // [69:102] is the sub-list for method output_type
-	36, // [36:69] is the sub-list for method input_type
+	58, // 49: cairn.machine.v1alpha1.Machine.Reset:input_type -> cairn.machine.v1alpha1.ResetRequest
+	27, // 50: cairn.machine.v1alpha1.Machine.Audit:input_type -> cairn.machine.v1alpha1.AuditRequest
+	30, // 51: cairn.machine.v1alpha1.Machine.Dmesg:input_type -> cairn.machine.v1alpha1.DmesgRequest
+	32, // 52: cairn.machine.v1alpha1.Machine.Mounts:input_type -> cairn.machine.v1alpha1.MountsRequest
+	35, // 53: cairn.machine.v1alpha1.Machine.Processes:input_type -> cairn.machine.v1alpha1.ProcessesRequest
+	38, // 54: cairn.machine.v1alpha1.Machine.Network:input_type -> cairn.machine.v1alpha1.NetworkRequest
+	42, // 55: cairn.machine.v1alpha1.Machine.Read:input_type -> cairn.machine.v1alpha1.ReadRequest
+	5,  // 56: cairn.machine.v1alpha1.Init.BootTimeline:input_type -> cairn.machine.v1alpha1.BootTimelineRequest
+	7,  // 57: cairn.machine.v1alpha1.Init.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
+	9,  // 58: cairn.machine.v1alpha1.Init.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
+	11, // 59: cairn.machine.v1alpha1.Init.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
+	15, // 60: cairn.machine.v1alpha1.Init.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
+	17, // 61: cairn.machine.v1alpha1.Init.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
+	19, // 62: cairn.machine.v1alpha1.Init.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
+	22, // 63: cairn.machine.v1alpha1.Init.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
+	44, // 64: cairn.machine.v1alpha1.Init.ApplyConfig:input_type -> cairn.machine.v1alpha1.ApplyConfigRequest
+	47, // 65: cairn.machine.v1alpha1.Init.ConfirmConfig:input_type -> cairn.machine.v1alpha1.ConfirmConfigRequest
+	49, // 66: cairn.machine.v1alpha1.Init.ConfigStatus:input_type -> cairn.machine.v1alpha1.ConfigStatusRequest
+	51, // 67: cairn.machine.v1alpha1.Init.Upgrade:input_type -> cairn.machine.v1alpha1.UpgradeRequest
+	54, // 68: cairn.machine.v1alpha1.Init.Rollback:input_type -> cairn.machine.v1alpha1.RollbackRequest
+	56, // 69: cairn.machine.v1alpha1.Init.BootStatus:input_type -> cairn.machine.v1alpha1.BootStatusRequest
+	58, // 70: cairn.machine.v1alpha1.Init.Reset:input_type -> cairn.machine.v1alpha1.ResetRequest
+	2,  // 71: cairn.machine.v1alpha1.Machine.Version:output_type -> cairn.machine.v1alpha1.VersionResponse
+	8,  // 72: cairn.machine.v1alpha1.Machine.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
+	10, // 73: cairn.machine.v1alpha1.Machine.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
+	12, // 74: cairn.machine.v1alpha1.Machine.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
+	16, // 75: cairn.machine.v1alpha1.Machine.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
+	18, // 76: cairn.machine.v1alpha1.Machine.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
+	20, // 77: cairn.machine.v1alpha1.Machine.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	23, // 78: cairn.machine.v1alpha1.Machine.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
+	20, // 79: cairn.machine.v1alpha1.Machine.PodLogs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	46, // 80: cairn.machine.v1alpha1.Machine.ApplyConfig:output_type -> cairn.machine.v1alpha1.ApplyConfigResponse
+	48, // 81: cairn.machine.v1alpha1.Machine.ConfirmConfig:output_type -> cairn.machine.v1alpha1.ConfirmConfigResponse
+	53, // 82: cairn.machine.v1alpha1.Machine.Upgrade:output_type -> cairn.machine.v1alpha1.UpgradeProgress
+	55, // 83: cairn.machine.v1alpha1.Machine.Rollback:output_type -> cairn.machine.v1alpha1.RollbackResponse
+	59, // 84: cairn.machine.v1alpha1.Machine.Reset:output_type -> cairn.machine.v1alpha1.ResetResponse
+	28, // 85: cairn.machine.v1alpha1.Machine.Audit:output_type -> cairn.machine.v1alpha1.AuditResponse
+	31, // 86: cairn.machine.v1alpha1.Machine.Dmesg:output_type -> cairn.machine.v1alpha1.DmesgRecord
+	33, // 87: cairn.machine.v1alpha1.Machine.Mounts:output_type -> cairn.machine.v1alpha1.MountsResponse
+	36, // 88: cairn.machine.v1alpha1.Machine.Processes:output_type -> cairn.machine.v1alpha1.ProcessesResponse
+	39, // 89: cairn.machine.v1alpha1.Machine.Network:output_type -> cairn.machine.v1alpha1.NetworkResponse
+	43, // 90: cairn.machine.v1alpha1.Machine.Read:output_type -> cairn.machine.v1alpha1.ReadChunk
+	6,  // 91: cairn.machine.v1alpha1.Init.BootTimeline:output_type -> cairn.machine.v1alpha1.BootTimelineResponse
+	8,  // 92: cairn.machine.v1alpha1.Init.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
+	10, // 93: cairn.machine.v1alpha1.Init.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
+	12, // 94: cairn.machine.v1alpha1.Init.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
+	16, // 95: cairn.machine.v1alpha1.Init.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
+	18, // 96: cairn.machine.v1alpha1.Init.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
+	20, // 97: cairn.machine.v1alpha1.Init.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	23, // 98: cairn.machine.v1alpha1.Init.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
+	46, // 99: cairn.machine.v1alpha1.Init.ApplyConfig:output_type -> cairn.machine.v1alpha1.ApplyConfigResponse
+	48, // 100: cairn.machine.v1alpha1.Init.ConfirmConfig:output_type -> cairn.machine.v1alpha1.ConfirmConfigResponse
+	50, // 101: cairn.machine.v1alpha1.Init.ConfigStatus:output_type -> cairn.machine.v1alpha1.ConfigState
+	53, // 102: cairn.machine.v1alpha1.Init.Upgrade:output_type -> cairn.machine.v1alpha1.UpgradeProgress
+	55, // 103: cairn.machine.v1alpha1.Init.Rollback:output_type -> cairn.machine.v1alpha1.RollbackResponse
+	57, // 104: cairn.machine.v1alpha1.Init.BootStatus:output_type -> cairn.machine.v1alpha1.BootState
+	59, // 105: cairn.machine.v1alpha1.Init.Reset:output_type -> cairn.machine.v1alpha1.ResetResponse
+	71, // [71:106] is the sub-list for method output_type
+	36, // [36:71] is the sub-list for method input_type
 	36, // [36:36] is the sub-list for extension type_name
 	36, // [36:36] is the sub-list for extension extendee
 	0,  // [0:36] is the sub-list for field type_name
@@ -3978,7 +4091,7 @@ func file_machine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_machine_proto_rawDesc), len(file_machine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   58,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -35,6 +35,7 @@ const (
 	Machine_ConfirmConfig_FullMethodName  = "/cairn.machine.v1alpha1.Machine/ConfirmConfig"
 	Machine_Upgrade_FullMethodName        = "/cairn.machine.v1alpha1.Machine/Upgrade"
 	Machine_Rollback_FullMethodName       = "/cairn.machine.v1alpha1.Machine/Rollback"
+	Machine_Reset_FullMethodName          = "/cairn.machine.v1alpha1.Machine/Reset"
 	Machine_Audit_FullMethodName          = "/cairn.machine.v1alpha1.Machine/Audit"
 	Machine_Dmesg_FullMethodName          = "/cairn.machine.v1alpha1.Machine/Dmesg"
 	Machine_Mounts_FullMethodName         = "/cairn.machine.v1alpha1.Machine/Mounts"
@@ -89,6 +90,11 @@ type MachineClient interface {
 	// Rollback boots the other UKI of the EFI system partition now, and from
 	// then on.
 	Rollback(ctx context.Context, in *RollbackRequest, opts ...grpc.CallOption) (*RollbackResponse, error)
+	// Reset stops the node and wipes EPHEMERAL (containerd's images and
+	// containers, logs, the kubelet's state); with wipe_state STATE too, so
+	// that the node boots as its image made it, on its first-boot machine
+	// config. Then it reboots, or powers off.
+	Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*ResetResponse, error)
 	// Audit returns the latest records of the calls that change the node
 	// (every call but the reader ones), refused calls included, oldest
 	// first: those still in the agent's bounded memory since it started.
@@ -267,6 +273,16 @@ func (c *machineClient) Rollback(ctx context.Context, in *RollbackRequest, opts 
 	return out, nil
 }
 
+func (c *machineClient) Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*ResetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResetResponse)
+	err := c.cc.Invoke(ctx, Machine_Reset_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *machineClient) Audit(ctx context.Context, in *AuditRequest, opts ...grpc.CallOption) (*AuditResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AuditResponse)
@@ -391,6 +407,11 @@ type MachineServer interface {
 	// Rollback boots the other UKI of the EFI system partition now, and from
 	// then on.
 	Rollback(context.Context, *RollbackRequest) (*RollbackResponse, error)
+	// Reset stops the node and wipes EPHEMERAL (containerd's images and
+	// containers, logs, the kubelet's state); with wipe_state STATE too, so
+	// that the node boots as its image made it, on its first-boot machine
+	// config. Then it reboots, or powers off.
+	Reset(context.Context, *ResetRequest) (*ResetResponse, error)
 	// Audit returns the latest records of the calls that change the node
 	// (every call but the reader ones), refused calls included, oldest
 	// first: those still in the agent's bounded memory since it started.
@@ -456,6 +477,9 @@ func (UnimplementedMachineServer) Upgrade(grpc.BidiStreamingServer[UpgradeReques
 }
 func (UnimplementedMachineServer) Rollback(context.Context, *RollbackRequest) (*RollbackResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Rollback not implemented")
+}
+func (UnimplementedMachineServer) Reset(context.Context, *ResetRequest) (*ResetResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Reset not implemented")
 }
 func (UnimplementedMachineServer) Audit(context.Context, *AuditRequest) (*AuditResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Audit not implemented")
@@ -705,6 +729,24 @@ func _Machine_Rollback_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Machine_Reset_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MachineServer).Reset(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Machine_Reset_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MachineServer).Reset(ctx, req.(*ResetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Machine_Audit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(AuditRequest)
 	if err := dec(in); err != nil {
@@ -847,6 +889,10 @@ var Machine_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Machine_Rollback_Handler,
 		},
 		{
+			MethodName: "Reset",
+			Handler:    _Machine_Reset_Handler,
+		},
+		{
 			MethodName: "Audit",
 			Handler:    _Machine_Audit_Handler,
 		},
@@ -909,6 +955,7 @@ const (
 	Init_Upgrade_FullMethodName        = "/cairn.machine.v1alpha1.Init/Upgrade"
 	Init_Rollback_FullMethodName       = "/cairn.machine.v1alpha1.Init/Rollback"
 	Init_BootStatus_FullMethodName     = "/cairn.machine.v1alpha1.Init/BootStatus"
+	Init_Reset_FullMethodName          = "/cairn.machine.v1alpha1.Init/Reset"
 )
 
 // InitClient is the client API for Init service.
@@ -931,6 +978,7 @@ type InitClient interface {
 	Upgrade(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[UpgradeRequest, UpgradeProgress], error)
 	Rollback(ctx context.Context, in *RollbackRequest, opts ...grpc.CallOption) (*RollbackResponse, error)
 	BootStatus(ctx context.Context, in *BootStatusRequest, opts ...grpc.CallOption) (*BootState, error)
+	Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*ResetResponse, error)
 }
 
 type initClient struct {
@@ -1093,6 +1141,16 @@ func (c *initClient) BootStatus(ctx context.Context, in *BootStatusRequest, opts
 	return out, nil
 }
 
+func (c *initClient) Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*ResetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResetResponse)
+	err := c.cc.Invoke(ctx, Init_Reset_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InitServer is the server API for Init service.
 // All implementations must embed UnimplementedInitServer
 // for forward compatibility.
@@ -1113,6 +1171,7 @@ type InitServer interface {
 	Upgrade(grpc.BidiStreamingServer[UpgradeRequest, UpgradeProgress]) error
 	Rollback(context.Context, *RollbackRequest) (*RollbackResponse, error)
 	BootStatus(context.Context, *BootStatusRequest) (*BootState, error)
+	Reset(context.Context, *ResetRequest) (*ResetResponse, error)
 	mustEmbedUnimplementedInitServer()
 }
 
@@ -1164,6 +1223,9 @@ func (UnimplementedInitServer) Rollback(context.Context, *RollbackRequest) (*Rol
 }
 func (UnimplementedInitServer) BootStatus(context.Context, *BootStatusRequest) (*BootState, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method BootStatus not implemented")
+}
+func (UnimplementedInitServer) Reset(context.Context, *ResetRequest) (*ResetResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Reset not implemented")
 }
 func (UnimplementedInitServer) mustEmbedUnimplementedInitServer() {}
 func (UnimplementedInitServer) testEmbeddedByValue()              {}
@@ -1420,6 +1482,24 @@ func _Init_BootStatus_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Init_Reset_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InitServer).Reset(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Init_Reset_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InitServer).Reset(ctx, req.(*ResetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Init_ServiceDesc is the grpc.ServiceDesc for Init service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1474,6 +1554,10 @@ var Init_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "BootStatus",
 			Handler:    _Init_BootStatus_Handler,
+		},
+		{
+			MethodName: "Reset",
+			Handler:    _Init_Reset_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

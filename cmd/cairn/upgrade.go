@@ -16,7 +16,7 @@ import (
 	"github.com/cairn-os/cairn/internal/bootentry"
 )
 
-// upgradeCmds are cairn node upgrade and rollback.
+// upgradeCmds are cairn node upgrade, rollback and reset.
 func upgradeCmds(f *nodeFlags) []*cobra.Command {
 	var (
 		uki           string
@@ -69,7 +69,24 @@ first wave with a node that did not come back healthy.`,
 		_, err = fmt.Fprintf(w, "rebooting from %s into %s\n", resp.From, resp.To)
 		return err
 	})
-	return []*cobra.Command{upgrade, rollback}
+	var wipeState, powerOff bool
+	reset := f.call("reset [--wipe-state] [--shutdown]", "Wipe EPHEMERAL (containers, images, logs), and with --wipe-state STATE too, then reboot (admin)", func(ctx context.Context, c *client.Client, w io.Writer) error {
+		resp, err := c.Reset(ctx, &machine.ResetRequest{WipeState: wipeState, Shutdown: powerOff})
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(w, resp.Outcome)
+		return err
+	})
+	reset.Long = `Reset stops the node and wipes EPHEMERAL: containerd's images and
+containers, the pods' and services' logs, the kubelet's state. The next boot
+makes it anew, as at first boot. With --wipe-state it also wipes STATE (the
+configs applied since, the upgrade record): the node boots as its image made
+it, on the machine config it came with. The UKIs stay. Then the node
+reboots, or with --shutdown powers off. Needs the admin role.`
+	reset.Flags().BoolVar(&wipeState, "wipe-state", false, "also wipe STATE: boot on the image's first-boot config")
+	reset.Flags().BoolVar(&powerOff, "shutdown", false, "power off once wiped instead of rebooting")
+	return []*cobra.Command{upgrade, rollback, reset}
 }
 
 // readUKI checks the file is a Cairn UKI before anything is sent.

@@ -294,7 +294,7 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 		Size:            o.Size,
 		Bootloader:      bootloaderPath,
 		UKIs:            map[string]string{"cairn-" + version.Version + ".efi": uki},
-		State:           map[string][]byte{"config.yaml": cfgBytes},
+		State:           map[string][]byte{filepath.Base(layout.MachineConfig): cfgBytes, filepath.Base(layout.FirstBootConfig): cfgBytes},
 		SourceDateEpoch: o.SourceDateEpoch,
 		Seed:            seed.Sum(nil),
 	}, raw); err != nil {

@@ -34,6 +34,9 @@ const (
 	// before the agent starts, read and watched by the agent; root's
 	// alone (0700).
 	StaticPodDir = StateDir + "/static-pods"
+	// FirstBootConfig is the machine config the image came with, kept
+	// beside MachineConfig: a reset that wipes STATE boots on it again.
+	FirstBootConfig = StateDir + "/first-boot.yaml"
 	// UpgradeRecord is init's record of the last upgrade or rollback:
 	// what the boots after it are (the new UKI on trial, the old one
 	// after a rollback) and why.

@@ -251,6 +251,10 @@ func TestBoot(t *testing.T) {
 
 	t.Run("UpgradeAndRollback", func(t *testing.T) { upgradeCycle(t, ctx, c, filepath.Join(dir, "cairnconfig"), config) })
 
+	t.Run("Reset", func(t *testing.T) {
+		testReset(t, ctx, c, vm, filepath.Join(dir, "cairnconfig"), roleConfig(t, dir, machineconfig.RoleOperator), v)
+	})
+
 	t.Run("Shutdown", func(t *testing.T) {
 		if _, err := c.Shutdown(ctx, &machine.ShutdownRequest{}); err != nil {
 			t.Fatal(err)

@@ -6,13 +6,16 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/cairn-os/cairn/api/client"
 	"github.com/cairn-os/cairn/machineconfig"
@@ -48,6 +51,47 @@ func buildBinaries(dir string) error {
 		return fmt.Errorf("make build: %v\n%s", err, out)
 	}
 	return nil
+}
+
+// cairnCLI runs the cairn CLI and returns its combined output and error.
+func cairnCLI(ctx context.Context, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "cairn"), args...).CombinedOutput()
+	return string(out), err
+}
+
+// errNotYet is a readiness check's answer before what it waits for.
+var errNotYet = errors.New("not yet")
+
+// roleConfig writes a client config for the node of the config files in
+// dir (cairn config gen's) whose certificate has role, and returns it.
+func roleConfig(t testing.TB, dir, role string) string {
+	t.Helper()
+	certPEM, err := os.ReadFile(filepath.Join(dir, machineconfig.CACertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(dir, machineconfig.CAKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := machineconfig.LoadCA(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := machineconfig.LoadClientConfig(filepath.Join(dir, machineconfig.ClientConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := ca.IssueClient("e2e-"+role, role, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc.Cert, cc.Key = string(cert), string(key)
+	path := filepath.Join(t.TempDir(), "cairnconfig-"+role)
+	if err := cc.Write(path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // cairn runs the cairn CLI and returns its combined output.

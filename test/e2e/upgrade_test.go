@@ -24,60 +24,77 @@ type upgradeUKIs struct {
 	good, broken string
 }
 
-var (
-	upgradeOnce  sync.Once
-	upgradeBuilt upgradeUKIs
-	upgradeErr   error
-)
-
-// buildUpgradeUKIs builds, once per run, the node binaries at version
-// running+".1-e2e" and from them the two UKIs for the machine config.
-func buildUpgradeUKIs(tb testing.TB, config, running string) upgradeUKIs {
-	tb.Helper()
-	upgradeOnce.Do(func() { upgradeBuilt, upgradeErr = buildUKIs(config, running+".1-e2e") })
-	if upgradeErr != nil {
-		tb.Fatal(upgradeErr)
-	}
-	return upgradeBuilt
+// upgradeAssets are the node binaries at a newer version, built once per
+// run: good, and broken (its agent exits at once).
+var upgradeAssets struct {
+	sync.Mutex
+	version, dir string
+	ukis         map[string]upgradeUKIs // by machine config
 }
 
-func buildUKIs(config, version string) (upgradeUKIs, error) {
-	dir, err := os.MkdirTemp("", "cairn-e2e-upgrade-")
-	if err != nil {
-		return upgradeUKIs{}, err
-	}
-	run := func(cmd *exec.Cmd) error {
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("%v: %v\n%s", cmd.Args, err, out)
+// buildUpgradeUKIs builds the node binaries at version running+".1-e2e"
+// (once per run) and from them the two UKIs for the machine config (once
+// per config: its kernel settings go into the UKI).
+func buildUpgradeUKIs(tb testing.TB, config, running string) upgradeUKIs {
+	tb.Helper()
+	a := &upgradeAssets
+	a.Lock()
+	defer a.Unlock()
+	if a.dir == "" {
+		dir, err := buildAssets(running + ".1-e2e")
+		if err != nil {
+			tb.Fatal(err)
 		}
-		return nil
+		a.version, a.dir, a.ukis = running+".1-e2e", dir, map[string]upgradeUKIs{}
 	}
-	// The components as they are (cp -p: make finds them up to date);
-	// cairn, init and the agent rebuilt at the new version.
+	if u, ok := a.ukis[config]; ok {
+		return u
+	}
+	out := tb.TempDir()
+	u := upgradeUKIs{version: a.version, good: filepath.Join(out, "good.efi"), broken: filepath.Join(out, "broken.efi")}
+	for _, b := range []struct{ assets, out string }{{"bin", u.good}, {"broken", u.broken}} {
+		if err := run(exec.Command(filepath.Join(a.dir, "bin", "cairn"), "image", "build", "--uki", "-c", config, "-o", b.out, "--assets", filepath.Join(a.dir, b.assets))); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	a.ukis[config] = u
+	return u
+}
+
+// buildAssets builds into a new directory's bin/ the binaries of `make
+// build` at version, and beside it broken/, the same with the agent that
+// exits at once.
+func buildAssets(version string) (string, error) {
+	// Under TestMain's directory, which it removes.
+	dir, err := os.MkdirTemp(filepath.Dir(binDir), "upgrade-")
+	if err != nil {
+		return "", err
+	}
+	// The components as they are (cp -a keeps their times: make finds
+	// them up to date); cairn, init and the agent rebuilt at version.
 	good, broken := filepath.Join(dir, "bin"), filepath.Join(dir, "broken")
 	if err := run(exec.Command("cp", "-a", binDir, good)); err != nil {
-		return upgradeUKIs{}, err
+		return "", err
 	}
 	mk := exec.Command("make", "--no-print-directory", "build", "OUT="+dir, "VERSION="+version)
 	mk.Dir = "../.."
 	if err := run(mk); err != nil {
-		return upgradeUKIs{}, err
+		return "", err
 	}
 	if err := run(exec.Command("cp", "-a", good, broken)); err != nil {
-		return upgradeUKIs{}, err
+		return "", err
 	}
 	gb := exec.Command("go", "build", "-o", filepath.Join(broken, "cairn-agent"), "./testdata/brokenagent")
 	gb.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if err := run(gb); err != nil {
-		return upgradeUKIs{}, err
+	return dir, run(gb)
+}
+
+// run runs cmd, its output in the error if it fails.
+func run(cmd *exec.Cmd) error {
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%v: %v\n%s", cmd.Args, err, out)
 	}
-	u := upgradeUKIs{version: version, good: filepath.Join(dir, "good.efi"), broken: filepath.Join(dir, "broken.efi")}
-	for _, b := range []struct{ assets, out string }{{good, u.good}, {broken, u.broken}} {
-		if err := run(exec.Command(filepath.Join(good, "cairn"), "image", "build", "--uki", "-c", config, "-o", b.out, "--assets", b.assets)); err != nil {
-			return upgradeUKIs{}, err
-		}
-	}
-	return u, nil
+	return nil
 }
 
 // upgradeTimes are the figures of an upgrade cycle, from the call.
@@ -104,8 +121,7 @@ func upgradeCycle(tb testing.TB, ctx context.Context, c *client.Client, cairncon
 	}
 	u := buildUpgradeUKIs(tb, config, a)
 	cli := func(args ...string) (string, error) {
-		out, err := exec.CommandContext(ctx, filepath.Join(binDir, "cairn"), append([]string{"node", "--cairnconfig", cairnconfig}, args...)...).CombinedOutput()
-		return string(out), err
+		return cairnCLI(ctx, append([]string{"node", "--cairnconfig", cairnconfig}, args...)...)
 	}
 	// poll polls Version until cond holds, through reboots.
 	poll := func(ctx context.Context, what string, cond func(*machine.VersionResponse) bool) (*machine.VersionResponse, error) {

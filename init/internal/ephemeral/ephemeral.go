@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	"github.com/diskfs/go-diskfs/partition/gpt"
 )
@@ -47,15 +48,17 @@ type Result struct {
 	Size   int64 // bytes
 }
 
-// Ensure makes sure the disk at path (a block device or an image file) has
-// an EPHEMERAL partition reaching to the end of the disk. It rewrites the
-// GPT (both copies) only when it creates or grows the partition.
-func Ensure(path string) (*Result, error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
+// disk is a disk's GPT, read afresh, with what Ensure and Remove need.
+type disk struct {
+	size      int64
+	table     *gpt.Table     // the partitions, in a fresh table for this size
+	eph       *gpt.Partition // EPHEMERAL in table, nil if none
+	lastEnd   uint64         // the end of the last other partition
+	lastIndex int            // the highest partition number
+}
+
+// read reads the GPT of f, the disk at path.
+func read(f *os.File, path string) (*disk, error) {
 	size, err := f.Seek(0, io.SeekEnd)
 	if err != nil || size == 0 {
 		return nil, fmt.Errorf("size of %s: %d bytes, %v", path, size, err)
@@ -66,23 +69,45 @@ func Ensure(path string) (*Result, error) {
 	}
 	// A fresh table with the same partitions: go-diskfs places the backup
 	// header and the last usable sector from the disk's current size.
-	table := &gpt.Table{GUID: old.GUID, ProtectiveMBR: true, LogicalSectorSize: sectorSize, PhysicalSectorSize: sectorSize}
-	var eph *gpt.Partition
-	var lastEnd uint64
-	lastIndex := 0
+	d := &disk{size: size, table: &gpt.Table{GUID: old.GUID, ProtectiveMBR: true, LogicalSectorSize: sectorSize, PhysicalSectorSize: sectorSize}}
 	for _, p := range old.Partitions {
 		if p.Type == gpt.Unused {
 			continue
 		}
-		lastIndex = max(lastIndex, p.Index)
+		d.lastIndex = max(d.lastIndex, p.Index)
 		np := &gpt.Partition{Index: p.Index, Start: p.Start, End: p.End, Size: p.Size, Type: p.Type, Name: p.Name, GUID: p.GUID, Attributes: p.Attributes}
-		table.Partitions = append(table.Partitions, np)
+		d.table.Partitions = append(d.table.Partitions, np)
 		if p.Name == Label {
-			eph = np
+			d.eph = np
 		} else {
-			lastEnd = max(lastEnd, p.End)
+			d.lastEnd = max(d.lastEnd, p.End)
 		}
 	}
+	return d, nil
+}
+
+// write writes both copies of the table and syncs.
+func (d *disk) write(f *os.File, path string) error {
+	if err := d.table.Write(f, d.size); err != nil {
+		return fmt.Errorf("write the GPT of %s: %w", path, err)
+	}
+	return f.Sync()
+}
+
+// Ensure makes sure the disk at path (a block device or an image file) has
+// an EPHEMERAL partition reaching to the end of the disk. It rewrites the
+// GPT (both copies) only when it creates or grows the partition.
+func Ensure(path string) (*Result, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	d, err := read(f, path)
+	if err != nil {
+		return nil, err
+	}
+	eph, lastEnd, size := d.eph, d.lastEnd, d.size
 	lastUsable := uint64(size/sectorSize) - gptTail - 2
 	res := &Result{}
 	switch {
@@ -91,8 +116,8 @@ func Ensure(path string) (*Result, error) {
 		if start+minGrowth/sectorSize > lastUsable {
 			return nil, fmt.Errorf("%s: no room for %s after sector %d (disk is %d bytes)", path, Label, lastEnd, size)
 		}
-		eph = &gpt.Partition{Index: lastIndex + 1, Start: start, Type: gpt.LinuxFilesystem, Name: Label}
-		table.Partitions = append(table.Partitions, eph)
+		eph = &gpt.Partition{Index: d.lastIndex + 1, Start: start, Type: gpt.LinuxFilesystem, Name: Label}
+		d.table.Partitions = append(d.table.Partitions, eph)
 		res.Change = Created
 	case eph.End != lastEnd && (lastUsable-eph.End)*sectorSize >= minGrowth:
 		res.Change = Grown
@@ -101,14 +126,36 @@ func Ensure(path string) (*Result, error) {
 		// End on a 1 MiB boundary minus one, like partitioning tools do.
 		eph.End = (lastUsable+1)/align*align - 1
 		eph.Size = (eph.End - eph.Start + 1) * sectorSize
-		if err := table.Write(f, size); err != nil {
-			return nil, fmt.Errorf("write the GPT of %s: %w", path, err)
-		}
-		if err := f.Sync(); err != nil {
+		if err := d.write(f, path); err != nil {
 			return nil, err
 		}
 	}
 	res.Number = eph.Index
 	res.Size = int64(eph.End-eph.Start+1) * sectorSize
 	return res, nil
+}
+
+// wipeBytes is how much of EPHEMERAL's start Remove zeroes: the ext4
+// superblock and group descriptors, so that nothing finds the old
+// filesystem again.
+const wipeBytes = 1 << 20
+
+// Remove takes EPHEMERAL out of the GPT of the disk at path, its
+// filesystem's start zeroed first, so that the next Ensure makes it anew;
+// it reports whether there was one. The partition must not be mounted.
+func Remove(path string) (bool, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	d, err := read(f, path)
+	if err != nil || d.eph == nil {
+		return false, err
+	}
+	if _, err := f.WriteAt(make([]byte, wipeBytes), int64(d.eph.Start)*sectorSize); err != nil {
+		return false, fmt.Errorf("wipe %s on %s: %w", Label, path, err)
+	}
+	d.table.Partitions = slices.DeleteFunc(d.table.Partitions, func(p *gpt.Partition) bool { return p == d.eph })
+	return true, d.write(f, path)
 }

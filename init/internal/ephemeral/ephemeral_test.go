@@ -113,3 +113,41 @@ func TestNoRoom(t *testing.T) {
 		t.Errorf("Ensure() on a full disk = %v, want a no-room error", err)
 	}
 }
+
+// TestRemove takes EPHEMERAL out, its start zeroed and the rest of the
+// disk untouched, and the next Ensure makes it anew in the same place.
+func TestRemove(t *testing.T) {
+	path := newDisk(t, 1<<30)
+	if ok, err := Remove(path); ok || err != nil {
+		t.Fatalf("Remove() with no EPHEMERAL = %v, %v; want false, nil", ok, err)
+	}
+	res, err := Ensure(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eph := partitions(t, path)[2]
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	at := int64(eph.Start) * sectorSize
+	if _, err := f.WriteAt([]byte("an old filesystem"), at+1024); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := Remove(path); !ok || err != nil {
+		t.Fatalf("Remove() = %v, %v; want true, nil", ok, err)
+	}
+	if ps := partitions(t, path); len(ps) != 2 || ps[0].Name != "EFI" || ps[1].Name != "STATE" {
+		t.Errorf("partitions after Remove: %+v, want EFI and STATE", ps)
+	}
+	buf := make([]byte, 64)
+	if _, err := f.ReadAt(buf, at+1024); err != nil || strings.Trim(string(buf), "\x00") != "" {
+		t.Errorf("EPHEMERAL's start after Remove: %q, %v; want zeros", buf, err)
+	}
+	sgdiskVerify(t, path)
+	again, err := Ensure(path)
+	if err != nil || again.Change != Created || again.Number != res.Number || again.Size != res.Size {
+		t.Errorf("Ensure() after Remove = %+v, %v; want Created as %+v", again, err, res)
+	}
+}
