@@ -227,15 +227,7 @@ func TestBoot(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The API goes away, then the node comes back with a fresh uptime.
-		for deadline := time.Now().Add(time.Minute); ready(ctx) == nil; time.Sleep(200 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("API still answering a minute after Reboot")
-			}
-		}
-		away := time.Now()
-		if err := vm.WaitReady(ctx, "the API", ready, nil); err != nil {
-			t.Fatal(err)
-		}
+		away := awayAndBack(t, ctx, vm, ready, "Reboot")
 		v2, err := c.Version(ctx, &machine.VersionRequest{})
 		if err != nil {
 			t.Fatal(err)
@@ -252,7 +244,7 @@ func TestBoot(t *testing.T) {
 	t.Run("UpgradeAndRollback", func(t *testing.T) { upgradeCycle(t, ctx, c, filepath.Join(dir, "cairnconfig"), config) })
 
 	t.Run("Reset", func(t *testing.T) {
-		testReset(t, ctx, c, vm, filepath.Join(dir, "cairnconfig"), roleConfig(t, dir, machineconfig.RoleOperator), v)
+		testReset(t, ctx, c, vm, ready, filepath.Join(dir, "cairnconfig"), roleConfig(t, dir, machineconfig.RoleOperator), v)
 	})
 
 	t.Run("Shutdown", func(t *testing.T) {
@@ -324,6 +316,22 @@ func TestBoot(t *testing.T) {
 }
 
 // bootAgain boots the disk of TestBoot again and waits for the API.
+// awayAndBack waits for the API to go away after what was asked of the
+// node, then to come back; it returns when it went away.
+func awayAndBack(t *testing.T, ctx context.Context, vm *qemu.VM, ready func(context.Context) error, after string) time.Time {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ready(ctx) == nil; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("API still answering a minute after %s", after)
+		}
+	}
+	away := time.Now()
+	if err := vm.WaitReady(ctx, "the API", ready, nil); err != nil {
+		t.Fatal(err)
+	}
+	return away
+}
+
 func bootAgain(t *testing.T, ctx context.Context, disk string, port int, ready func(context.Context) error) *qemu.VM {
 	t.Helper()
 	vm := bootVM(t, qemu.Options{Disk: disk, APIPort: port, IsolatedNIC: true})

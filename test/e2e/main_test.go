@@ -8,7 +8,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -58,9 +57,6 @@ func cairnCLI(ctx context.Context, args ...string) (string, error) {
 	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "cairn"), args...).CombinedOutput()
 	return string(out), err
 }
-
-// errNotYet is a readiness check's answer before what it waits for.
-var errNotYet = errors.New("not yet")
 
 // roleConfig writes a client config for the node of the config files in
 // dir (cairn config gen's) whose certificate has role, and returns it.

@@ -7,7 +7,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cairn-os/cairn/api/client"
 	"github.com/cairn-os/cairn/api/machine"
@@ -21,7 +20,7 @@ const ephemeralMade = "EPHEMERAL partition created"
 // the next boot makes EPHEMERAL anew (init says so on the console) and
 // runs on the image's machine config (first is Version at the first boot)
 // with nothing of the configs applied since; an operator is refused.
-func testReset(t *testing.T, ctx context.Context, c *client.Client, vm *qemu.VM, cairnconfig, operatorConfig string, first *machine.VersionResponse) {
+func testReset(t *testing.T, ctx context.Context, c *client.Client, vm *qemu.VM, ready func(context.Context) error, cairnconfig, operatorConfig string, first *machine.VersionResponse) {
 	made := func() int {
 		log, err := os.ReadFile(vm.Opts.ConsoleLog)
 		if err != nil {
@@ -43,19 +42,7 @@ func testReset(t *testing.T, ctx context.Context, c *client.Client, vm *qemu.VM,
 	if !strings.Contains(out, "wiping EPHEMERAL and STATE, then rebooting") {
 		t.Errorf("reset --wipe-state printed %q", out)
 	}
-	// The API goes away, then comes back from the new boot.
-	ready := func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		defer cancel()
-		v, err := c.Version(ctx, &machine.VersionRequest{})
-		if err == nil && v.Uptime.AsDuration() > time.Minute {
-			return errNotYet
-		}
-		return err
-	}
-	if err := vm.WaitReady(ctx, "the API after the reset", ready, nil); err != nil {
-		t.Fatal(err)
-	}
+	awayAndBack(t, ctx, vm, ready, "the reset")
 	if got := made(); got != before+1 {
 		t.Errorf("console log has %q %d times after the reset, want %d: EPHEMERAL made anew", ephemeralMade, got, before+1)
 	}
