@@ -59,6 +59,9 @@ type configs struct {
 	onTrial bool
 	// res writes resolv.conf; nil until the network is configured.
 	res *resolver
+	// clock keeps the time with machine.time.servers; nil until the
+	// clock is set.
+	clock *timeKeeper
 }
 
 // liveTargets are where a live change is applied: the kernel's
@@ -149,6 +152,17 @@ func (c *configs) setResolver(r *resolver) {
 	c.guard.Lock()
 	defer c.guard.Unlock()
 	c.res = r
+}
+
+// setTimeKeeper hands over the time keeper, for machine.time.servers; c
+// may be nil.
+func (c *configs) setTimeKeeper(k *timeKeeper) {
+	if c == nil {
+		return
+	}
+	c.guard.Lock()
+	defer c.guard.Unlock()
+	c.clock = k
 }
 
 // lock takes mu for a change, or says why it cannot: another change is
@@ -549,6 +563,14 @@ func (c *configs) applyLive(old, new *machineconfig.Config) error {
 		c.guard.Unlock()
 		if res != nil {
 			errs = append(errs, res.setConfig(new.Network))
+		}
+	}
+	if !slices.Equal(old.Machine.Time.Servers, new.Machine.Time.Servers) {
+		c.guard.Lock()
+		k := c.clock
+		c.guard.Unlock()
+		if k != nil {
+			k.setServers(new.Machine.Time.Servers)
 		}
 	}
 	if !reflect.DeepEqual(old.Network.ExtraHostEntries, new.Network.ExtraHostEntries) {

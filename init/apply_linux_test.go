@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -155,6 +156,13 @@ func TestApplyConfig(t *testing.T) {
 	}
 	a := newApplyNode(t)
 	a.c.setResolver(newResolver(a.base.Network))
+	clock := newTimeKeeper(nil, &recordingClock{})
+	a.c.setTimeKeeper(clock)
+	timeServers := func() []string {
+		clock.mu.Lock()
+		defer clock.mu.Unlock()
+		return clock.servers
+	}
 	boot := sysctl(t, "net.ipv4.tcp_keepalive_time")
 	booted := applied{stateGen: 1, runningGen: 1, bootGen: 1, gen: 1, ttl: "50", file: "(none)"}
 	if got := a.state(); got != booted {
@@ -170,6 +178,7 @@ func TestApplyConfig(t *testing.T) {
 		c.Network.SearchDomains = []string{"example.com"}
 		c.Network.ExtraHostEntries = []machineconfig.HostEntry{{IP: "192.0.2.80", Aliases: []string{"registry.example.com"}}}
 		c.Containerd.Registries = []machineconfig.Registry{{Host: "registry.example.com", Endpoints: []string{"http://192.0.2.80:5000"}}}
+		c.Machine.Time.Servers = []string{"192.0.2.123"}
 	})
 	t.Run("DryRun", func(t *testing.T) {
 		resp, err := a.apply(live, machine.ApplyMode_APPLY_MODE_DRY_RUN, 0)
@@ -229,6 +238,9 @@ func TestApplyConfig(t *testing.T) {
 		if hosts := a.read("etc/containerd/certs.d/registry.example.com/hosts.toml"); !strings.Contains(hosts, "http://192.0.2.80:5000") {
 			t.Errorf("containerd's hosts.toml for the registry:\n%s\nwant its endpoint", hosts)
 		}
+		if got := timeServers(); !slices.Equal(got, []string{"192.0.2.123"}) {
+			t.Errorf("the time keeper's servers = %v, want the config's", got)
+		}
 		if got := a.read("state/config.yaml.previous"); got != stateDoc {
 			t.Errorf("STATE's previous config:\n%s\nwant the one it replaced", got)
 		}
@@ -259,6 +271,9 @@ func TestApplyConfig(t *testing.T) {
 			if data, err := os.ReadFile(path); err != nil || string(data) != want {
 				t.Errorf("%s = %q, %v; want %q once dropped", path, data, err, want)
 			}
+		}
+		if got := timeServers(); len(got) != 0 || clock.timeSync() != nil {
+			t.Errorf("the time keeper's servers = %v once dropped, want none", got)
 		}
 	})
 	at := a.state()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -76,26 +77,43 @@ func (kernelClock) slew(offset time.Duration) error {
 // timeKeeper keeps the clock in step with NTP servers (machine.time) and
 // holds the state of the sync for Version.
 type timeKeeper struct {
-	servers []string
-	clock   clock
+	clock clock
 	// query asks one server, given as configured, for the time.
 	query func(server string) (*ntp.Response, error)
 	// wait times the polls: backoff.RealClock but in tests.
 	wait backoff.Clock
+	// changed wakes keep when the servers change, to poll them at once.
+	changed chan struct{}
 
-	mu    sync.Mutex
-	state *machine.TimeSync
+	mu      sync.Mutex
+	servers []string
+	state   *machine.TimeSync
 }
 
 func newTimeKeeper(servers []string, c clock) *timeKeeper {
 	return &timeKeeper{
-		servers: servers,
+		servers: slices.Clone(servers),
 		clock:   c,
 		query: func(server string) (*ntp.Response, error) {
 			return ntp.QueryWithOptions(server, ntp.QueryOptions{Timeout: ntpTimeout})
 		},
-		wait:  backoff.RealClock,
-		state: &machine.TimeSync{},
+		wait:    backoff.RealClock,
+		changed: make(chan struct{}, 1),
+		state:   &machine.TimeSync{},
+	}
+}
+
+// setServers makes servers the ones the keeper polls, from now on: a
+// machine config applied live. The sync starts afresh with them; with none
+// the keeper rests.
+func (k *timeKeeper) setServers(servers []string) {
+	k.mu.Lock()
+	k.servers = slices.Clone(servers)
+	k.state = &machine.TimeSync{}
+	k.mu.Unlock()
+	select {
+	case k.changed <- struct{}{}:
+	default: // a change already waits to be seen
 	}
 }
 
@@ -103,14 +121,14 @@ func newTimeKeeper(servers []string, c clock) *timeKeeper {
 // step in the background until stop is closed; Version reads the keeper.
 // The error is the first poll's: the keeper goes on polling regardless.
 func (n *node) startTimeKeeper(servers []string) error {
-	if len(servers) == 0 {
-		return nil
-	}
 	k := newTimeKeeper(servers, kernelClock{})
 	n.mu.Lock()
 	n.timeKeeper = k
 	n.mu.Unlock()
-	err := k.poll()
+	var err error
+	if len(servers) > 0 {
+		err = k.poll()
+	}
 	boot.Go("time keeper", func() { k.keep(err == nil, n.stop) })
 	return err
 }
@@ -119,8 +137,14 @@ func (n *node) startTimeKeeper(servers []string) error {
 // the first that gives a valid answer. The error names each server that
 // did not.
 func (k *timeKeeper) poll() error {
+	k.mu.Lock()
+	servers := k.servers
+	k.mu.Unlock()
+	if len(servers) == 0 {
+		return nil
+	}
 	var errs []error
-	for _, server := range k.servers {
+	for _, server := range servers {
 		r, err := k.query(server)
 		if err == nil {
 			err = r.Validate() // a kiss of death, an unsynchronized server
@@ -164,24 +188,43 @@ func (k *timeKeeper) correct(offset time.Duration) error {
 
 // keep polls the servers until stop is closed: every minPoll at first,
 // twice as long after each sync up to maxPoll, and after a failed poll
-// again soon, backing off up to minPoll.
+// again soon, backing off up to minPoll. New servers are polled at once,
+// and the intervals start again; with none it waits for some.
 func (k *timeKeeper) keep(synced bool, stop <-chan struct{}) {
 	interval := minPoll
 	retry := backoff.Backoff{Initial: 2 * time.Second, Max: minPoll, Jitter: 0.1}
 	for {
-		wait := interval
-		if !synced {
-			wait = retry.Next()
-		}
 		k.mu.Lock()
-		k.state.NextPoll = timestamppb.New(k.wait.Now().Add(wait))
+		none := len(k.servers) == 0
 		k.mu.Unlock()
+		var after <-chan time.Time // none: no poll until servers come
+		if !none {
+			wait := interval
+			if !synced {
+				wait = retry.Next()
+			}
+			k.mu.Lock()
+			k.state.NextPoll = timestamppb.New(k.wait.Now().Add(wait))
+			k.mu.Unlock()
+			after = k.wait.After(wait)
+		}
+		changed := false
 		select {
 		case <-stop:
 			return
-		case <-k.wait.After(wait):
+		case <-k.changed:
+			changed, interval = true, minPoll
+			retry.Reset()
+		case <-after:
 		}
 		err := k.poll()
+		if changed {
+			if err != nil {
+				slog.Warn("NTP poll of the new servers failed", "err", err)
+			}
+			synced = err == nil
+			continue
+		}
 		switch {
 		case err != nil:
 			slog.Warn("NTP poll failed", "err", err)
@@ -203,5 +246,8 @@ func (k *timeKeeper) timeSync() *machine.TimeSync {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if len(k.servers) == 0 {
+		return nil
+	}
 	return proto.Clone(k.state).(*machine.TimeSync)
 }

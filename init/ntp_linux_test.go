@@ -263,13 +263,54 @@ func TestTimeKeeperKeep(t *testing.T) {
 	}
 }
 
+// TestTimeKeeperServersChange changes the servers of a running keeper, as
+// a config applied live does: from one that does not answer to a real
+// server on loopback, polled at once and then every minPoll; then to
+// none, when the keeper rests and reports no sync.
+func TestTimeKeeperServersChange(t *testing.T) {
+	down := fmt.Sprintf("127.0.0.1:%d", freeUDPPort(t))
+	port := freeUDPPort(t)
+	chronyd(t, port)
+	server := fmt.Sprintf("127.0.0.1:%d", port)
+	k, c := testKeeper([]string{down}, 0)
+	w := waitClock{waits: make(chan time.Duration), fire: make(chan time.Time), stop: make(chan struct{})}
+	k.wait = w
+	done := make(chan struct{})
+	go func() { defer close(done); k.keep(false, w.stop) }()
+	defer func() { close(w.stop); <-done }()
+	<-w.waits // retrying the server that does not answer
+
+	k.setServers([]string{server})
+	// Polled at once, not after the wait; then every minPoll.
+	if got := <-w.waits; got != minPoll {
+		t.Errorf("after the first poll of the new server the keeper waits %v, want minPoll", got)
+	}
+	if s := k.timeSync(); !s.GetSynced() || s.Server != server {
+		t.Errorf("timeSync() after the change = %v, want synced from %s", s, server)
+	}
+	if _, slews := c.counts(); slews != 1 {
+		t.Errorf("%d slews after the change, want 1", slews)
+	}
+
+	k.setServers(nil) // seen by the keeper waiting for its next poll
+	select {
+	case d := <-w.waits:
+		t.Errorf("the keeper with no servers waits %v for a poll, want none", d)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if s := k.timeSync(); s != nil {
+		t.Errorf("timeSync() with the servers removed = %v, want none", s)
+	}
+}
+
 // TestTimeSyncControl reads the time keeper's state from the control
 // socket, where the agent's Version gets it: none without NTP servers,
 // the sync once a real server on loopback answered.
 func TestTimeSyncControl(t *testing.T) {
 	n := newNode(newFakeSystem().system(), nil)
-	if err := n.startTimeKeeper(nil); err != nil || n.timeKeeper != nil {
-		t.Fatalf("startTimeKeeper(no servers) = %v and a keeper %v, want nothing", err, n.timeKeeper)
+	t.Cleanup(func() { close(n.stop) })
+	if err := n.startTimeKeeper(nil); err != nil || n.timeKeeper.timeSync() != nil {
+		t.Fatalf("startTimeKeeper(no servers) = %v and a sync %v, want none", err, n.timeKeeper.timeSync())
 	}
 	c := controlClient(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

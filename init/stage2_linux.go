@@ -173,7 +173,11 @@ func (n *node) bootSequence() boot.Sequence {
 		{Name: "set hostname", Run: func() error { return setHostname(conf.Machine.Hostname) }},
 		{Name: "write machine files", Run: func() error { _, err := writeFiles("/", conf.Machine.Files); return err }},
 		{Name: "configure network", Run: func() error { return n.configureNetwork(conf.Network) }},
-		{Name: "set the clock", Run: func() error { return n.startTimeKeeper(conf.Machine.Time.Servers) }},
+		{Name: "set the clock", Run: func() error {
+			err := n.startTimeKeeper(conf.Machine.Time.Servers)
+			n.configs.setTimeKeeper(n.timeKeeper)
+			return err
+		}},
 		{Name: "serve control socket", Run: n.serveControl},
 		{Name: "start services", Run: func() error {
 			err := n.startNodeServices(conf, varErr)

@@ -42,6 +42,7 @@ type effectRule struct {
 var effects = []effectRule{
 	{"machine.sysctls", Live, "init sets the new values; a parameter dropped from the config gets back the value it had before the node set it"},
 	{"machine.files", Live, "init writes the files that changed, each whole or not at all; a file dropped from the config is removed"},
+	{"machine.time.servers", Live, "init polls the new servers at once and keeps the clock in step with them; with none it stops polling"},
 	{"machine.staticPods", Live, "init rewrites the manifests; the agent starts, replaces or stops the pods"},
 	{"containerd.registries", Live, "init rewrites containerd's hosts.toml files, which containerd reads at each pull"},
 	{"network.nameservers", Live, "init rewrites /etc/resolv.conf"},
