@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"path/filepath"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -17,10 +15,6 @@ import (
 	"github.com/cairn-os/cairn/agent/node"
 	"github.com/cairn-os/cairn/machineconfig"
 )
-
-// labelResync is how often the running config is read again even when no
-// change to it was seen.
-const labelResync = time.Minute
 
 // nodeLabels keeps the Node's labels those of cluster.nodeLabels in the
 // running config at path, which init rewrites when a config is applied
@@ -40,40 +34,13 @@ func (l *nodeLabels) run(ctx context.Context, m *node.Member) error {
 
 // follow keeps the labels of the Node name through nodes.
 func (l *nodeLabels) follow(ctx context.Context, nodes corev1client.NodeInterface, name string) error {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("watch the running machine config: %w", err)
-	}
-	defer w.Close()
-	if err := w.Add(filepath.Dir(l.path)); err != nil {
-		return fmt.Errorf("watch the running machine config: %w", err)
-	}
-	tick := time.NewTicker(labelResync)
-	defer tick.Stop()
-	for {
-		if err := l.sync(ctx, nodes, name); err != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		case e := <-w.Events:
-			if e.Name != l.path {
-				continue
-			}
-		case err := <-w.Errors:
-			return fmt.Errorf("watch the running machine config: %w", err)
-		}
-	}
+	return followConfig(ctx, l.path, func(cfg *machineconfig.Config) error { return l.sync(ctx, nodes, name, cfg) })
 }
 
 // sync patches the Node if the running config's labels differ from those
-// last applied. A config that does not load changes nothing: init writes
-// only valid ones.
-func (l *nodeLabels) sync(ctx context.Context, nodes corev1client.NodeInterface, name string) error {
-	cfg, err := machineconfig.Load(l.path)
-	if err != nil || cfg.Cluster == nil {
+// last applied.
+func (l *nodeLabels) sync(ctx context.Context, nodes corev1client.NodeInterface, name string, cfg *machineconfig.Config) error {
+	if cfg.Cluster == nil {
 		return nil
 	}
 	want := cfg.Cluster.NodeLabels

@@ -86,10 +86,11 @@ func run(configPath, initSocket, kubeletDir string, paths nodePaths) error {
 		return err
 	}
 	defer initc.Close()
-	srv, err := api.NewServer(cfg, initc, paths.podLogRoot)
+	creds, err := api.NewCredentials(&cfg.Machine.API)
 	if err != nil {
 		return err
 	}
+	srv := api.NewServer(creds, initc, paths.podLogRoot)
 	addr := fmt.Sprintf(":%d", cfg.Machine.API.Port)
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -104,8 +105,13 @@ func run(configPath, initSocket, kubeletDir string, paths nodePaths) error {
 	defer stop()
 	reg := newRegistry()
 	go func() {
-		if err := serveMetrics(ctx, &cfg.Machine.API, reg, ml); err != nil {
+		if err := serveMetrics(ctx, creds, reg, ml); err != nil {
 			slog.Error("metrics not served", "err", err)
+		}
+	}()
+	go func() {
+		if err := followAPICredentials(ctx, configPath, creds, cfg.Machine.API); err != nil {
+			slog.Error("machine.api credentials no longer follow the running config", "err", err)
 		}
 	}()
 	nodeDone := startNode(ctx, cfg, configPath, kubeletDir, paths, reg)

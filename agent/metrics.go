@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/cairn-os/cairn/machineconfig"
+	"github.com/cairn-os/cairn/agent/api"
 )
 
 // newRegistry is the registry of the agent's Prometheus metrics, with
@@ -27,11 +27,8 @@ func newRegistry() *prometheus.Registry {
 // serveMetrics serves reg's metrics at /metrics on l over HTTPS with the
 // node API's certificates — any client certificate of the API's CA may
 // read them — until ctx ends.
-func serveMetrics(ctx context.Context, api *machineconfig.API, reg *prometheus.Registry, l net.Listener) error {
-	tlsCfg, err := api.TLSConfig()
-	if err != nil {
-		return err
-	}
+func serveMetrics(ctx context.Context, creds *api.Credentials, reg *prometheus.Registry, l net.Listener) error {
+	tlsCfg := creds.ServerConfig("h2", "http/1.1")
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(slog.Default().Handler(), slog.LevelWarn)}))
 	srv := &http.Server{Handler: mux, TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second}

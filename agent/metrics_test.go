@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cairn-os/cairn/agent/api"
 	"github.com/cairn-os/cairn/api/client"
 	"github.com/cairn-os/cairn/machineconfig"
 )
@@ -34,7 +35,11 @@ func TestServeMetrics(t *testing.T) {
 	probe.Add(3)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serveMetrics(ctx, &b.Config.Machine.API, reg, l) }()
+	creds, err := api.NewCredentials(&b.Config.Machine.API)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- serveMetrics(ctx, creds, reg, l) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {

@@ -48,6 +48,9 @@ var effects = []effectRule{
 	{"network.nameservers", Live, "init rewrites /etc/resolv.conf"},
 	{"network.searchDomains", Live, "init rewrites /etc/resolv.conf"},
 	{"network.extraHostEntries", Live, "init rewrites its part of /etc/hosts"},
+	{"machine.api.ca", Live, "the agent checks the client certificates of new connections against the new CA; open connections keep theirs"},
+	{"machine.api.cert", Live, "the agent presents the new certificate to new connections, the API's and the metrics'"},
+	{"machine.api.key", Live, "with the certificate"},
 	{"cluster.nodeLabels", Live, "the agent patches the Node's labels: sets the new ones, removes the dropped ones"},
 }
 

@@ -24,7 +24,9 @@ func TestEffect(t *testing.T) {
 		"machine.sysctlsExtra":                           Reboot, // a name that starts like a rule's is not below it
 		"network.interfaces[0].addresses[1]":             Reboot,
 		"services[0].image":                              Reboot,
-		"machine.api.cert":                               Reboot,
+		"machine.api.cert":                               Live,
+		"machine.api.port":                               Reboot,
+		"machine.time.servers[1]":                        Live,
 		`cluster.nodeLabels["node.kubernetes.io/exclude"].more`: Live,
 	} {
 		if got := (Change{Path: path}).Effect(); got != want {

@@ -211,7 +211,8 @@ func TestAuditStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(b.Config, &recordingInit{}, "")
+	creds, err := NewCredentials(&b.Config.Machine.API)
+	srv := NewServer(creds, &recordingInit{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

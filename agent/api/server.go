@@ -16,7 +16,6 @@ import (
 
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/internal/version"
-	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/supervisor"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
@@ -43,21 +42,18 @@ func DialInit(path string) (*InitClient, error) {
 // Close closes the connection.
 func (c *InitClient) Close() error { return c.conn.Close() }
 
-// NewServer returns the gRPC server of the management API. podLogRoot
-// holds the pods' container logs, /var/log/pods on a node.
-func NewServer(cfg *machineconfig.Config, init machine.InitClient, podLogRoot string) (*grpc.Server, error) {
-	tlsCfg, err := cfg.Machine.API.TLSConfig()
-	if err != nil {
-		return nil, err
-	}
+// NewServer returns the gRPC server of the management API, with creds
+// (which may change while it serves). podLogRoot holds the pods'
+// container logs, /var/log/pods on a node.
+func NewServer(creds *Credentials, init machine.InitClient, podLogRoot string) *grpc.Server {
 	audit := newAuditLog(slog.Default(), auditRingSize)
 	srv := grpc.NewServer(
-		grpc.Creds(credentials.NewTLS(tlsCfg)),
+		grpc.Creds(credentials.NewTLS(creds.ServerConfig("h2"))),
 		grpc.ChainUnaryInterceptor(audit.unary, authorizeUnary),
 		grpc.ChainStreamInterceptor(audit.stream, authorizeStream),
 	)
 	machine.RegisterMachineServer(srv, &machineServer{init: init, podLogRoot: podLogRoot, audit: audit})
-	return srv, nil
+	return srv
 }
 
 type machineServer struct {

@@ -85,7 +85,8 @@ func serve(t *testing.T, init machine.InitClient, podLogRoot string) (*machineco
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(b.Config, init, podLogRoot)
+	creds, err := NewCredentials(&b.Config.Machine.API)
+	srv := NewServer(creds, init, podLogRoot)
 	if err != nil {
 		t.Fatal(err)
 	}

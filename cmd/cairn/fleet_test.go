@@ -146,7 +146,8 @@ func startFleet(t *testing.T, n int) (*fleet, []string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv, err := api.NewServer(b.Config, initc, t.TempDir())
+		creds, err := api.NewCredentials(&b.Config.Machine.API)
+		srv := api.NewServer(creds, initc, t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}

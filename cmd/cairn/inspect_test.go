@@ -82,7 +82,8 @@ func TestInspectCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := agentapi.NewServer(bundle.Config, nil, t.TempDir())
+	creds, err := agentapi.NewCredentials(&bundle.Config.Machine.API)
+	srv := agentapi.NewServer(creds, nil, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
