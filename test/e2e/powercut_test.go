@@ -137,9 +137,10 @@ func TestPowerCut(t *testing.T) {
 		size := fileSize(t, u.good)
 		survived := 0
 		for i := range n {
-			// The UKI goes through QEMU's user network in a few seconds,
-			// then is written and the node reboots: cut anywhere in 15 s.
-			delay := time.Duration(rng.Int64N(int64(15 * time.Second)))
+			// The UKI goes through QEMU's user network in about 10 s,
+			// then is written and the node reboots into it: cut anywhere
+			// in 30 s.
+			delay := time.Duration(rng.Int64N(int64(30 * time.Second)))
 			cut(delay, func() {
 				callCtx, cancel := context.WithTimeout(ctx, time.Minute)
 				defer cancel()
