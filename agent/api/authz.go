@@ -29,6 +29,10 @@ var minRole = map[string]string{
 	"ConfirmConfig":  machineconfig.RoleOperator,
 	"Upgrade":        machineconfig.RoleOperator,
 	"Rollback":       machineconfig.RoleOperator,
+	// Checks from the node send traffic from it.
+	"Ping":    machineconfig.RoleOperator,
+	"Lookup":  machineconfig.RoleOperator,
+	"Connect": machineconfig.RoleOperator,
 
 	// Inspection: readers, who never get a secret (see readDenied).
 	"Dmesg":     machineconfig.RoleReader,

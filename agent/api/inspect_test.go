@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -237,6 +238,11 @@ func TestNetwork(t *testing.T) {
 	need.Root(t, "programs an nftables table")
 	name := "cairn_inspect_test_" + strconv.Itoa(os.Getpid())
 	programTestTable(t, name)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
 
 	resp, err := reader(t).Network(context.Background(), &machine.NetworkRequest{})
 	if err != nil {
@@ -262,6 +268,12 @@ func TestNetwork(t *testing.T) {
 		if strings.HasSuffix(r.Destination, "/0") {
 			t.Errorf("Network() has route %v, want a default route written as default", r)
 		}
+	}
+	// The test's listener, as ss -tlp shows it.
+	if !slices.ContainsFunc(resp.Sockets, func(s *machine.Socket) bool {
+		return s.Protocol == "tcp" && s.State == "LISTEN" && s.Local == l.Addr().String() && s.Pid == int32(os.Getpid()) && s.Command != ""
+	}) {
+		t.Errorf("Network() sockets = %v, want the listener on %s of pid %d", resp.Sockets, l.Addr(), os.Getpid())
 	}
 	// nft's own words for what programTestTable wrote.
 	for _, want := range []string{

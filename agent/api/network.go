@@ -63,6 +63,9 @@ func (s *machineServer) Network(ctx context.Context, _ *machine.NetworkRequest) 
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "nftables: %v", err)
 	}
+	if resp.Sockets, err = sockets(); err != nil {
+		return nil, status.Errorf(codes.Internal, "%v", err)
+	}
 	return resp, nil
 }
 

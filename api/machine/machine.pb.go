@@ -2282,7 +2282,10 @@ type NetworkResponse struct {
 	Links  []*Link                `protobuf:"bytes,1,rep,name=links,proto3" json:"links,omitempty"`
 	Routes []*Route               `protobuf:"bytes,2,rep,name=routes,proto3" json:"routes,omitempty"`
 	// The nftables ruleset as text, in nft's syntax where it has one.
-	Nftables      string `protobuf:"bytes,3,opt,name=nftables,proto3" json:"nftables,omitempty"`
+	Nftables string `protobuf:"bytes,3,opt,name=nftables,proto3" json:"nftables,omitempty"`
+	// The TCP and UDP sockets of the node's network namespace, as ss -tuap
+	// shows them.
+	Sockets       []*Socket `protobuf:"bytes,4,rep,name=sockets,proto3" json:"sockets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2338,6 +2341,110 @@ func (x *NetworkResponse) GetNftables() string {
 	return ""
 }
 
+func (x *NetworkResponse) GetSockets() []*Socket {
+	if x != nil {
+		return x.Sockets
+	}
+	return nil
+}
+
+type Socket struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tcp, tcp6, udp or udp6.
+	Protocol string `protobuf:"bytes,1,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	// The TCP state (LISTEN, ESTABLISHED…), UNCONN for a UDP socket with
+	// no peer.
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// Addresses as host:port.
+	Local  string `protobuf:"bytes,3,opt,name=local,proto3" json:"local,omitempty"`
+	Remote string `protobuf:"bytes,4,opt,name=remote,proto3" json:"remote,omitempty"`
+	Uid    uint32 `protobuf:"varint,5,opt,name=uid,proto3" json:"uid,omitempty"`
+	// The process that has it open, if one is found (0 and empty if not).
+	Pid           int32  `protobuf:"varint,6,opt,name=pid,proto3" json:"pid,omitempty"`
+	Command       string `protobuf:"bytes,7,opt,name=command,proto3" json:"command,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Socket) Reset() {
+	*x = Socket{}
+	mi := &file_machine_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Socket) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Socket) ProtoMessage() {}
+
+func (x *Socket) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Socket.ProtoReflect.Descriptor instead.
+func (*Socket) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *Socket) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+func (x *Socket) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Socket) GetLocal() string {
+	if x != nil {
+		return x.Local
+	}
+	return ""
+}
+
+func (x *Socket) GetRemote() string {
+	if x != nil {
+		return x.Remote
+	}
+	return ""
+}
+
+func (x *Socket) GetUid() uint32 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *Socket) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *Socket) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
 type Link struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2356,7 +2463,7 @@ type Link struct {
 
 func (x *Link) Reset() {
 	*x = Link{}
-	mi := &file_machine_proto_msgTypes[39]
+	mi := &file_machine_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2368,7 +2475,7 @@ func (x *Link) String() string {
 func (*Link) ProtoMessage() {}
 
 func (x *Link) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[39]
+	mi := &file_machine_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2381,7 +2488,7 @@ func (x *Link) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Link.ProtoReflect.Descriptor instead.
 func (*Link) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{39}
+	return file_machine_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Link) GetName() string {
@@ -2451,7 +2558,7 @@ type Route struct {
 
 func (x *Route) Reset() {
 	*x = Route{}
-	mi := &file_machine_proto_msgTypes[40]
+	mi := &file_machine_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2463,7 +2570,7 @@ func (x *Route) String() string {
 func (*Route) ProtoMessage() {}
 
 func (x *Route) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[40]
+	mi := &file_machine_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2476,7 +2583,7 @@ func (x *Route) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Route.ProtoReflect.Descriptor instead.
 func (*Route) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{40}
+	return file_machine_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Route) GetDestination() string {
@@ -2540,7 +2647,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_machine_proto_msgTypes[41]
+	mi := &file_machine_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2552,7 +2659,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[41]
+	mi := &file_machine_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2565,7 +2672,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{41}
+	return file_machine_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReadRequest) GetPath() string {
@@ -2594,7 +2701,7 @@ type ReadChunk struct {
 
 func (x *ReadChunk) Reset() {
 	*x = ReadChunk{}
-	mi := &file_machine_proto_msgTypes[42]
+	mi := &file_machine_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2606,7 +2713,7 @@ func (x *ReadChunk) String() string {
 func (*ReadChunk) ProtoMessage() {}
 
 func (x *ReadChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[42]
+	mi := &file_machine_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2619,7 +2726,7 @@ func (x *ReadChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadChunk.ProtoReflect.Descriptor instead.
 func (*ReadChunk) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{42}
+	return file_machine_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReadChunk) GetData() []byte {
@@ -2649,7 +2756,7 @@ type ApplyConfigRequest struct {
 
 func (x *ApplyConfigRequest) Reset() {
 	*x = ApplyConfigRequest{}
-	mi := &file_machine_proto_msgTypes[43]
+	mi := &file_machine_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2661,7 +2768,7 @@ func (x *ApplyConfigRequest) String() string {
 func (*ApplyConfigRequest) ProtoMessage() {}
 
 func (x *ApplyConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[43]
+	mi := &file_machine_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2674,7 +2781,7 @@ func (x *ApplyConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyConfigRequest.ProtoReflect.Descriptor instead.
 func (*ApplyConfigRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{43}
+	return file_machine_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ApplyConfigRequest) GetConfig() []byte {
@@ -2713,7 +2820,7 @@ type ConfigChange struct {
 
 func (x *ConfigChange) Reset() {
 	*x = ConfigChange{}
-	mi := &file_machine_proto_msgTypes[44]
+	mi := &file_machine_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2725,7 +2832,7 @@ func (x *ConfigChange) String() string {
 func (*ConfigChange) ProtoMessage() {}
 
 func (x *ConfigChange) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[44]
+	mi := &file_machine_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2738,7 +2845,7 @@ func (x *ConfigChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigChange.ProtoReflect.Descriptor instead.
 func (*ConfigChange) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{44}
+	return file_machine_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ConfigChange) GetPath() string {
@@ -2778,7 +2885,7 @@ type ApplyConfigResponse struct {
 
 func (x *ApplyConfigResponse) Reset() {
 	*x = ApplyConfigResponse{}
-	mi := &file_machine_proto_msgTypes[45]
+	mi := &file_machine_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2790,7 +2897,7 @@ func (x *ApplyConfigResponse) String() string {
 func (*ApplyConfigResponse) ProtoMessage() {}
 
 func (x *ApplyConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[45]
+	mi := &file_machine_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2803,7 +2910,7 @@ func (x *ApplyConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyConfigResponse.ProtoReflect.Descriptor instead.
 func (*ApplyConfigResponse) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{45}
+	return file_machine_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ApplyConfigResponse) GetChanges() []*ConfigChange {
@@ -2835,7 +2942,7 @@ type ConfirmConfigRequest struct {
 
 func (x *ConfirmConfigRequest) Reset() {
 	*x = ConfirmConfigRequest{}
-	mi := &file_machine_proto_msgTypes[46]
+	mi := &file_machine_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2847,7 +2954,7 @@ func (x *ConfirmConfigRequest) String() string {
 func (*ConfirmConfigRequest) ProtoMessage() {}
 
 func (x *ConfirmConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[46]
+	mi := &file_machine_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2860,7 +2967,7 @@ func (x *ConfirmConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfirmConfigRequest.ProtoReflect.Descriptor instead.
 func (*ConfirmConfigRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{46}
+	return file_machine_proto_rawDescGZIP(), []int{47}
 }
 
 type ConfirmConfigResponse struct {
@@ -2873,7 +2980,7 @@ type ConfirmConfigResponse struct {
 
 func (x *ConfirmConfigResponse) Reset() {
 	*x = ConfirmConfigResponse{}
-	mi := &file_machine_proto_msgTypes[47]
+	mi := &file_machine_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2885,7 +2992,7 @@ func (x *ConfirmConfigResponse) String() string {
 func (*ConfirmConfigResponse) ProtoMessage() {}
 
 func (x *ConfirmConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[47]
+	mi := &file_machine_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2898,7 +3005,7 @@ func (x *ConfirmConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfirmConfigResponse.ProtoReflect.Descriptor instead.
 func (*ConfirmConfigResponse) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{47}
+	return file_machine_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ConfirmConfigResponse) GetGeneration() uint64 {
@@ -2916,7 +3023,7 @@ type ConfigStatusRequest struct {
 
 func (x *ConfigStatusRequest) Reset() {
 	*x = ConfigStatusRequest{}
-	mi := &file_machine_proto_msgTypes[48]
+	mi := &file_machine_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2928,7 +3035,7 @@ func (x *ConfigStatusRequest) String() string {
 func (*ConfigStatusRequest) ProtoMessage() {}
 
 func (x *ConfigStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[48]
+	mi := &file_machine_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2941,7 +3048,7 @@ func (x *ConfigStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigStatusRequest.ProtoReflect.Descriptor instead.
 func (*ConfigStatusRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{48}
+	return file_machine_proto_rawDescGZIP(), []int{49}
 }
 
 // ConfigState is the state of the node's machine config. Each config
@@ -2967,7 +3074,7 @@ type ConfigState struct {
 
 func (x *ConfigState) Reset() {
 	*x = ConfigState{}
-	mi := &file_machine_proto_msgTypes[49]
+	mi := &file_machine_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2979,7 +3086,7 @@ func (x *ConfigState) String() string {
 func (*ConfigState) ProtoMessage() {}
 
 func (x *ConfigState) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[49]
+	mi := &file_machine_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2992,7 +3099,7 @@ func (x *ConfigState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigState.ProtoReflect.Descriptor instead.
 func (*ConfigState) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{49}
+	return file_machine_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ConfigState) GetGeneration() uint64 {
@@ -3045,7 +3152,7 @@ type UpgradeRequest struct {
 
 func (x *UpgradeRequest) Reset() {
 	*x = UpgradeRequest{}
-	mi := &file_machine_proto_msgTypes[50]
+	mi := &file_machine_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3057,7 +3164,7 @@ func (x *UpgradeRequest) String() string {
 func (*UpgradeRequest) ProtoMessage() {}
 
 func (x *UpgradeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[50]
+	mi := &file_machine_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3070,7 +3177,7 @@ func (x *UpgradeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpgradeRequest.ProtoReflect.Descriptor instead.
 func (*UpgradeRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{50}
+	return file_machine_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *UpgradeRequest) GetPart() isUpgradeRequest_Part {
@@ -3133,7 +3240,7 @@ type UpgradeHeader struct {
 
 func (x *UpgradeHeader) Reset() {
 	*x = UpgradeHeader{}
-	mi := &file_machine_proto_msgTypes[51]
+	mi := &file_machine_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3145,7 +3252,7 @@ func (x *UpgradeHeader) String() string {
 func (*UpgradeHeader) ProtoMessage() {}
 
 func (x *UpgradeHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[51]
+	mi := &file_machine_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3158,7 +3265,7 @@ func (x *UpgradeHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpgradeHeader.ProtoReflect.Descriptor instead.
 func (*UpgradeHeader) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{51}
+	return file_machine_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *UpgradeHeader) GetSize() uint64 {
@@ -3212,7 +3319,7 @@ type UpgradeProgress struct {
 
 func (x *UpgradeProgress) Reset() {
 	*x = UpgradeProgress{}
-	mi := &file_machine_proto_msgTypes[52]
+	mi := &file_machine_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3224,7 +3331,7 @@ func (x *UpgradeProgress) String() string {
 func (*UpgradeProgress) ProtoMessage() {}
 
 func (x *UpgradeProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[52]
+	mi := &file_machine_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3237,7 +3344,7 @@ func (x *UpgradeProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpgradeProgress.ProtoReflect.Descriptor instead.
 func (*UpgradeProgress) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{52}
+	return file_machine_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *UpgradeProgress) GetStep() string {
@@ -3276,7 +3383,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_machine_proto_msgTypes[53]
+	mi := &file_machine_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3288,7 +3395,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[53]
+	mi := &file_machine_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3301,7 +3408,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{53}
+	return file_machine_proto_rawDescGZIP(), []int{54}
 }
 
 type RollbackResponse struct {
@@ -3315,7 +3422,7 @@ type RollbackResponse struct {
 
 func (x *RollbackResponse) Reset() {
 	*x = RollbackResponse{}
-	mi := &file_machine_proto_msgTypes[54]
+	mi := &file_machine_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3327,7 +3434,7 @@ func (x *RollbackResponse) String() string {
 func (*RollbackResponse) ProtoMessage() {}
 
 func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[54]
+	mi := &file_machine_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3340,7 +3447,7 @@ func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackResponse.ProtoReflect.Descriptor instead.
 func (*RollbackResponse) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{54}
+	return file_machine_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RollbackResponse) GetFrom() string {
@@ -3365,7 +3472,7 @@ type BootStatusRequest struct {
 
 func (x *BootStatusRequest) Reset() {
 	*x = BootStatusRequest{}
-	mi := &file_machine_proto_msgTypes[55]
+	mi := &file_machine_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3377,7 +3484,7 @@ func (x *BootStatusRequest) String() string {
 func (*BootStatusRequest) ProtoMessage() {}
 
 func (x *BootStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[55]
+	mi := &file_machine_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3390,7 +3497,7 @@ func (x *BootStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootStatusRequest.ProtoReflect.Descriptor instead.
 func (*BootStatusRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{55}
+	return file_machine_proto_rawDescGZIP(), []int{56}
 }
 
 // BootState is what the EFI system partition holds and how the node
@@ -3418,7 +3525,7 @@ type BootState struct {
 
 func (x *BootState) Reset() {
 	*x = BootState{}
-	mi := &file_machine_proto_msgTypes[56]
+	mi := &file_machine_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3430,7 +3537,7 @@ func (x *BootState) String() string {
 func (*BootState) ProtoMessage() {}
 
 func (x *BootState) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[56]
+	mi := &file_machine_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3443,7 +3550,7 @@ func (x *BootState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootState.ProtoReflect.Descriptor instead.
 func (*BootState) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{56}
+	return file_machine_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BootState) GetEntry() string {
@@ -3508,7 +3615,7 @@ type ResetRequest struct {
 
 func (x *ResetRequest) Reset() {
 	*x = ResetRequest{}
-	mi := &file_machine_proto_msgTypes[57]
+	mi := &file_machine_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3520,7 +3627,7 @@ func (x *ResetRequest) String() string {
 func (*ResetRequest) ProtoMessage() {}
 
 func (x *ResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[57]
+	mi := &file_machine_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3533,7 +3640,7 @@ func (x *ResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
 func (*ResetRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{57}
+	return file_machine_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ResetRequest) GetWipeState() bool {
@@ -3560,7 +3667,7 @@ type ResetResponse struct {
 
 func (x *ResetResponse) Reset() {
 	*x = ResetResponse{}
-	mi := &file_machine_proto_msgTypes[58]
+	mi := &file_machine_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3572,7 +3679,7 @@ func (x *ResetResponse) String() string {
 func (*ResetResponse) ProtoMessage() {}
 
 func (x *ResetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[58]
+	mi := &file_machine_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3585,7 +3692,7 @@ func (x *ResetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetResponse.ProtoReflect.Descriptor instead.
 func (*ResetResponse) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{58}
+	return file_machine_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ResetResponse) GetOutcome() string {
@@ -3593,6 +3700,359 @@ func (x *ResetResponse) GetOutcome() string {
 		return x.Outcome
 	}
 	return ""
+}
+
+type PingRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// An IP address or a name, resolved as Lookup does.
+	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	// How many echo requests; 0 means 4, at most 100.
+	Count uint32 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// Between two requests; unset means 1 s, at least 200 ms.
+	Interval *durationpb.Duration `protobuf:"bytes,3,opt,name=interval,proto3" json:"interval,omitempty"`
+	// How long to wait for each reply; unset means 2 s.
+	Timeout       *durationpb.Duration `protobuf:"bytes,4,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PingRequest) Reset() {
+	*x = PingRequest{}
+	mi := &file_machine_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PingRequest) ProtoMessage() {}
+
+func (x *PingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
+func (*PingRequest) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *PingRequest) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *PingRequest) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *PingRequest) GetInterval() *durationpb.Duration {
+	if x != nil {
+		return x.Interval
+	}
+	return nil
+}
+
+func (x *PingRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+type PingReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint32                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Who answered, and the round trip; unset when error is.
+	From string               `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	Rtt  *durationpb.Duration `protobuf:"bytes,3,opt,name=rtt,proto3" json:"rtt,omitempty"`
+	// Why no reply came, e.g. a timeout.
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PingReply) Reset() {
+	*x = PingReply{}
+	mi := &file_machine_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PingReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PingReply) ProtoMessage() {}
+
+func (x *PingReply) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PingReply.ProtoReflect.Descriptor instead.
+func (*PingReply) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *PingReply) GetSeq() uint32 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *PingReply) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *PingReply) GetRtt() *durationpb.Duration {
+	if x != nil {
+		return x.Rtt
+	}
+	return nil
+}
+
+func (x *PingReply) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type LookupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LookupRequest) Reset() {
+	*x = LookupRequest{}
+	mi := &file_machine_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LookupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LookupRequest) ProtoMessage() {}
+
+func (x *LookupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LookupRequest.ProtoReflect.Descriptor instead.
+func (*LookupRequest) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *LookupRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type LookupResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Addresses     []string               `protobuf:"bytes,1,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	Duration      *durationpb.Duration   `protobuf:"bytes,2,opt,name=duration,proto3" json:"duration,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LookupResponse) Reset() {
+	*x = LookupResponse{}
+	mi := &file_machine_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LookupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LookupResponse) ProtoMessage() {}
+
+func (x *LookupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LookupResponse.ProtoReflect.Descriptor instead.
+func (*LookupResponse) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *LookupResponse) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+func (x *LookupResponse) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+type ConnectRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// host:port; the host an IP address or a name.
+	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	// Unset means 5 s.
+	Timeout       *durationpb.Duration `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConnectRequest) Reset() {
+	*x = ConnectRequest{}
+	mi := &file_machine_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConnectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConnectRequest) ProtoMessage() {}
+
+func (x *ConnectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConnectRequest.ProtoReflect.Descriptor instead.
+func (*ConnectRequest) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *ConnectRequest) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *ConnectRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+type ConnectResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The connection's two ends, and how long it took to open.
+	Local         string               `protobuf:"bytes,1,opt,name=local,proto3" json:"local,omitempty"`
+	Remote        string               `protobuf:"bytes,2,opt,name=remote,proto3" json:"remote,omitempty"`
+	Duration      *durationpb.Duration `protobuf:"bytes,3,opt,name=duration,proto3" json:"duration,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConnectResponse) Reset() {
+	*x = ConnectResponse{}
+	mi := &file_machine_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConnectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConnectResponse) ProtoMessage() {}
+
+func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConnectResponse.ProtoReflect.Descriptor instead.
+func (*ConnectResponse) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *ConnectResponse) GetLocal() string {
+	if x != nil {
+		return x.Local
+	}
+	return ""
+}
+
+func (x *ConnectResponse) GetRemote() string {
+	if x != nil {
+		return x.Remote
+	}
+	return ""
+}
+
+func (x *ConnectResponse) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
 }
 
 var File_machine_proto protoreflect.FileDescriptor
@@ -3744,11 +4204,20 @@ const file_machine_proto_rawDesc = "" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x124\n" +
 	"\bcpu_time\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\acpuTime\x12\x10\n" +
 	"\x03rss\x18\a \x01(\x04R\x03rss\"\x10\n" +
-	"\x0eNetworkRequest\"\x98\x01\n" +
+	"\x0eNetworkRequest\"\xd2\x01\n" +
 	"\x0fNetworkResponse\x122\n" +
 	"\x05links\x18\x01 \x03(\v2\x1c.cairn.machine.v1alpha1.LinkR\x05links\x125\n" +
 	"\x06routes\x18\x02 \x03(\v2\x1d.cairn.machine.v1alpha1.RouteR\x06routes\x12\x1a\n" +
-	"\bnftables\x18\x03 \x01(\tR\bnftables\"\x9c\x01\n" +
+	"\bnftables\x18\x03 \x01(\tR\bnftables\x128\n" +
+	"\asockets\x18\x04 \x03(\v2\x1e.cairn.machine.v1alpha1.SocketR\asockets\"\xa6\x01\n" +
+	"\x06Socket\x12\x1a\n" +
+	"\bprotocol\x18\x01 \x01(\tR\bprotocol\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
+	"\x05local\x18\x03 \x01(\tR\x05local\x12\x16\n" +
+	"\x06remote\x18\x04 \x01(\tR\x06remote\x12\x10\n" +
+	"\x03uid\x18\x05 \x01(\rR\x03uid\x12\x10\n" +
+	"\x03pid\x18\x06 \x01(\x05R\x03pid\x12\x18\n" +
+	"\acommand\x18\a \x01(\tR\acommand\"\x9c\x01\n" +
 	"\x04Link\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x05R\x05index\x12\x14\n" +
@@ -3834,14 +4303,36 @@ const file_machine_proto_rawDesc = "" +
 	"wipe_state\x18\x01 \x01(\bR\twipeState\x12\x1a\n" +
 	"\bshutdown\x18\x02 \x01(\bR\bshutdown\")\n" +
 	"\rResetResponse\x12\x18\n" +
-	"\aoutcome\x18\x01 \x01(\tR\aoutcome*\x94\x01\n" +
+	"\aoutcome\x18\x01 \x01(\tR\aoutcome\"\xa9\x01\n" +
+	"\vPingRequest\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\rR\x05count\x125\n" +
+	"\binterval\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\binterval\x123\n" +
+	"\atimeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"t\n" +
+	"\tPingReply\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\rR\x03seq\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12+\n" +
+	"\x03rtt\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03rtt\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"#\n" +
+	"\rLookupRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"e\n" +
+	"\x0eLookupResponse\x12\x1c\n" +
+	"\taddresses\x18\x01 \x03(\tR\taddresses\x125\n" +
+	"\bduration\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bduration\"_\n" +
+	"\x0eConnectRequest\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x123\n" +
+	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"v\n" +
+	"\x0fConnectResponse\x12\x14\n" +
+	"\x05local\x18\x01 \x01(\tR\x05local\x12\x16\n" +
+	"\x06remote\x18\x02 \x01(\tR\x06remote\x125\n" +
+	"\bduration\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\bduration*\x94\x01\n" +
 	"\tApplyMode\x12\x13\n" +
 	"\x0fAPPLY_MODE_AUTO\x10\x00\x12\x18\n" +
 	"\x14APPLY_MODE_NO_REBOOT\x10\x01\x12\x15\n" +
 	"\x11APPLY_MODE_REBOOT\x10\x02\x12\x15\n" +
 	"\x11APPLY_MODE_STAGED\x10\x03\x12\x12\n" +
 	"\x0eAPPLY_MODE_TRY\x10\x04\x12\x16\n" +
-	"\x12APPLY_MODE_DRY_RUN\x10\x052\xe4\x0e\n" +
+	"\x12APPLY_MODE_DRY_RUN\x10\x052\xeb\x10\n" +
 	"\aMachine\x12Z\n" +
 	"\aVersion\x12&.cairn.machine.v1alpha1.VersionRequest\x1a'.cairn.machine.v1alpha1.VersionResponse\x12W\n" +
 	"\x06Reboot\x12%.cairn.machine.v1alpha1.RebootRequest\x1a&.cairn.machine.v1alpha1.RebootResponse\x12]\n" +
@@ -3863,7 +4354,10 @@ const file_machine_proto_rawDesc = "" +
 	"\x06Mounts\x12%.cairn.machine.v1alpha1.MountsRequest\x1a&.cairn.machine.v1alpha1.MountsResponse\x12`\n" +
 	"\tProcesses\x12(.cairn.machine.v1alpha1.ProcessesRequest\x1a).cairn.machine.v1alpha1.ProcessesResponse\x12Z\n" +
 	"\aNetwork\x12&.cairn.machine.v1alpha1.NetworkRequest\x1a'.cairn.machine.v1alpha1.NetworkResponse\x12P\n" +
-	"\x04Read\x12#.cairn.machine.v1alpha1.ReadRequest\x1a!.cairn.machine.v1alpha1.ReadChunk0\x012\xc1\v\n" +
+	"\x04Read\x12#.cairn.machine.v1alpha1.ReadRequest\x1a!.cairn.machine.v1alpha1.ReadChunk0\x01\x12P\n" +
+	"\x04Ping\x12#.cairn.machine.v1alpha1.PingRequest\x1a!.cairn.machine.v1alpha1.PingReply0\x01\x12W\n" +
+	"\x06Lookup\x12%.cairn.machine.v1alpha1.LookupRequest\x1a&.cairn.machine.v1alpha1.LookupResponse\x12Z\n" +
+	"\aConnect\x12&.cairn.machine.v1alpha1.ConnectRequest\x1a'.cairn.machine.v1alpha1.ConnectResponse2\xc1\v\n" +
 	"\x04Init\x12i\n" +
 	"\fBootTimeline\x12+.cairn.machine.v1alpha1.BootTimelineRequest\x1a,.cairn.machine.v1alpha1.BootTimelineResponse\x12W\n" +
 	"\x06Reboot\x12%.cairn.machine.v1alpha1.RebootRequest\x1a&.cairn.machine.v1alpha1.RebootResponse\x12]\n" +
@@ -3896,7 +4390,7 @@ func file_machine_proto_rawDescGZIP() []byte {
 }
 
 var file_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_machine_proto_goTypes = []any{
 	(ApplyMode)(0),                 // 0: cairn.machine.v1alpha1.ApplyMode
 	(*VersionRequest)(nil),         // 1: cairn.machine.v1alpha1.VersionRequest
@@ -3938,142 +4432,162 @@ var file_machine_proto_goTypes = []any{
 	(*Process)(nil),                // 37: cairn.machine.v1alpha1.Process
 	(*NetworkRequest)(nil),         // 38: cairn.machine.v1alpha1.NetworkRequest
 	(*NetworkResponse)(nil),        // 39: cairn.machine.v1alpha1.NetworkResponse
-	(*Link)(nil),                   // 40: cairn.machine.v1alpha1.Link
-	(*Route)(nil),                  // 41: cairn.machine.v1alpha1.Route
-	(*ReadRequest)(nil),            // 42: cairn.machine.v1alpha1.ReadRequest
-	(*ReadChunk)(nil),              // 43: cairn.machine.v1alpha1.ReadChunk
-	(*ApplyConfigRequest)(nil),     // 44: cairn.machine.v1alpha1.ApplyConfigRequest
-	(*ConfigChange)(nil),           // 45: cairn.machine.v1alpha1.ConfigChange
-	(*ApplyConfigResponse)(nil),    // 46: cairn.machine.v1alpha1.ApplyConfigResponse
-	(*ConfirmConfigRequest)(nil),   // 47: cairn.machine.v1alpha1.ConfirmConfigRequest
-	(*ConfirmConfigResponse)(nil),  // 48: cairn.machine.v1alpha1.ConfirmConfigResponse
-	(*ConfigStatusRequest)(nil),    // 49: cairn.machine.v1alpha1.ConfigStatusRequest
-	(*ConfigState)(nil),            // 50: cairn.machine.v1alpha1.ConfigState
-	(*UpgradeRequest)(nil),         // 51: cairn.machine.v1alpha1.UpgradeRequest
-	(*UpgradeHeader)(nil),          // 52: cairn.machine.v1alpha1.UpgradeHeader
-	(*UpgradeProgress)(nil),        // 53: cairn.machine.v1alpha1.UpgradeProgress
-	(*RollbackRequest)(nil),        // 54: cairn.machine.v1alpha1.RollbackRequest
-	(*RollbackResponse)(nil),       // 55: cairn.machine.v1alpha1.RollbackResponse
-	(*BootStatusRequest)(nil),      // 56: cairn.machine.v1alpha1.BootStatusRequest
-	(*BootState)(nil),              // 57: cairn.machine.v1alpha1.BootState
-	(*ResetRequest)(nil),           // 58: cairn.machine.v1alpha1.ResetRequest
-	(*ResetResponse)(nil),          // 59: cairn.machine.v1alpha1.ResetResponse
-	nil,                            // 60: cairn.machine.v1alpha1.AuditRecord.RequestEntry
-	(*durationpb.Duration)(nil),    // 61: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 62: google.protobuf.Timestamp
+	(*Socket)(nil),                 // 40: cairn.machine.v1alpha1.Socket
+	(*Link)(nil),                   // 41: cairn.machine.v1alpha1.Link
+	(*Route)(nil),                  // 42: cairn.machine.v1alpha1.Route
+	(*ReadRequest)(nil),            // 43: cairn.machine.v1alpha1.ReadRequest
+	(*ReadChunk)(nil),              // 44: cairn.machine.v1alpha1.ReadChunk
+	(*ApplyConfigRequest)(nil),     // 45: cairn.machine.v1alpha1.ApplyConfigRequest
+	(*ConfigChange)(nil),           // 46: cairn.machine.v1alpha1.ConfigChange
+	(*ApplyConfigResponse)(nil),    // 47: cairn.machine.v1alpha1.ApplyConfigResponse
+	(*ConfirmConfigRequest)(nil),   // 48: cairn.machine.v1alpha1.ConfirmConfigRequest
+	(*ConfirmConfigResponse)(nil),  // 49: cairn.machine.v1alpha1.ConfirmConfigResponse
+	(*ConfigStatusRequest)(nil),    // 50: cairn.machine.v1alpha1.ConfigStatusRequest
+	(*ConfigState)(nil),            // 51: cairn.machine.v1alpha1.ConfigState
+	(*UpgradeRequest)(nil),         // 52: cairn.machine.v1alpha1.UpgradeRequest
+	(*UpgradeHeader)(nil),          // 53: cairn.machine.v1alpha1.UpgradeHeader
+	(*UpgradeProgress)(nil),        // 54: cairn.machine.v1alpha1.UpgradeProgress
+	(*RollbackRequest)(nil),        // 55: cairn.machine.v1alpha1.RollbackRequest
+	(*RollbackResponse)(nil),       // 56: cairn.machine.v1alpha1.RollbackResponse
+	(*BootStatusRequest)(nil),      // 57: cairn.machine.v1alpha1.BootStatusRequest
+	(*BootState)(nil),              // 58: cairn.machine.v1alpha1.BootState
+	(*ResetRequest)(nil),           // 59: cairn.machine.v1alpha1.ResetRequest
+	(*ResetResponse)(nil),          // 60: cairn.machine.v1alpha1.ResetResponse
+	(*PingRequest)(nil),            // 61: cairn.machine.v1alpha1.PingRequest
+	(*PingReply)(nil),              // 62: cairn.machine.v1alpha1.PingReply
+	(*LookupRequest)(nil),          // 63: cairn.machine.v1alpha1.LookupRequest
+	(*LookupResponse)(nil),         // 64: cairn.machine.v1alpha1.LookupResponse
+	(*ConnectRequest)(nil),         // 65: cairn.machine.v1alpha1.ConnectRequest
+	(*ConnectResponse)(nil),        // 66: cairn.machine.v1alpha1.ConnectResponse
+	nil,                            // 67: cairn.machine.v1alpha1.AuditRecord.RequestEntry
+	(*durationpb.Duration)(nil),    // 68: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 69: google.protobuf.Timestamp
 }
 var file_machine_proto_depIdxs = []int32{
-	61, // 0: cairn.machine.v1alpha1.VersionResponse.uptime:type_name -> google.protobuf.Duration
+	68, // 0: cairn.machine.v1alpha1.VersionResponse.uptime:type_name -> google.protobuf.Duration
 	4,  // 1: cairn.machine.v1alpha1.VersionResponse.boot_timeline:type_name -> cairn.machine.v1alpha1.BootStep
 	3,  // 2: cairn.machine.v1alpha1.VersionResponse.time_sync:type_name -> cairn.machine.v1alpha1.TimeSync
-	50, // 3: cairn.machine.v1alpha1.VersionResponse.config:type_name -> cairn.machine.v1alpha1.ConfigState
-	57, // 4: cairn.machine.v1alpha1.VersionResponse.boot:type_name -> cairn.machine.v1alpha1.BootState
-	61, // 5: cairn.machine.v1alpha1.TimeSync.offset:type_name -> google.protobuf.Duration
-	62, // 6: cairn.machine.v1alpha1.TimeSync.last_sync:type_name -> google.protobuf.Timestamp
-	62, // 7: cairn.machine.v1alpha1.TimeSync.next_poll:type_name -> google.protobuf.Timestamp
-	61, // 8: cairn.machine.v1alpha1.BootStep.start:type_name -> google.protobuf.Duration
-	61, // 9: cairn.machine.v1alpha1.BootStep.duration:type_name -> google.protobuf.Duration
+	51, // 3: cairn.machine.v1alpha1.VersionResponse.config:type_name -> cairn.machine.v1alpha1.ConfigState
+	58, // 4: cairn.machine.v1alpha1.VersionResponse.boot:type_name -> cairn.machine.v1alpha1.BootState
+	68, // 5: cairn.machine.v1alpha1.TimeSync.offset:type_name -> google.protobuf.Duration
+	69, // 6: cairn.machine.v1alpha1.TimeSync.last_sync:type_name -> google.protobuf.Timestamp
+	69, // 7: cairn.machine.v1alpha1.TimeSync.next_poll:type_name -> google.protobuf.Timestamp
+	68, // 8: cairn.machine.v1alpha1.BootStep.start:type_name -> google.protobuf.Duration
+	68, // 9: cairn.machine.v1alpha1.BootStep.duration:type_name -> google.protobuf.Duration
 	4,  // 10: cairn.machine.v1alpha1.BootTimelineResponse.steps:type_name -> cairn.machine.v1alpha1.BootStep
 	3,  // 11: cairn.machine.v1alpha1.BootTimelineResponse.time_sync:type_name -> cairn.machine.v1alpha1.TimeSync
 	13, // 12: cairn.machine.v1alpha1.ServicesResponse.services:type_name -> cairn.machine.v1alpha1.ServiceStatus
-	62, // 13: cairn.machine.v1alpha1.ServiceStatus.since:type_name -> google.protobuf.Timestamp
-	62, // 14: cairn.machine.v1alpha1.ServiceStatus.started_at:type_name -> google.protobuf.Timestamp
-	61, // 15: cairn.machine.v1alpha1.ServiceStatus.since_boot:type_name -> google.protobuf.Duration
+	69, // 13: cairn.machine.v1alpha1.ServiceStatus.since:type_name -> google.protobuf.Timestamp
+	69, // 14: cairn.machine.v1alpha1.ServiceStatus.started_at:type_name -> google.protobuf.Timestamp
+	68, // 15: cairn.machine.v1alpha1.ServiceStatus.since_boot:type_name -> google.protobuf.Duration
 	14, // 16: cairn.machine.v1alpha1.ServiceStatus.limits:type_name -> cairn.machine.v1alpha1.CgroupLimits
 	24, // 17: cairn.machine.v1alpha1.ContainersResponse.namespaces:type_name -> cairn.machine.v1alpha1.ContainerNamespace
 	25, // 18: cairn.machine.v1alpha1.ContainerNamespace.containers:type_name -> cairn.machine.v1alpha1.Container
 	26, // 19: cairn.machine.v1alpha1.ContainerNamespace.images:type_name -> cairn.machine.v1alpha1.Image
 	29, // 20: cairn.machine.v1alpha1.AuditResponse.records:type_name -> cairn.machine.v1alpha1.AuditRecord
-	62, // 21: cairn.machine.v1alpha1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	60, // 22: cairn.machine.v1alpha1.AuditRecord.request:type_name -> cairn.machine.v1alpha1.AuditRecord.RequestEntry
-	61, // 23: cairn.machine.v1alpha1.AuditRecord.duration:type_name -> google.protobuf.Duration
-	61, // 24: cairn.machine.v1alpha1.DmesgRecord.time:type_name -> google.protobuf.Duration
+	69, // 21: cairn.machine.v1alpha1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	67, // 22: cairn.machine.v1alpha1.AuditRecord.request:type_name -> cairn.machine.v1alpha1.AuditRecord.RequestEntry
+	68, // 23: cairn.machine.v1alpha1.AuditRecord.duration:type_name -> google.protobuf.Duration
+	68, // 24: cairn.machine.v1alpha1.DmesgRecord.time:type_name -> google.protobuf.Duration
 	34, // 25: cairn.machine.v1alpha1.MountsResponse.mounts:type_name -> cairn.machine.v1alpha1.Mount
 	37, // 26: cairn.machine.v1alpha1.ProcessesResponse.processes:type_name -> cairn.machine.v1alpha1.Process
-	61, // 27: cairn.machine.v1alpha1.Process.cpu_time:type_name -> google.protobuf.Duration
-	40, // 28: cairn.machine.v1alpha1.NetworkResponse.links:type_name -> cairn.machine.v1alpha1.Link
-	41, // 29: cairn.machine.v1alpha1.NetworkResponse.routes:type_name -> cairn.machine.v1alpha1.Route
-	0,  // 30: cairn.machine.v1alpha1.ApplyConfigRequest.mode:type_name -> cairn.machine.v1alpha1.ApplyMode
-	61, // 31: cairn.machine.v1alpha1.ApplyConfigRequest.try_timeout:type_name -> google.protobuf.Duration
-	45, // 32: cairn.machine.v1alpha1.ApplyConfigResponse.changes:type_name -> cairn.machine.v1alpha1.ConfigChange
-	62, // 33: cairn.machine.v1alpha1.ConfigState.try_until:type_name -> google.protobuf.Timestamp
-	52, // 34: cairn.machine.v1alpha1.UpgradeRequest.header:type_name -> cairn.machine.v1alpha1.UpgradeHeader
-	61, // 35: cairn.machine.v1alpha1.UpgradeHeader.health_timeout:type_name -> google.protobuf.Duration
-	1,  // 36: cairn.machine.v1alpha1.Machine.Version:input_type -> cairn.machine.v1alpha1.VersionRequest
-	7,  // 37: cairn.machine.v1alpha1.Machine.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
-	9,  // 38: cairn.machine.v1alpha1.Machine.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
-	11, // 39: cairn.machine.v1alpha1.Machine.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
-	15, // 40: cairn.machine.v1alpha1.Machine.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
-	17, // 41: cairn.machine.v1alpha1.Machine.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
-	19, // 42: cairn.machine.v1alpha1.Machine.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
-	22, // 43: cairn.machine.v1alpha1.Machine.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
-	21, // 44: cairn.machine.v1alpha1.Machine.PodLogs:input_type -> cairn.machine.v1alpha1.PodLogsRequest
-	44, // 45: cairn.machine.v1alpha1.Machine.ApplyConfig:input_type -> cairn.machine.v1alpha1.ApplyConfigRequest
-	47, // 46: cairn.machine.v1alpha1.Machine.ConfirmConfig:input_type -> cairn.machine.v1alpha1.ConfirmConfigRequest
-	51, // 47: cairn.machine.v1alpha1.Machine.Upgrade:input_type -> cairn.machine.v1alpha1.UpgradeRequest
-	54, // 48: cairn.machine.v1alpha1.Machine.Rollback:input_type -> cairn.machine.v1alpha1.RollbackRequest
-	58, // 49: cairn.machine.v1alpha1.Machine.Reset:input_type -> cairn.machine.v1alpha1.ResetRequest
-	27, // 50: cairn.machine.v1alpha1.Machine.Audit:input_type -> cairn.machine.v1alpha1.AuditRequest
-	30, // 51: cairn.machine.v1alpha1.Machine.Dmesg:input_type -> cairn.machine.v1alpha1.DmesgRequest
-	32, // 52: cairn.machine.v1alpha1.Machine.Mounts:input_type -> cairn.machine.v1alpha1.MountsRequest
-	35, // 53: cairn.machine.v1alpha1.Machine.Processes:input_type -> cairn.machine.v1alpha1.ProcessesRequest
-	38, // 54: cairn.machine.v1alpha1.Machine.Network:input_type -> cairn.machine.v1alpha1.NetworkRequest
-	42, // 55: cairn.machine.v1alpha1.Machine.Read:input_type -> cairn.machine.v1alpha1.ReadRequest
-	5,  // 56: cairn.machine.v1alpha1.Init.BootTimeline:input_type -> cairn.machine.v1alpha1.BootTimelineRequest
-	7,  // 57: cairn.machine.v1alpha1.Init.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
-	9,  // 58: cairn.machine.v1alpha1.Init.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
-	11, // 59: cairn.machine.v1alpha1.Init.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
-	15, // 60: cairn.machine.v1alpha1.Init.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
-	17, // 61: cairn.machine.v1alpha1.Init.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
-	19, // 62: cairn.machine.v1alpha1.Init.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
-	22, // 63: cairn.machine.v1alpha1.Init.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
-	44, // 64: cairn.machine.v1alpha1.Init.ApplyConfig:input_type -> cairn.machine.v1alpha1.ApplyConfigRequest
-	47, // 65: cairn.machine.v1alpha1.Init.ConfirmConfig:input_type -> cairn.machine.v1alpha1.ConfirmConfigRequest
-	49, // 66: cairn.machine.v1alpha1.Init.ConfigStatus:input_type -> cairn.machine.v1alpha1.ConfigStatusRequest
-	51, // 67: cairn.machine.v1alpha1.Init.Upgrade:input_type -> cairn.machine.v1alpha1.UpgradeRequest
-	54, // 68: cairn.machine.v1alpha1.Init.Rollback:input_type -> cairn.machine.v1alpha1.RollbackRequest
-	56, // 69: cairn.machine.v1alpha1.Init.BootStatus:input_type -> cairn.machine.v1alpha1.BootStatusRequest
-	58, // 70: cairn.machine.v1alpha1.Init.Reset:input_type -> cairn.machine.v1alpha1.ResetRequest
-	2,  // 71: cairn.machine.v1alpha1.Machine.Version:output_type -> cairn.machine.v1alpha1.VersionResponse
-	8,  // 72: cairn.machine.v1alpha1.Machine.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
-	10, // 73: cairn.machine.v1alpha1.Machine.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
-	12, // 74: cairn.machine.v1alpha1.Machine.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
-	16, // 75: cairn.machine.v1alpha1.Machine.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
-	18, // 76: cairn.machine.v1alpha1.Machine.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
-	20, // 77: cairn.machine.v1alpha1.Machine.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	23, // 78: cairn.machine.v1alpha1.Machine.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
-	20, // 79: cairn.machine.v1alpha1.Machine.PodLogs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	46, // 80: cairn.machine.v1alpha1.Machine.ApplyConfig:output_type -> cairn.machine.v1alpha1.ApplyConfigResponse
-	48, // 81: cairn.machine.v1alpha1.Machine.ConfirmConfig:output_type -> cairn.machine.v1alpha1.ConfirmConfigResponse
-	53, // 82: cairn.machine.v1alpha1.Machine.Upgrade:output_type -> cairn.machine.v1alpha1.UpgradeProgress
-	55, // 83: cairn.machine.v1alpha1.Machine.Rollback:output_type -> cairn.machine.v1alpha1.RollbackResponse
-	59, // 84: cairn.machine.v1alpha1.Machine.Reset:output_type -> cairn.machine.v1alpha1.ResetResponse
-	28, // 85: cairn.machine.v1alpha1.Machine.Audit:output_type -> cairn.machine.v1alpha1.AuditResponse
-	31, // 86: cairn.machine.v1alpha1.Machine.Dmesg:output_type -> cairn.machine.v1alpha1.DmesgRecord
-	33, // 87: cairn.machine.v1alpha1.Machine.Mounts:output_type -> cairn.machine.v1alpha1.MountsResponse
-	36, // 88: cairn.machine.v1alpha1.Machine.Processes:output_type -> cairn.machine.v1alpha1.ProcessesResponse
-	39, // 89: cairn.machine.v1alpha1.Machine.Network:output_type -> cairn.machine.v1alpha1.NetworkResponse
-	43, // 90: cairn.machine.v1alpha1.Machine.Read:output_type -> cairn.machine.v1alpha1.ReadChunk
-	6,  // 91: cairn.machine.v1alpha1.Init.BootTimeline:output_type -> cairn.machine.v1alpha1.BootTimelineResponse
-	8,  // 92: cairn.machine.v1alpha1.Init.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
-	10, // 93: cairn.machine.v1alpha1.Init.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
-	12, // 94: cairn.machine.v1alpha1.Init.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
-	16, // 95: cairn.machine.v1alpha1.Init.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
-	18, // 96: cairn.machine.v1alpha1.Init.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
-	20, // 97: cairn.machine.v1alpha1.Init.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	23, // 98: cairn.machine.v1alpha1.Init.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
-	46, // 99: cairn.machine.v1alpha1.Init.ApplyConfig:output_type -> cairn.machine.v1alpha1.ApplyConfigResponse
-	48, // 100: cairn.machine.v1alpha1.Init.ConfirmConfig:output_type -> cairn.machine.v1alpha1.ConfirmConfigResponse
-	50, // 101: cairn.machine.v1alpha1.Init.ConfigStatus:output_type -> cairn.machine.v1alpha1.ConfigState
-	53, // 102: cairn.machine.v1alpha1.Init.Upgrade:output_type -> cairn.machine.v1alpha1.UpgradeProgress
-	55, // 103: cairn.machine.v1alpha1.Init.Rollback:output_type -> cairn.machine.v1alpha1.RollbackResponse
-	57, // 104: cairn.machine.v1alpha1.Init.BootStatus:output_type -> cairn.machine.v1alpha1.BootState
-	59, // 105: cairn.machine.v1alpha1.Init.Reset:output_type -> cairn.machine.v1alpha1.ResetResponse
-	71, // [71:106] is the sub-list for method output_type
-	36, // [36:71] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	68, // 27: cairn.machine.v1alpha1.Process.cpu_time:type_name -> google.protobuf.Duration
+	41, // 28: cairn.machine.v1alpha1.NetworkResponse.links:type_name -> cairn.machine.v1alpha1.Link
+	42, // 29: cairn.machine.v1alpha1.NetworkResponse.routes:type_name -> cairn.machine.v1alpha1.Route
+	40, // 30: cairn.machine.v1alpha1.NetworkResponse.sockets:type_name -> cairn.machine.v1alpha1.Socket
+	0,  // 31: cairn.machine.v1alpha1.ApplyConfigRequest.mode:type_name -> cairn.machine.v1alpha1.ApplyMode
+	68, // 32: cairn.machine.v1alpha1.ApplyConfigRequest.try_timeout:type_name -> google.protobuf.Duration
+	46, // 33: cairn.machine.v1alpha1.ApplyConfigResponse.changes:type_name -> cairn.machine.v1alpha1.ConfigChange
+	69, // 34: cairn.machine.v1alpha1.ConfigState.try_until:type_name -> google.protobuf.Timestamp
+	53, // 35: cairn.machine.v1alpha1.UpgradeRequest.header:type_name -> cairn.machine.v1alpha1.UpgradeHeader
+	68, // 36: cairn.machine.v1alpha1.UpgradeHeader.health_timeout:type_name -> google.protobuf.Duration
+	68, // 37: cairn.machine.v1alpha1.PingRequest.interval:type_name -> google.protobuf.Duration
+	68, // 38: cairn.machine.v1alpha1.PingRequest.timeout:type_name -> google.protobuf.Duration
+	68, // 39: cairn.machine.v1alpha1.PingReply.rtt:type_name -> google.protobuf.Duration
+	68, // 40: cairn.machine.v1alpha1.LookupResponse.duration:type_name -> google.protobuf.Duration
+	68, // 41: cairn.machine.v1alpha1.ConnectRequest.timeout:type_name -> google.protobuf.Duration
+	68, // 42: cairn.machine.v1alpha1.ConnectResponse.duration:type_name -> google.protobuf.Duration
+	1,  // 43: cairn.machine.v1alpha1.Machine.Version:input_type -> cairn.machine.v1alpha1.VersionRequest
+	7,  // 44: cairn.machine.v1alpha1.Machine.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
+	9,  // 45: cairn.machine.v1alpha1.Machine.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
+	11, // 46: cairn.machine.v1alpha1.Machine.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
+	15, // 47: cairn.machine.v1alpha1.Machine.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
+	17, // 48: cairn.machine.v1alpha1.Machine.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
+	19, // 49: cairn.machine.v1alpha1.Machine.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
+	22, // 50: cairn.machine.v1alpha1.Machine.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
+	21, // 51: cairn.machine.v1alpha1.Machine.PodLogs:input_type -> cairn.machine.v1alpha1.PodLogsRequest
+	45, // 52: cairn.machine.v1alpha1.Machine.ApplyConfig:input_type -> cairn.machine.v1alpha1.ApplyConfigRequest
+	48, // 53: cairn.machine.v1alpha1.Machine.ConfirmConfig:input_type -> cairn.machine.v1alpha1.ConfirmConfigRequest
+	52, // 54: cairn.machine.v1alpha1.Machine.Upgrade:input_type -> cairn.machine.v1alpha1.UpgradeRequest
+	55, // 55: cairn.machine.v1alpha1.Machine.Rollback:input_type -> cairn.machine.v1alpha1.RollbackRequest
+	59, // 56: cairn.machine.v1alpha1.Machine.Reset:input_type -> cairn.machine.v1alpha1.ResetRequest
+	27, // 57: cairn.machine.v1alpha1.Machine.Audit:input_type -> cairn.machine.v1alpha1.AuditRequest
+	30, // 58: cairn.machine.v1alpha1.Machine.Dmesg:input_type -> cairn.machine.v1alpha1.DmesgRequest
+	32, // 59: cairn.machine.v1alpha1.Machine.Mounts:input_type -> cairn.machine.v1alpha1.MountsRequest
+	35, // 60: cairn.machine.v1alpha1.Machine.Processes:input_type -> cairn.machine.v1alpha1.ProcessesRequest
+	38, // 61: cairn.machine.v1alpha1.Machine.Network:input_type -> cairn.machine.v1alpha1.NetworkRequest
+	43, // 62: cairn.machine.v1alpha1.Machine.Read:input_type -> cairn.machine.v1alpha1.ReadRequest
+	61, // 63: cairn.machine.v1alpha1.Machine.Ping:input_type -> cairn.machine.v1alpha1.PingRequest
+	63, // 64: cairn.machine.v1alpha1.Machine.Lookup:input_type -> cairn.machine.v1alpha1.LookupRequest
+	65, // 65: cairn.machine.v1alpha1.Machine.Connect:input_type -> cairn.machine.v1alpha1.ConnectRequest
+	5,  // 66: cairn.machine.v1alpha1.Init.BootTimeline:input_type -> cairn.machine.v1alpha1.BootTimelineRequest
+	7,  // 67: cairn.machine.v1alpha1.Init.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
+	9,  // 68: cairn.machine.v1alpha1.Init.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
+	11, // 69: cairn.machine.v1alpha1.Init.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
+	15, // 70: cairn.machine.v1alpha1.Init.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
+	17, // 71: cairn.machine.v1alpha1.Init.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
+	19, // 72: cairn.machine.v1alpha1.Init.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
+	22, // 73: cairn.machine.v1alpha1.Init.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
+	45, // 74: cairn.machine.v1alpha1.Init.ApplyConfig:input_type -> cairn.machine.v1alpha1.ApplyConfigRequest
+	48, // 75: cairn.machine.v1alpha1.Init.ConfirmConfig:input_type -> cairn.machine.v1alpha1.ConfirmConfigRequest
+	50, // 76: cairn.machine.v1alpha1.Init.ConfigStatus:input_type -> cairn.machine.v1alpha1.ConfigStatusRequest
+	52, // 77: cairn.machine.v1alpha1.Init.Upgrade:input_type -> cairn.machine.v1alpha1.UpgradeRequest
+	55, // 78: cairn.machine.v1alpha1.Init.Rollback:input_type -> cairn.machine.v1alpha1.RollbackRequest
+	57, // 79: cairn.machine.v1alpha1.Init.BootStatus:input_type -> cairn.machine.v1alpha1.BootStatusRequest
+	59, // 80: cairn.machine.v1alpha1.Init.Reset:input_type -> cairn.machine.v1alpha1.ResetRequest
+	2,  // 81: cairn.machine.v1alpha1.Machine.Version:output_type -> cairn.machine.v1alpha1.VersionResponse
+	8,  // 82: cairn.machine.v1alpha1.Machine.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
+	10, // 83: cairn.machine.v1alpha1.Machine.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
+	12, // 84: cairn.machine.v1alpha1.Machine.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
+	16, // 85: cairn.machine.v1alpha1.Machine.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
+	18, // 86: cairn.machine.v1alpha1.Machine.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
+	20, // 87: cairn.machine.v1alpha1.Machine.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	23, // 88: cairn.machine.v1alpha1.Machine.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
+	20, // 89: cairn.machine.v1alpha1.Machine.PodLogs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	47, // 90: cairn.machine.v1alpha1.Machine.ApplyConfig:output_type -> cairn.machine.v1alpha1.ApplyConfigResponse
+	49, // 91: cairn.machine.v1alpha1.Machine.ConfirmConfig:output_type -> cairn.machine.v1alpha1.ConfirmConfigResponse
+	54, // 92: cairn.machine.v1alpha1.Machine.Upgrade:output_type -> cairn.machine.v1alpha1.UpgradeProgress
+	56, // 93: cairn.machine.v1alpha1.Machine.Rollback:output_type -> cairn.machine.v1alpha1.RollbackResponse
+	60, // 94: cairn.machine.v1alpha1.Machine.Reset:output_type -> cairn.machine.v1alpha1.ResetResponse
+	28, // 95: cairn.machine.v1alpha1.Machine.Audit:output_type -> cairn.machine.v1alpha1.AuditResponse
+	31, // 96: cairn.machine.v1alpha1.Machine.Dmesg:output_type -> cairn.machine.v1alpha1.DmesgRecord
+	33, // 97: cairn.machine.v1alpha1.Machine.Mounts:output_type -> cairn.machine.v1alpha1.MountsResponse
+	36, // 98: cairn.machine.v1alpha1.Machine.Processes:output_type -> cairn.machine.v1alpha1.ProcessesResponse
+	39, // 99: cairn.machine.v1alpha1.Machine.Network:output_type -> cairn.machine.v1alpha1.NetworkResponse
+	44, // 100: cairn.machine.v1alpha1.Machine.Read:output_type -> cairn.machine.v1alpha1.ReadChunk
+	62, // 101: cairn.machine.v1alpha1.Machine.Ping:output_type -> cairn.machine.v1alpha1.PingReply
+	64, // 102: cairn.machine.v1alpha1.Machine.Lookup:output_type -> cairn.machine.v1alpha1.LookupResponse
+	66, // 103: cairn.machine.v1alpha1.Machine.Connect:output_type -> cairn.machine.v1alpha1.ConnectResponse
+	6,  // 104: cairn.machine.v1alpha1.Init.BootTimeline:output_type -> cairn.machine.v1alpha1.BootTimelineResponse
+	8,  // 105: cairn.machine.v1alpha1.Init.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
+	10, // 106: cairn.machine.v1alpha1.Init.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
+	12, // 107: cairn.machine.v1alpha1.Init.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
+	16, // 108: cairn.machine.v1alpha1.Init.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
+	18, // 109: cairn.machine.v1alpha1.Init.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
+	20, // 110: cairn.machine.v1alpha1.Init.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	23, // 111: cairn.machine.v1alpha1.Init.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
+	47, // 112: cairn.machine.v1alpha1.Init.ApplyConfig:output_type -> cairn.machine.v1alpha1.ApplyConfigResponse
+	49, // 113: cairn.machine.v1alpha1.Init.ConfirmConfig:output_type -> cairn.machine.v1alpha1.ConfirmConfigResponse
+	51, // 114: cairn.machine.v1alpha1.Init.ConfigStatus:output_type -> cairn.machine.v1alpha1.ConfigState
+	54, // 115: cairn.machine.v1alpha1.Init.Upgrade:output_type -> cairn.machine.v1alpha1.UpgradeProgress
+	56, // 116: cairn.machine.v1alpha1.Init.Rollback:output_type -> cairn.machine.v1alpha1.RollbackResponse
+	58, // 117: cairn.machine.v1alpha1.Init.BootStatus:output_type -> cairn.machine.v1alpha1.BootState
+	60, // 118: cairn.machine.v1alpha1.Init.Reset:output_type -> cairn.machine.v1alpha1.ResetResponse
+	81, // [81:119] is the sub-list for method output_type
+	43, // [43:81] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_machine_proto_init() }
@@ -4081,7 +4595,7 @@ func file_machine_proto_init() {
 	if File_machine_proto != nil {
 		return
 	}
-	file_machine_proto_msgTypes[50].OneofWrappers = []any{
+	file_machine_proto_msgTypes[51].OneofWrappers = []any{
 		(*UpgradeRequest_Header)(nil),
 		(*UpgradeRequest_Chunk)(nil),
 	}
@@ -4091,7 +4605,7 @@ func file_machine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_machine_proto_rawDesc), len(file_machine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   60,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

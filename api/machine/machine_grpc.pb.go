@@ -42,6 +42,9 @@ const (
 	Machine_Processes_FullMethodName      = "/cairn.machine.v1alpha1.Machine/Processes"
 	Machine_Network_FullMethodName        = "/cairn.machine.v1alpha1.Machine/Network"
 	Machine_Read_FullMethodName           = "/cairn.machine.v1alpha1.Machine/Read"
+	Machine_Ping_FullMethodName           = "/cairn.machine.v1alpha1.Machine/Ping"
+	Machine_Lookup_FullMethodName         = "/cairn.machine.v1alpha1.Machine/Lookup"
+	Machine_Connect_FullMethodName        = "/cairn.machine.v1alpha1.Machine/Connect"
 )
 
 // MachineClient is the client API for Machine service.
@@ -112,6 +115,15 @@ type MachineClient interface {
 	// Read streams a file under /var/log, /proc, /sys or /etc, at most a
 	// size limit, refusing key material and other secrets.
 	Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadChunk], error)
+	// Ping sends ICMP echo requests from the node and streams each reply,
+	// or its timeout.
+	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PingReply], error)
+	// Lookup resolves a name as the node's programs do: /etc/hosts, then
+	// the nameservers of /etc/resolv.conf.
+	Lookup(ctx context.Context, in *LookupRequest, opts ...grpc.CallOption) (*LookupResponse, error)
+	// Connect opens a TCP connection from the node to an address and port,
+	// and closes it.
+	Connect(ctx context.Context, in *ConnectRequest, opts ...grpc.CallOption) (*ConnectResponse, error)
 }
 
 type machineClient struct {
@@ -361,6 +373,45 @@ func (c *machineClient) Read(ctx context.Context, in *ReadRequest, opts ...grpc.
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Machine_ReadClient = grpc.ServerStreamingClient[ReadChunk]
 
+func (c *machineClient) Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PingReply], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Machine_ServiceDesc.Streams[5], Machine_Ping_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PingRequest, PingReply]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Machine_PingClient = grpc.ServerStreamingClient[PingReply]
+
+func (c *machineClient) Lookup(ctx context.Context, in *LookupRequest, opts ...grpc.CallOption) (*LookupResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LookupResponse)
+	err := c.cc.Invoke(ctx, Machine_Lookup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *machineClient) Connect(ctx context.Context, in *ConnectRequest, opts ...grpc.CallOption) (*ConnectResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ConnectResponse)
+	err := c.cc.Invoke(ctx, Machine_Connect_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MachineServer is the server API for Machine service.
 // All implementations must embed UnimplementedMachineServer
 // for forward compatibility.
@@ -429,6 +480,15 @@ type MachineServer interface {
 	// Read streams a file under /var/log, /proc, /sys or /etc, at most a
 	// size limit, refusing key material and other secrets.
 	Read(*ReadRequest, grpc.ServerStreamingServer[ReadChunk]) error
+	// Ping sends ICMP echo requests from the node and streams each reply,
+	// or its timeout.
+	Ping(*PingRequest, grpc.ServerStreamingServer[PingReply]) error
+	// Lookup resolves a name as the node's programs do: /etc/hosts, then
+	// the nameservers of /etc/resolv.conf.
+	Lookup(context.Context, *LookupRequest) (*LookupResponse, error)
+	// Connect opens a TCP connection from the node to an address and port,
+	// and closes it.
+	Connect(context.Context, *ConnectRequest) (*ConnectResponse, error)
 	mustEmbedUnimplementedMachineServer()
 }
 
@@ -498,6 +558,15 @@ func (UnimplementedMachineServer) Network(context.Context, *NetworkRequest) (*Ne
 }
 func (UnimplementedMachineServer) Read(*ReadRequest, grpc.ServerStreamingServer[ReadChunk]) error {
 	return status.Errorf(codes.Unimplemented, "method Read not implemented")
+}
+func (UnimplementedMachineServer) Ping(*PingRequest, grpc.ServerStreamingServer[PingReply]) error {
+	return status.Errorf(codes.Unimplemented, "method Ping not implemented")
+}
+func (UnimplementedMachineServer) Lookup(context.Context, *LookupRequest) (*LookupResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Lookup not implemented")
+}
+func (UnimplementedMachineServer) Connect(context.Context, *ConnectRequest) (*ConnectResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Connect not implemented")
 }
 func (UnimplementedMachineServer) mustEmbedUnimplementedMachineServer() {}
 func (UnimplementedMachineServer) testEmbeddedByValue()                 {}
@@ -841,6 +910,53 @@ func _Machine_Read_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Machine_ReadServer = grpc.ServerStreamingServer[ReadChunk]
 
+func _Machine_Ping_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(PingRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(MachineServer).Ping(m, &grpc.GenericServerStream[PingRequest, PingReply]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Machine_PingServer = grpc.ServerStreamingServer[PingReply]
+
+func _Machine_Lookup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LookupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MachineServer).Lookup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Machine_Lookup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MachineServer).Lookup(ctx, req.(*LookupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Machine_Connect_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ConnectRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MachineServer).Connect(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Machine_Connect_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MachineServer).Connect(ctx, req.(*ConnectRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Machine_ServiceDesc is the grpc.ServiceDesc for Machine service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -908,6 +1024,14 @@ var Machine_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Network",
 			Handler:    _Machine_Network_Handler,
 		},
+		{
+			MethodName: "Lookup",
+			Handler:    _Machine_Lookup_Handler,
+		},
+		{
+			MethodName: "Connect",
+			Handler:    _Machine_Connect_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -934,6 +1058,11 @@ var Machine_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Read",
 			Handler:       _Machine_Read_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Ping",
+			Handler:       _Machine_Ping_Handler,
 			ServerStreams: true,
 		},
 	},

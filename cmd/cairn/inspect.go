@@ -65,7 +65,7 @@ func inspectCmds(f *nodeFlags) []*cobra.Command {
 			printProcesses(w, resp.Processes)
 			return nil
 		}),
-		f.call("network", "Show links, addresses, routes and the nftables ruleset", func(ctx context.Context, c *client.Client, w io.Writer) error {
+		f.call("network", "Show links, addresses, routes, TCP and UDP sockets and the nftables ruleset", func(ctx context.Context, c *client.Client, w io.Writer) error {
 			resp, err := c.Network(ctx, &machine.NetworkRequest{})
 			if err != nil {
 				return err
@@ -153,6 +153,14 @@ func printNetwork(w io.Writer, n *machine.NetworkResponse) {
 			table = strconv.Itoa(int(r.Table))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Destination, r.Gateway, r.Device, r.Source, table, r.Metric, r.Type)
+	}
+	fmt.Fprintln(tw, "\nPROTO\tSTATE\tLOCAL\tREMOTE\tPID\tCOMMAND")
+	for _, s := range n.Sockets {
+		pid := ""
+		if s.Pid > 0 {
+			pid = strconv.Itoa(int(s.Pid))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Protocol, s.State, s.Local, s.Remote, pid, s.Command)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\nnftables:\n%s", n.Nftables)

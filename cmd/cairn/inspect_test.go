@@ -46,6 +46,7 @@ func TestPrintInspect(t *testing.T) {
 		Links:    []*machine.Link{{Name: "lo", State: "unknown", Mtu: 65536, Type: "device", Addresses: []string{"127.0.0.1/8", "::1/128"}}},
 		Routes:   []*machine.Route{{Destination: "default", Gateway: "10.0.2.2", Device: "eth0", Table: 254, Metric: 1024, Type: "unicast"}, {Destination: "10.0.0.0/8", Device: "eth0", Table: 100, Type: "unicast"}},
 		Nftables: "table inet cairn {\n}\n",
+		Sockets:  []*machine.Socket{{Protocol: "tcp6", State: "LISTEN", Local: "[::]:50000", Remote: "[::]:0", Pid: 412, Command: "cairn-agent"}},
 	})
 	want := `SOURCE     TARGET  TYPE  OPTIONS                          FS OPTIONS
 /dev/vda4  /var    ext4  rw,nosuid,nodev,relatime         rw
@@ -60,6 +61,9 @@ DESTINATION  GATEWAY   DEVICE  SOURCE  TABLE  METRIC  TYPE
 default      10.0.2.2  eth0            main   1024    unicast
 10.0.0.0/8             eth0            100    0       unicast
 
+PROTO  STATE   LOCAL       REMOTE  PID  COMMAND
+tcp6   LISTEN  [::]:50000  [::]:0  412  cairn-agent
+
 nftables:
 table inet cairn {
 }
@@ -69,10 +73,10 @@ table inet cairn {
 	}
 }
 
-// TestInspectCommands runs `cairn node mounts|processes|network|dmesg|read`
-// against the real API server on loopback, as a reader.
-func TestInspectCommands(t *testing.T) {
-	need.Root(t, "reads /dev/kmsg and nftables")
+// cliOnAPI serves the real API server on loopback, with no init, and
+// returns a runner of the CLI against it with a client of role.
+func cliOnAPI(t *testing.T, role string) func(args ...string) (string, string, error) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -83,13 +87,13 @@ func TestInspectCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	creds, err := agentapi.NewCredentials(&bundle.Config.Machine.API)
-	srv := agentapi.NewServer(creds, nil, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv := agentapi.NewServer(creds, nil, t.TempDir())
 	go srv.Serve(l)
 	t.Cleanup(srv.Stop)
-	cert, key, err := bundle.CA.IssueClient("ops", machineconfig.RoleReader, time.Now())
+	cert, key, err := bundle.CA.IssueClient("ops", role, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +103,7 @@ func TestInspectCommands(t *testing.T) {
 	if err := cc.Write(cfgPath); err != nil {
 		t.Fatal(err)
 	}
-	run := func(args ...string) (string, string, error) {
+	return func(args ...string) (string, string, error) {
 		cmd := rootCmd()
 		var out, errOut bytes.Buffer
 		cmd.SetOut(&out)
@@ -108,13 +112,20 @@ func TestInspectCommands(t *testing.T) {
 		err := cmd.Execute()
 		return out.String(), errOut.String(), err
 	}
+}
+
+// TestInspectCommands runs `cairn node mounts|processes|network|dmesg|read`
+// against the real API server on loopback, as a reader.
+func TestInspectCommands(t *testing.T) {
+	need.Root(t, "reads /dev/kmsg and nftables")
+	run := cliOnAPI(t, machineconfig.RoleReader)
 	for _, tt := range []struct {
 		args []string
 		want []string // lines, or parts of lines, the output has
 	}{
 		{[]string{"mounts"}, []string{"SOURCE ", " TARGET ", "proc ", " /proc "}},
 		{[]string{"processes"}, []string{"PID ", " CGROUP ", " COMMAND", os.Args[0]}},
-		{[]string{"network"}, []string{"LINK ", "lo ", "127.0.0.1/8", "\nDESTINATION ", "127.0.0.1/32", " local ", "\nnftables:\n"}},
+		{[]string{"network"}, []string{"LINK ", "lo ", "127.0.0.1/8", "\nDESTINATION ", "127.0.0.1/32", " local ", "\nPROTO ", "LISTEN", "\nnftables:\n"}},
 		{[]string{"dmesg"}, []string{"] kern."}},
 		{[]string{"read", "/proc/sys/kernel/ostype"}, []string{"Linux\n"}},
 	} {
@@ -144,5 +155,36 @@ func TestInspectCommands(t *testing.T) {
 		t.Errorf("cairn node read /usr/bin/env = %v, want it refused as outside the trees", err)
 	} else {
 		t.Logf("cairn node read /usr/bin/env: %v", err)
+	}
+}
+
+// TestProbeCommands runs `cairn node ping|lookup|connect` against the
+// real API server on loopback, as an operator, on loopback addresses.
+func TestProbeCommands(t *testing.T) {
+	need.Root(t, "a raw ICMP socket for ping")
+	run := cliOnAPI(t, machineconfig.RoleOperator)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, tt := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"ping", "-c", "2", "-i", "200ms", "127.0.0.1"}, []string{"reply from 127.0.0.1: seq=1 time=", "reply from 127.0.0.1: seq=2 time=", "2 sent, 2 received"}},
+		{[]string{"lookup", "localhost"}, []string{"localhost: "}},
+		{[]string{"connect", l.Addr().String()}, []string{"connected to " + l.Addr().String() + " from 127.0.0.1:"}},
+	} {
+		out, _, err := run(tt.args...)
+		if err != nil {
+			t.Errorf("cairn node %s = %v", strings.Join(tt.args, " "), err)
+			continue
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("cairn node %s printed\n%s\nwant it to hold %q", strings.Join(tt.args, " "), out, w)
+			}
+		}
 	}
 }

@@ -143,6 +143,7 @@ func nodeCmd() *cobra.Command {
 	cmd.AddCommand(inspectCmds(f)...)
 	cmd.AddCommand(applyCmds(f)...)
 	cmd.AddCommand(upgradeCmds(f)...)
+	cmd.AddCommand(probeCmds(f)...)
 	cmd.AddCommand(logs, kill, restart,
 		call("services", "List the services and their state", func(ctx context.Context, c *client.Client, w io.Writer) error {
 			resp, err := c.Services(ctx, &machine.ServicesRequest{})

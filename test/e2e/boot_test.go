@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -181,6 +182,22 @@ func TestBoot(t *testing.T) {
 		for _, want := range []string{"SERVICE", "containerd", "cairn-agent", "hello", "unreachable"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("cairn node services printed:\n%s\nwant %q in it", out, want)
+			}
+		}
+		// Checks from the node: to its own loopback, and to the test's
+		// registry on the host through QEMU's gateway.
+		for _, c := range []struct {
+			args []string
+			want string // a regular expression
+		}{
+			{[]string{"ping", "-c", "2", "-i", "200ms", "127.0.0.1"}, "2 sent, 2 received"},
+			{[]string{"lookup", "localhost"}, "localhost: 127.0.0.1"},
+			{[]string{"connect", guestRegistry}, "connected to " + regexp.QuoteMeta(guestRegistry) + " from 10.0.2.15:"},
+			{[]string{"network"}, `tcp6?\s+LISTEN\s+\S+:50000\s+\S+\s+\d+\s+cairn-agent`},
+		} {
+			out := cairn(t, append([]string{"node", "--cairnconfig", filepath.Join(dir, "cairnconfig")}, c.args...)...)
+			if !regexp.MustCompile(c.want).MatchString(out) {
+				t.Errorf("cairn node %s printed:\n%s\nwant it to match %q", strings.Join(c.args, " "), out, c.want)
 			}
 		}
 	})
