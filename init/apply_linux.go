@@ -62,6 +62,15 @@ type configs struct {
 	// clock keeps the time with machine.time.servers; nil until the
 	// clock is set.
 	clock *timeKeeper
+	// note records an event (kind, subject, message); nil records none.
+	note func(kind, subject, message string)
+}
+
+// event records a config event about generation gen.
+func (c *configs) event(gen uint64, message string) {
+	if c.note != nil {
+		c.note("config", fmt.Sprintf("generation %d", gen), message)
+	}
 }
 
 // liveTargets are where a live change is applied: the kernel's
@@ -189,6 +198,14 @@ func (c *configs) Status() *machine.ConfigState {
 // applies it as req.Mode says. Whatever fails, the node keeps the config
 // it ran and STATE keeps the one it held.
 func (c *configs) Apply(req *machine.ApplyConfigRequest) (*machine.ApplyConfigResponse, error) {
+	resp, err := c.apply(req)
+	if err == nil && req.Mode != machine.ApplyMode_APPLY_MODE_DRY_RUN && len(resp.Changes) > 0 {
+		c.event(resp.Generation, fmt.Sprintf("%s (%d changes)", resp.Outcome, len(resp.Changes)))
+	}
+	return resp, err
+}
+
+func (c *configs) apply(req *machine.ApplyConfigRequest) (*machine.ApplyConfigResponse, error) {
 	next, err := machineconfig.Parse(req.Config)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "the config is refused, nothing changed: %v", err)
@@ -345,6 +362,7 @@ func (c *configs) expire(t *pendingTry) {
 		return
 	}
 	slog.Warn("tried machine config reverted", "generation", cur.gen, "to", t.prev.gen, "why", "not confirmed in time")
+	c.event(cur.gen, fmt.Sprintf("reverted to generation %d: not confirmed in time", t.prev.gen))
 }
 
 // Confirm keeps the config being tried: it is written to STATE.
@@ -368,6 +386,7 @@ func (c *configs) Confirm() (*machine.ConfirmConfigResponse, error) {
 	c.try = nil
 	c.guard.Unlock()
 	slog.Info("tried machine config confirmed", "generation", cur.gen)
+	c.event(cur.gen, "confirmed: written to STATE")
 	return &machine.ConfirmConfigResponse{Generation: cur.gen}, nil
 }
 
@@ -505,6 +524,7 @@ func (c *configs) keepIfHealthy(healthy func() bool, deadline time.Duration, sto
 	}
 	c.setOnTrial(false)
 	slog.Info("machine config healthy: kept", "generation", gen)
+	c.event(gen, "healthy: kept")
 }
 
 func (c *configs) setOnTrial(on bool) {

@@ -292,3 +292,7 @@ func (c *controlServer) BootStatus(context.Context, *machine.BootStatusRequest) 
 func (c *controlServer) Reset(_ context.Context, req *machine.ResetRequest) (*machine.ResetResponse, error) {
 	return c.n.reset(req)
 }
+
+func (c *controlServer) Events(req *machine.EventsRequest, stream grpc.ServerStreamingServer[machine.Event]) error {
+	return c.n.events.stream(req, stream)
+}

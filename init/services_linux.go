@@ -15,6 +15,7 @@ import (
 	"github.com/opencontainers/cgroups"
 	"sigs.k8s.io/yaml"
 
+	"github.com/cairn-os/cairn/init/internal/boot"
 	"github.com/cairn-os/cairn/init/internal/containers"
 	"github.com/cairn-os/cairn/internal/containerdconfig"
 	"github.com/cairn-os/cairn/internal/criimage"
@@ -52,6 +53,8 @@ func (n *node) startServices(cfg *machineconfig.Config, varErr error) error {
 		CgroupRoot: cgroupRoot,
 		LogDir:     logDir,
 	})
+	changes, _ := sup.Subscribe() // for as long as the node runs
+	boot.Go("service events", func() { n.events.services(changes) })
 	if err := os.MkdirAll(filepath.Join(cgroupRoot, containers.ShimCgroup), 0o755); err != nil {
 		return err
 	}

@@ -59,10 +59,17 @@ type node struct {
 	// resetting is the wipe the shutdown does, set by a reset; nil for
 	// a plain shutdown.
 	resetting *resetPlan
+	// events is what happened on the node, for the Events call.
+	events *eventLog
 }
 
 func newNode(sys system, timeline []boot.Record) *node {
-	return &node{timeline: boot.NewTimeline(timeline), sys: sys, stop: make(chan struct{})}
+	n := &node{timeline: boot.NewTimeline(timeline), sys: sys, stop: make(chan struct{}), events: &eventLog{}}
+	for _, r := range timeline { // stage 1's
+		n.events.step(r)
+	}
+	n.timeline.Observe(n.events.step)
+	return n
 }
 
 // system is the machine as shutdown acts on it.
@@ -99,7 +106,7 @@ func stage2() error {
 	n := newNode(realSystem(reaper), boot.InheritTimeline())
 	n.reaper = reaper
 	n.boots = &boots{esp: espPartition{dir: layout.ESPMount}, recordPath: layout.UpgradeRecord, spoolDir: layout.UpgradeSpool,
-		running: version.Version, reboot: func(why string) { n.requestShutdown(unix.LINUX_REBOOT_CMD_RESTART, why) }}
+		running: version.Version, reboot: func(why string) { n.requestShutdown(unix.LINUX_REBOOT_CMD_RESTART, why) }, note: n.events.add}
 	// Ctrl-Alt-Del arrives as SIGINT to PID 1; SIGTERM asks for a power
 	// off. Both are heard from now on, during the boot too.
 	unix.Reboot(unix.LINUX_REBOOT_CMD_CAD_OFF)
@@ -225,6 +232,7 @@ func (n *node) addDisk(path string) {
 // the control socket — returns at once.
 func (n *node) requestShutdown(cmd int, by string) {
 	slog.Info("shutdown requested", "by", by, "then", shutdownWhat(cmd))
+	n.events.add("shutdown", shutdownWhat(cmd), "asked by "+by)
 	boot.Go("shutdown", func() { n.shutdown(cmd) })
 }
 
@@ -318,6 +326,9 @@ func (n *node) startConfigs(conf nodeConfig) error {
 	live := liveTargets{procSys: procSys, root: "/", staticPodDir: layout.StaticPodDir}
 	reboot := func() { n.requestShutdown(unix.LINUX_REBOOT_CMD_RESTART, "a machine config applied with a reboot") }
 	c, err := newConfigs(layout.MachineConfig, layout.RunningConfig, live, conf.Config, conf.doc, conf.recovery != nil, reboot)
+	if c != nil {
+		c.note = n.events.add
+	}
 	n.mu.Lock()
 	n.configs = c
 	n.mu.Unlock()

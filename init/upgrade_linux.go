@@ -70,6 +70,8 @@ type boots struct {
 	running string
 	// reboot asks for a clean reboot.
 	reboot func(why string)
+	// note records an event (kind, subject, message); nil records none.
+	note func(kind, subject, message string)
 
 	// mu is held by the upgrade or rollback under way: one at a time.
 	mu sync.Mutex
@@ -80,6 +82,13 @@ type boots struct {
 	// trial is the record of the upgrade this boot is on trial for; nil
 	// when it is not on trial.
 	trial *upgradeRecord
+}
+
+// event records an upgrade event about the UKI entry.
+func (b *boots) event(entry, message string) {
+	if b.note != nil {
+		b.note("upgrade", entry, message)
+	}
 }
 
 // Status returns the boot state.
@@ -216,6 +225,10 @@ func (b *boots) check() error {
 	}
 	if st.RolledBackFrom != "" {
 		slog.Warn("the node went back to the previous UKI", "from", st.RolledBackFrom, "to", b.running, "reason", st.RollbackReason)
+		b.event(st.Entry, fmt.Sprintf("booted after a rollback from %s: %s", st.RolledBackFrom, st.RollbackReason))
+	}
+	if trial != nil {
+		b.event(st.Entry, st.Pending)
 	}
 	b.guard.Lock()
 	b.state, b.trial = st, trial
@@ -260,6 +273,7 @@ func (b *boots) blessIfHealthy(healthy func() bool, stop <-chan struct{}) {
 				}
 			}
 			b.update(func(s *machine.BootState) { s.Pending = why + ": rebooting" })
+			b.event(b.running, why+": rebooting")
 			b.reboot(why)
 			return
 		case <-tick.C:
@@ -277,6 +291,7 @@ func (b *boots) blessIfHealthy(healthy func() bool, stop <-chan struct{}) {
 		return
 	}
 	slog.Info("the running UKI is healthy: blessed", "entry", name)
+	b.event(name, "healthy: blessed")
 	b.guard.Lock()
 	b.trial = nil
 	b.state.Entry, b.state.Blessed, b.state.Pending = name, true, ""
@@ -355,6 +370,7 @@ func (b *boots) Upgrade(stream grpc.BidiStreamingServer[machine.UpgradeRequest, 
 	}
 	msg := fmt.Sprintf("%s written to the EFI system partition beside %s; it has %d boots to become healthy within %s each", entry.Name(), b.running, tries, timeout)
 	slog.Info(msg)
+	b.event(entry.Name(), "written beside "+b.running)
 	if err := stream.Send(&machine.UpgradeProgress{Step: "written", Message: msg, Bytes: h.Size, Version: info.Version}); err != nil {
 		return err
 	}
@@ -587,6 +603,7 @@ func (b *boots) Rollback(reason string) (*machine.RollbackResponse, error) {
 		return nil, err
 	}
 	slog.Info("rolling back", "from", b.running, "to", to.Version, "reason", reason)
+	b.event(to.Name(), fmt.Sprintf("rolling back from %s: %s", b.running, reason))
 	b.reboot("a rollback to " + to.Version)
 	return &machine.RollbackResponse{From: b.running, To: to.Version}, nil
 }

@@ -304,7 +304,7 @@ func (s *Supervisor) setLocked(sv *service, state State, reason string) {
 	now := s.opts.Clock.Now()
 	sv.status.State, sv.status.Reason, sv.status.Since = state, reason, now
 	sv.status.Ready = state == StateReady
-	s.events.publish(Event{Service: sv.spec.Name, State: state, Time: now, Reason: reason})
+	s.events.Publish(Event{Service: sv.spec.Name, State: state, Time: now, Reason: reason})
 	close(s.changed)
 	s.changed = make(chan struct{})
 	sv.log.Debug("state", "state", state, "reason", reason)

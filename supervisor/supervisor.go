@@ -15,6 +15,7 @@ import (
 	"github.com/cairn-os/cairn/supervisor/safe"
 
 	"github.com/cairn-os/cairn/internal/backoff"
+	"github.com/cairn-os/cairn/internal/broker"
 )
 
 // Options configure a Supervisor. The zero value works: processes waited
@@ -46,7 +47,7 @@ type Options struct {
 type Supervisor struct {
 	opts           Options
 	restartBackoff backoff.Backoff
-	events         broker
+	events         broker.Broker[Event]
 
 	mu       sync.Mutex
 	services map[string]*service
@@ -360,7 +361,7 @@ func (s *Supervisor) Status() []ServiceStatus {
 // Subscribe returns every state change from now on, in order, until cancel
 // is called. A slow reader delays nothing: events queue for it.
 func (s *Supervisor) Subscribe() (events <-chan Event, cancel func()) {
-	return s.events.subscribe(s.opts.Log)
+	return s.events.Subscribe(s.opts.Log)
 }
 
 // Logs returns the last tail lines of the named service's output kept in

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/internal/broker"
 	"github.com/cairn-os/cairn/machineconfig"
 )
 
@@ -47,6 +48,8 @@ type auditLog struct {
 	size    int
 	records []*machine.AuditRecord // a ring once full: next is the oldest
 	next    int
+	// added gets each record as it is added, for Events.
+	added broker.Broker[*machine.AuditRecord]
 }
 
 func newAuditLog(log *slog.Logger, size int) *auditLog {
@@ -171,6 +174,7 @@ func requestFields(req any) map[string]string {
 func (a *auditLog) add(r *machine.AuditRecord) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.added.Publish(r)
 	if len(a.records) < a.size {
 		a.records = append(a.records, r)
 		return
@@ -183,6 +187,19 @@ func (a *auditLog) add(r *machine.AuditRecord) {
 func (a *auditLog) latest(n int) []*machine.AuditRecord {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.latestLocked(n)
+}
+
+// follow returns the last n records kept and, from then on without a gap,
+// each new one until cancel.
+func (a *auditLog) follow(n int) ([]*machine.AuditRecord, <-chan *machine.AuditRecord, func()) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ch, cancel := a.added.Subscribe(a.log)
+	return a.latestLocked(n), ch, cancel
+}
+
+func (a *auditLog) latestLocked(n int) []*machine.AuditRecord {
 	out := append(slices.Clone(a.records[a.next:]), a.records[:a.next]...)
 	if n > 0 && n < len(out) {
 		out = out[len(out)-n:]

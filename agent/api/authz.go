@@ -21,6 +21,7 @@ var minRole = map[string]string{
 	"Logs":           machineconfig.RoleReader,
 	"Containers":     machineconfig.RoleReader,
 	"PodLogs":        machineconfig.RoleReader,
+	"Events":         machineconfig.RoleReader,
 	"Audit":          machineconfig.RoleOperator,
 	"Reboot":         machineconfig.RoleOperator,
 	"Shutdown":       machineconfig.RoleOperator,
@@ -92,12 +93,31 @@ func authorize(ctx context.Context, fullMethod string) error {
 		return status.Error(codes.PermissionDenied, "client certificate carries no role")
 	}
 	method := methodName(fullMethod)
+	if !allowed(role, method) {
+		need := minRole[method]
+		if need == "" {
+			need = machineconfig.RoleAdmin
+		}
+		return status.Errorf(codes.PermissionDenied, "%s needs role %s, the client has %s", method, need, role)
+	}
+	return nil
+}
+
+// allowed says whether role may call method.
+func allowed(role, method string) bool {
 	need, listed := minRole[method]
 	if !listed {
 		need = machineconfig.RoleAdmin
 	}
-	if roleRank[role] < roleRank[need] {
-		return status.Errorf(codes.PermissionDenied, "%s needs role %s, the client has %s", method, need, role)
+	return roleRank[role] >= roleRank[need]
+}
+
+// callerMay says whether the caller of ctx may call method.
+func callerMay(ctx context.Context, method string) bool {
+	cert, err := clientCert(ctx)
+	if err != nil {
+		return false
 	}
-	return nil
+	role, ok := machineconfig.RoleFromCert(cert)
+	return ok && allowed(role, method)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,6 +18,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cairn-os/cairn/api/client"
 	"github.com/cairn-os/cairn/api/machine"
@@ -50,6 +53,31 @@ func (r *recordingInit) BootStatus(context.Context, *machine.BootStatusRequest, 
 func (r *recordingInit) Rollback(context.Context, *machine.RollbackRequest, ...grpc.CallOption) (*machine.RollbackResponse, error) {
 	r.rollbacks++
 	return &machine.RollbackResponse{From: "0.2.0", To: "0.1.0"}, nil
+}
+
+// Events sends two events of init's, older than any call of the test.
+func (r *recordingInit) Events(ctx context.Context, req *machine.EventsRequest, _ ...grpc.CallOption) (grpc.ServerStreamingClient[machine.Event], error) {
+	start := time.Now().Add(-time.Minute)
+	return &eventStream{ctx: ctx, events: []*machine.Event{
+		{Time: timestamppb.New(start), Kind: "step", Subject: "mount STATE", Message: "done in 20ms"},
+		{Time: timestamppb.New(start.Add(time.Second)), Kind: "service", Subject: "containerd", Message: "Running"},
+	}}, nil
+}
+
+// eventStream is a finished stream of events.
+type eventStream struct {
+	grpc.ClientStream
+	ctx    context.Context
+	events []*machine.Event
+}
+
+func (s *eventStream) Recv() (*machine.Event, error) {
+	if len(s.events) == 0 {
+		return nil, io.EOF
+	}
+	e := s.events[0]
+	s.events = s.events[1:]
+	return e, nil
 }
 
 func (r *recordingInit) Reset(context.Context, *machine.ResetRequest, ...grpc.CallOption) (*machine.ResetResponse, error) {

@@ -4055,6 +4055,132 @@ func (x *ConnectResponse) GetDuration() *durationpb.Duration {
 	return nil
 }
 
+type EventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Keep streaming new events once the kept ones are sent.
+	Follow bool `protobuf:"varint,1,opt,name=follow,proto3" json:"follow,omitempty"`
+	// Only the last tail kept events; 0 means all.
+	Tail          uint32 `protobuf:"varint,2,opt,name=tail,proto3" json:"tail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventsRequest) Reset() {
+	*x = EventsRequest{}
+	mi := &file_machine_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventsRequest) ProtoMessage() {}
+
+func (x *EventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
+func (*EventsRequest) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *EventsRequest) GetFollow() bool {
+	if x != nil {
+		return x.Follow
+	}
+	return false
+}
+
+func (x *EventsRequest) GetTail() uint32 {
+	if x != nil {
+		return x.Tail
+	}
+	return 0
+}
+
+type Event struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Time  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	// boot, shutdown, service, config, upgrade or audit.
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// What it is about: a boot step, a service, a config generation, a
+	// UKI, an API call.
+	Subject string `protobuf:"bytes,3,opt,name=subject,proto3" json:"subject,omitempty"`
+	// What happened, as a sentence.
+	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Event) Reset() {
+	*x = Event{}
+	mi := &file_machine_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Event) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Event) ProtoMessage() {}
+
+func (x *Event) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Event.ProtoReflect.Descriptor instead.
+func (*Event) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *Event) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *Event) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Event) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *Event) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 var File_machine_proto protoreflect.FileDescriptor
 
 const file_machine_proto_rawDesc = "" +
@@ -4325,14 +4451,22 @@ const file_machine_proto_rawDesc = "" +
 	"\x0fConnectResponse\x12\x14\n" +
 	"\x05local\x18\x01 \x01(\tR\x05local\x12\x16\n" +
 	"\x06remote\x18\x02 \x01(\tR\x06remote\x125\n" +
-	"\bduration\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\bduration*\x94\x01\n" +
+	"\bduration\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\bduration\";\n" +
+	"\rEventsRequest\x12\x16\n" +
+	"\x06follow\x18\x01 \x01(\bR\x06follow\x12\x12\n" +
+	"\x04tail\x18\x02 \x01(\rR\x04tail\"\x7f\n" +
+	"\x05Event\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
+	"\asubject\x18\x03 \x01(\tR\asubject\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage*\x94\x01\n" +
 	"\tApplyMode\x12\x13\n" +
 	"\x0fAPPLY_MODE_AUTO\x10\x00\x12\x18\n" +
 	"\x14APPLY_MODE_NO_REBOOT\x10\x01\x12\x15\n" +
 	"\x11APPLY_MODE_REBOOT\x10\x02\x12\x15\n" +
 	"\x11APPLY_MODE_STAGED\x10\x03\x12\x12\n" +
 	"\x0eAPPLY_MODE_TRY\x10\x04\x12\x16\n" +
-	"\x12APPLY_MODE_DRY_RUN\x10\x052\xeb\x10\n" +
+	"\x12APPLY_MODE_DRY_RUN\x10\x052\xbd\x11\n" +
 	"\aMachine\x12Z\n" +
 	"\aVersion\x12&.cairn.machine.v1alpha1.VersionRequest\x1a'.cairn.machine.v1alpha1.VersionResponse\x12W\n" +
 	"\x06Reboot\x12%.cairn.machine.v1alpha1.RebootRequest\x1a&.cairn.machine.v1alpha1.RebootResponse\x12]\n" +
@@ -4349,7 +4483,8 @@ const file_machine_proto_rawDesc = "" +
 	"\aUpgrade\x12&.cairn.machine.v1alpha1.UpgradeRequest\x1a'.cairn.machine.v1alpha1.UpgradeProgress(\x010\x01\x12]\n" +
 	"\bRollback\x12'.cairn.machine.v1alpha1.RollbackRequest\x1a(.cairn.machine.v1alpha1.RollbackResponse\x12T\n" +
 	"\x05Reset\x12$.cairn.machine.v1alpha1.ResetRequest\x1a%.cairn.machine.v1alpha1.ResetResponse\x12T\n" +
-	"\x05Audit\x12$.cairn.machine.v1alpha1.AuditRequest\x1a%.cairn.machine.v1alpha1.AuditResponse\x12T\n" +
+	"\x05Audit\x12$.cairn.machine.v1alpha1.AuditRequest\x1a%.cairn.machine.v1alpha1.AuditResponse\x12P\n" +
+	"\x06Events\x12%.cairn.machine.v1alpha1.EventsRequest\x1a\x1d.cairn.machine.v1alpha1.Event0\x01\x12T\n" +
 	"\x05Dmesg\x12$.cairn.machine.v1alpha1.DmesgRequest\x1a#.cairn.machine.v1alpha1.DmesgRecord0\x01\x12W\n" +
 	"\x06Mounts\x12%.cairn.machine.v1alpha1.MountsRequest\x1a&.cairn.machine.v1alpha1.MountsResponse\x12`\n" +
 	"\tProcesses\x12(.cairn.machine.v1alpha1.ProcessesRequest\x1a).cairn.machine.v1alpha1.ProcessesResponse\x12Z\n" +
@@ -4357,7 +4492,7 @@ const file_machine_proto_rawDesc = "" +
 	"\x04Read\x12#.cairn.machine.v1alpha1.ReadRequest\x1a!.cairn.machine.v1alpha1.ReadChunk0\x01\x12P\n" +
 	"\x04Ping\x12#.cairn.machine.v1alpha1.PingRequest\x1a!.cairn.machine.v1alpha1.PingReply0\x01\x12W\n" +
 	"\x06Lookup\x12%.cairn.machine.v1alpha1.LookupRequest\x1a&.cairn.machine.v1alpha1.LookupResponse\x12Z\n" +
-	"\aConnect\x12&.cairn.machine.v1alpha1.ConnectRequest\x1a'.cairn.machine.v1alpha1.ConnectResponse2\xc1\v\n" +
+	"\aConnect\x12&.cairn.machine.v1alpha1.ConnectRequest\x1a'.cairn.machine.v1alpha1.ConnectResponse2\x93\f\n" +
 	"\x04Init\x12i\n" +
 	"\fBootTimeline\x12+.cairn.machine.v1alpha1.BootTimelineRequest\x1a,.cairn.machine.v1alpha1.BootTimelineResponse\x12W\n" +
 	"\x06Reboot\x12%.cairn.machine.v1alpha1.RebootRequest\x1a&.cairn.machine.v1alpha1.RebootResponse\x12]\n" +
@@ -4375,7 +4510,8 @@ const file_machine_proto_rawDesc = "" +
 	"\bRollback\x12'.cairn.machine.v1alpha1.RollbackRequest\x1a(.cairn.machine.v1alpha1.RollbackResponse\x12Z\n" +
 	"\n" +
 	"BootStatus\x12).cairn.machine.v1alpha1.BootStatusRequest\x1a!.cairn.machine.v1alpha1.BootState\x12T\n" +
-	"\x05Reset\x12$.cairn.machine.v1alpha1.ResetRequest\x1a%.cairn.machine.v1alpha1.ResetResponseB'Z%github.com/cairn-os/cairn/api/machineb\x06proto3"
+	"\x05Reset\x12$.cairn.machine.v1alpha1.ResetRequest\x1a%.cairn.machine.v1alpha1.ResetResponse\x12P\n" +
+	"\x06Events\x12%.cairn.machine.v1alpha1.EventsRequest\x1a\x1d.cairn.machine.v1alpha1.Event0\x01B'Z%github.com/cairn-os/cairn/api/machineb\x06proto3"
 
 var (
 	file_machine_proto_rawDescOnce sync.Once
@@ -4390,7 +4526,7 @@ func file_machine_proto_rawDescGZIP() []byte {
 }
 
 var file_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
 var file_machine_proto_goTypes = []any{
 	(ApplyMode)(0),                 // 0: cairn.machine.v1alpha1.ApplyMode
 	(*VersionRequest)(nil),         // 1: cairn.machine.v1alpha1.VersionRequest
@@ -4459,135 +4595,142 @@ var file_machine_proto_goTypes = []any{
 	(*LookupResponse)(nil),         // 64: cairn.machine.v1alpha1.LookupResponse
 	(*ConnectRequest)(nil),         // 65: cairn.machine.v1alpha1.ConnectRequest
 	(*ConnectResponse)(nil),        // 66: cairn.machine.v1alpha1.ConnectResponse
-	nil,                            // 67: cairn.machine.v1alpha1.AuditRecord.RequestEntry
-	(*durationpb.Duration)(nil),    // 68: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 69: google.protobuf.Timestamp
+	(*EventsRequest)(nil),          // 67: cairn.machine.v1alpha1.EventsRequest
+	(*Event)(nil),                  // 68: cairn.machine.v1alpha1.Event
+	nil,                            // 69: cairn.machine.v1alpha1.AuditRecord.RequestEntry
+	(*durationpb.Duration)(nil),    // 70: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 71: google.protobuf.Timestamp
 }
 var file_machine_proto_depIdxs = []int32{
-	68, // 0: cairn.machine.v1alpha1.VersionResponse.uptime:type_name -> google.protobuf.Duration
+	70, // 0: cairn.machine.v1alpha1.VersionResponse.uptime:type_name -> google.protobuf.Duration
 	4,  // 1: cairn.machine.v1alpha1.VersionResponse.boot_timeline:type_name -> cairn.machine.v1alpha1.BootStep
 	3,  // 2: cairn.machine.v1alpha1.VersionResponse.time_sync:type_name -> cairn.machine.v1alpha1.TimeSync
 	51, // 3: cairn.machine.v1alpha1.VersionResponse.config:type_name -> cairn.machine.v1alpha1.ConfigState
 	58, // 4: cairn.machine.v1alpha1.VersionResponse.boot:type_name -> cairn.machine.v1alpha1.BootState
-	68, // 5: cairn.machine.v1alpha1.TimeSync.offset:type_name -> google.protobuf.Duration
-	69, // 6: cairn.machine.v1alpha1.TimeSync.last_sync:type_name -> google.protobuf.Timestamp
-	69, // 7: cairn.machine.v1alpha1.TimeSync.next_poll:type_name -> google.protobuf.Timestamp
-	68, // 8: cairn.machine.v1alpha1.BootStep.start:type_name -> google.protobuf.Duration
-	68, // 9: cairn.machine.v1alpha1.BootStep.duration:type_name -> google.protobuf.Duration
+	70, // 5: cairn.machine.v1alpha1.TimeSync.offset:type_name -> google.protobuf.Duration
+	71, // 6: cairn.machine.v1alpha1.TimeSync.last_sync:type_name -> google.protobuf.Timestamp
+	71, // 7: cairn.machine.v1alpha1.TimeSync.next_poll:type_name -> google.protobuf.Timestamp
+	70, // 8: cairn.machine.v1alpha1.BootStep.start:type_name -> google.protobuf.Duration
+	70, // 9: cairn.machine.v1alpha1.BootStep.duration:type_name -> google.protobuf.Duration
 	4,  // 10: cairn.machine.v1alpha1.BootTimelineResponse.steps:type_name -> cairn.machine.v1alpha1.BootStep
 	3,  // 11: cairn.machine.v1alpha1.BootTimelineResponse.time_sync:type_name -> cairn.machine.v1alpha1.TimeSync
 	13, // 12: cairn.machine.v1alpha1.ServicesResponse.services:type_name -> cairn.machine.v1alpha1.ServiceStatus
-	69, // 13: cairn.machine.v1alpha1.ServiceStatus.since:type_name -> google.protobuf.Timestamp
-	69, // 14: cairn.machine.v1alpha1.ServiceStatus.started_at:type_name -> google.protobuf.Timestamp
-	68, // 15: cairn.machine.v1alpha1.ServiceStatus.since_boot:type_name -> google.protobuf.Duration
+	71, // 13: cairn.machine.v1alpha1.ServiceStatus.since:type_name -> google.protobuf.Timestamp
+	71, // 14: cairn.machine.v1alpha1.ServiceStatus.started_at:type_name -> google.protobuf.Timestamp
+	70, // 15: cairn.machine.v1alpha1.ServiceStatus.since_boot:type_name -> google.protobuf.Duration
 	14, // 16: cairn.machine.v1alpha1.ServiceStatus.limits:type_name -> cairn.machine.v1alpha1.CgroupLimits
 	24, // 17: cairn.machine.v1alpha1.ContainersResponse.namespaces:type_name -> cairn.machine.v1alpha1.ContainerNamespace
 	25, // 18: cairn.machine.v1alpha1.ContainerNamespace.containers:type_name -> cairn.machine.v1alpha1.Container
 	26, // 19: cairn.machine.v1alpha1.ContainerNamespace.images:type_name -> cairn.machine.v1alpha1.Image
 	29, // 20: cairn.machine.v1alpha1.AuditResponse.records:type_name -> cairn.machine.v1alpha1.AuditRecord
-	69, // 21: cairn.machine.v1alpha1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	67, // 22: cairn.machine.v1alpha1.AuditRecord.request:type_name -> cairn.machine.v1alpha1.AuditRecord.RequestEntry
-	68, // 23: cairn.machine.v1alpha1.AuditRecord.duration:type_name -> google.protobuf.Duration
-	68, // 24: cairn.machine.v1alpha1.DmesgRecord.time:type_name -> google.protobuf.Duration
+	71, // 21: cairn.machine.v1alpha1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	69, // 22: cairn.machine.v1alpha1.AuditRecord.request:type_name -> cairn.machine.v1alpha1.AuditRecord.RequestEntry
+	70, // 23: cairn.machine.v1alpha1.AuditRecord.duration:type_name -> google.protobuf.Duration
+	70, // 24: cairn.machine.v1alpha1.DmesgRecord.time:type_name -> google.protobuf.Duration
 	34, // 25: cairn.machine.v1alpha1.MountsResponse.mounts:type_name -> cairn.machine.v1alpha1.Mount
 	37, // 26: cairn.machine.v1alpha1.ProcessesResponse.processes:type_name -> cairn.machine.v1alpha1.Process
-	68, // 27: cairn.machine.v1alpha1.Process.cpu_time:type_name -> google.protobuf.Duration
+	70, // 27: cairn.machine.v1alpha1.Process.cpu_time:type_name -> google.protobuf.Duration
 	41, // 28: cairn.machine.v1alpha1.NetworkResponse.links:type_name -> cairn.machine.v1alpha1.Link
 	42, // 29: cairn.machine.v1alpha1.NetworkResponse.routes:type_name -> cairn.machine.v1alpha1.Route
 	40, // 30: cairn.machine.v1alpha1.NetworkResponse.sockets:type_name -> cairn.machine.v1alpha1.Socket
 	0,  // 31: cairn.machine.v1alpha1.ApplyConfigRequest.mode:type_name -> cairn.machine.v1alpha1.ApplyMode
-	68, // 32: cairn.machine.v1alpha1.ApplyConfigRequest.try_timeout:type_name -> google.protobuf.Duration
+	70, // 32: cairn.machine.v1alpha1.ApplyConfigRequest.try_timeout:type_name -> google.protobuf.Duration
 	46, // 33: cairn.machine.v1alpha1.ApplyConfigResponse.changes:type_name -> cairn.machine.v1alpha1.ConfigChange
-	69, // 34: cairn.machine.v1alpha1.ConfigState.try_until:type_name -> google.protobuf.Timestamp
+	71, // 34: cairn.machine.v1alpha1.ConfigState.try_until:type_name -> google.protobuf.Timestamp
 	53, // 35: cairn.machine.v1alpha1.UpgradeRequest.header:type_name -> cairn.machine.v1alpha1.UpgradeHeader
-	68, // 36: cairn.machine.v1alpha1.UpgradeHeader.health_timeout:type_name -> google.protobuf.Duration
-	68, // 37: cairn.machine.v1alpha1.PingRequest.interval:type_name -> google.protobuf.Duration
-	68, // 38: cairn.machine.v1alpha1.PingRequest.timeout:type_name -> google.protobuf.Duration
-	68, // 39: cairn.machine.v1alpha1.PingReply.rtt:type_name -> google.protobuf.Duration
-	68, // 40: cairn.machine.v1alpha1.LookupResponse.duration:type_name -> google.protobuf.Duration
-	68, // 41: cairn.machine.v1alpha1.ConnectRequest.timeout:type_name -> google.protobuf.Duration
-	68, // 42: cairn.machine.v1alpha1.ConnectResponse.duration:type_name -> google.protobuf.Duration
-	1,  // 43: cairn.machine.v1alpha1.Machine.Version:input_type -> cairn.machine.v1alpha1.VersionRequest
-	7,  // 44: cairn.machine.v1alpha1.Machine.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
-	9,  // 45: cairn.machine.v1alpha1.Machine.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
-	11, // 46: cairn.machine.v1alpha1.Machine.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
-	15, // 47: cairn.machine.v1alpha1.Machine.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
-	17, // 48: cairn.machine.v1alpha1.Machine.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
-	19, // 49: cairn.machine.v1alpha1.Machine.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
-	22, // 50: cairn.machine.v1alpha1.Machine.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
-	21, // 51: cairn.machine.v1alpha1.Machine.PodLogs:input_type -> cairn.machine.v1alpha1.PodLogsRequest
-	45, // 52: cairn.machine.v1alpha1.Machine.ApplyConfig:input_type -> cairn.machine.v1alpha1.ApplyConfigRequest
-	48, // 53: cairn.machine.v1alpha1.Machine.ConfirmConfig:input_type -> cairn.machine.v1alpha1.ConfirmConfigRequest
-	52, // 54: cairn.machine.v1alpha1.Machine.Upgrade:input_type -> cairn.machine.v1alpha1.UpgradeRequest
-	55, // 55: cairn.machine.v1alpha1.Machine.Rollback:input_type -> cairn.machine.v1alpha1.RollbackRequest
-	59, // 56: cairn.machine.v1alpha1.Machine.Reset:input_type -> cairn.machine.v1alpha1.ResetRequest
-	27, // 57: cairn.machine.v1alpha1.Machine.Audit:input_type -> cairn.machine.v1alpha1.AuditRequest
-	30, // 58: cairn.machine.v1alpha1.Machine.Dmesg:input_type -> cairn.machine.v1alpha1.DmesgRequest
-	32, // 59: cairn.machine.v1alpha1.Machine.Mounts:input_type -> cairn.machine.v1alpha1.MountsRequest
-	35, // 60: cairn.machine.v1alpha1.Machine.Processes:input_type -> cairn.machine.v1alpha1.ProcessesRequest
-	38, // 61: cairn.machine.v1alpha1.Machine.Network:input_type -> cairn.machine.v1alpha1.NetworkRequest
-	43, // 62: cairn.machine.v1alpha1.Machine.Read:input_type -> cairn.machine.v1alpha1.ReadRequest
-	61, // 63: cairn.machine.v1alpha1.Machine.Ping:input_type -> cairn.machine.v1alpha1.PingRequest
-	63, // 64: cairn.machine.v1alpha1.Machine.Lookup:input_type -> cairn.machine.v1alpha1.LookupRequest
-	65, // 65: cairn.machine.v1alpha1.Machine.Connect:input_type -> cairn.machine.v1alpha1.ConnectRequest
-	5,  // 66: cairn.machine.v1alpha1.Init.BootTimeline:input_type -> cairn.machine.v1alpha1.BootTimelineRequest
-	7,  // 67: cairn.machine.v1alpha1.Init.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
-	9,  // 68: cairn.machine.v1alpha1.Init.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
-	11, // 69: cairn.machine.v1alpha1.Init.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
-	15, // 70: cairn.machine.v1alpha1.Init.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
-	17, // 71: cairn.machine.v1alpha1.Init.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
-	19, // 72: cairn.machine.v1alpha1.Init.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
-	22, // 73: cairn.machine.v1alpha1.Init.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
-	45, // 74: cairn.machine.v1alpha1.Init.ApplyConfig:input_type -> cairn.machine.v1alpha1.ApplyConfigRequest
-	48, // 75: cairn.machine.v1alpha1.Init.ConfirmConfig:input_type -> cairn.machine.v1alpha1.ConfirmConfigRequest
-	50, // 76: cairn.machine.v1alpha1.Init.ConfigStatus:input_type -> cairn.machine.v1alpha1.ConfigStatusRequest
-	52, // 77: cairn.machine.v1alpha1.Init.Upgrade:input_type -> cairn.machine.v1alpha1.UpgradeRequest
-	55, // 78: cairn.machine.v1alpha1.Init.Rollback:input_type -> cairn.machine.v1alpha1.RollbackRequest
-	57, // 79: cairn.machine.v1alpha1.Init.BootStatus:input_type -> cairn.machine.v1alpha1.BootStatusRequest
-	59, // 80: cairn.machine.v1alpha1.Init.Reset:input_type -> cairn.machine.v1alpha1.ResetRequest
-	2,  // 81: cairn.machine.v1alpha1.Machine.Version:output_type -> cairn.machine.v1alpha1.VersionResponse
-	8,  // 82: cairn.machine.v1alpha1.Machine.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
-	10, // 83: cairn.machine.v1alpha1.Machine.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
-	12, // 84: cairn.machine.v1alpha1.Machine.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
-	16, // 85: cairn.machine.v1alpha1.Machine.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
-	18, // 86: cairn.machine.v1alpha1.Machine.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
-	20, // 87: cairn.machine.v1alpha1.Machine.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	23, // 88: cairn.machine.v1alpha1.Machine.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
-	20, // 89: cairn.machine.v1alpha1.Machine.PodLogs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	47, // 90: cairn.machine.v1alpha1.Machine.ApplyConfig:output_type -> cairn.machine.v1alpha1.ApplyConfigResponse
-	49, // 91: cairn.machine.v1alpha1.Machine.ConfirmConfig:output_type -> cairn.machine.v1alpha1.ConfirmConfigResponse
-	54, // 92: cairn.machine.v1alpha1.Machine.Upgrade:output_type -> cairn.machine.v1alpha1.UpgradeProgress
-	56, // 93: cairn.machine.v1alpha1.Machine.Rollback:output_type -> cairn.machine.v1alpha1.RollbackResponse
-	60, // 94: cairn.machine.v1alpha1.Machine.Reset:output_type -> cairn.machine.v1alpha1.ResetResponse
-	28, // 95: cairn.machine.v1alpha1.Machine.Audit:output_type -> cairn.machine.v1alpha1.AuditResponse
-	31, // 96: cairn.machine.v1alpha1.Machine.Dmesg:output_type -> cairn.machine.v1alpha1.DmesgRecord
-	33, // 97: cairn.machine.v1alpha1.Machine.Mounts:output_type -> cairn.machine.v1alpha1.MountsResponse
-	36, // 98: cairn.machine.v1alpha1.Machine.Processes:output_type -> cairn.machine.v1alpha1.ProcessesResponse
-	39, // 99: cairn.machine.v1alpha1.Machine.Network:output_type -> cairn.machine.v1alpha1.NetworkResponse
-	44, // 100: cairn.machine.v1alpha1.Machine.Read:output_type -> cairn.machine.v1alpha1.ReadChunk
-	62, // 101: cairn.machine.v1alpha1.Machine.Ping:output_type -> cairn.machine.v1alpha1.PingReply
-	64, // 102: cairn.machine.v1alpha1.Machine.Lookup:output_type -> cairn.machine.v1alpha1.LookupResponse
-	66, // 103: cairn.machine.v1alpha1.Machine.Connect:output_type -> cairn.machine.v1alpha1.ConnectResponse
-	6,  // 104: cairn.machine.v1alpha1.Init.BootTimeline:output_type -> cairn.machine.v1alpha1.BootTimelineResponse
-	8,  // 105: cairn.machine.v1alpha1.Init.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
-	10, // 106: cairn.machine.v1alpha1.Init.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
-	12, // 107: cairn.machine.v1alpha1.Init.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
-	16, // 108: cairn.machine.v1alpha1.Init.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
-	18, // 109: cairn.machine.v1alpha1.Init.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
-	20, // 110: cairn.machine.v1alpha1.Init.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	23, // 111: cairn.machine.v1alpha1.Init.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
-	47, // 112: cairn.machine.v1alpha1.Init.ApplyConfig:output_type -> cairn.machine.v1alpha1.ApplyConfigResponse
-	49, // 113: cairn.machine.v1alpha1.Init.ConfirmConfig:output_type -> cairn.machine.v1alpha1.ConfirmConfigResponse
-	51, // 114: cairn.machine.v1alpha1.Init.ConfigStatus:output_type -> cairn.machine.v1alpha1.ConfigState
-	54, // 115: cairn.machine.v1alpha1.Init.Upgrade:output_type -> cairn.machine.v1alpha1.UpgradeProgress
-	56, // 116: cairn.machine.v1alpha1.Init.Rollback:output_type -> cairn.machine.v1alpha1.RollbackResponse
-	58, // 117: cairn.machine.v1alpha1.Init.BootStatus:output_type -> cairn.machine.v1alpha1.BootState
-	60, // 118: cairn.machine.v1alpha1.Init.Reset:output_type -> cairn.machine.v1alpha1.ResetResponse
-	81, // [81:119] is the sub-list for method output_type
-	43, // [43:81] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	70, // 36: cairn.machine.v1alpha1.UpgradeHeader.health_timeout:type_name -> google.protobuf.Duration
+	70, // 37: cairn.machine.v1alpha1.PingRequest.interval:type_name -> google.protobuf.Duration
+	70, // 38: cairn.machine.v1alpha1.PingRequest.timeout:type_name -> google.protobuf.Duration
+	70, // 39: cairn.machine.v1alpha1.PingReply.rtt:type_name -> google.protobuf.Duration
+	70, // 40: cairn.machine.v1alpha1.LookupResponse.duration:type_name -> google.protobuf.Duration
+	70, // 41: cairn.machine.v1alpha1.ConnectRequest.timeout:type_name -> google.protobuf.Duration
+	70, // 42: cairn.machine.v1alpha1.ConnectResponse.duration:type_name -> google.protobuf.Duration
+	71, // 43: cairn.machine.v1alpha1.Event.time:type_name -> google.protobuf.Timestamp
+	1,  // 44: cairn.machine.v1alpha1.Machine.Version:input_type -> cairn.machine.v1alpha1.VersionRequest
+	7,  // 45: cairn.machine.v1alpha1.Machine.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
+	9,  // 46: cairn.machine.v1alpha1.Machine.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
+	11, // 47: cairn.machine.v1alpha1.Machine.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
+	15, // 48: cairn.machine.v1alpha1.Machine.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
+	17, // 49: cairn.machine.v1alpha1.Machine.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
+	19, // 50: cairn.machine.v1alpha1.Machine.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
+	22, // 51: cairn.machine.v1alpha1.Machine.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
+	21, // 52: cairn.machine.v1alpha1.Machine.PodLogs:input_type -> cairn.machine.v1alpha1.PodLogsRequest
+	45, // 53: cairn.machine.v1alpha1.Machine.ApplyConfig:input_type -> cairn.machine.v1alpha1.ApplyConfigRequest
+	48, // 54: cairn.machine.v1alpha1.Machine.ConfirmConfig:input_type -> cairn.machine.v1alpha1.ConfirmConfigRequest
+	52, // 55: cairn.machine.v1alpha1.Machine.Upgrade:input_type -> cairn.machine.v1alpha1.UpgradeRequest
+	55, // 56: cairn.machine.v1alpha1.Machine.Rollback:input_type -> cairn.machine.v1alpha1.RollbackRequest
+	59, // 57: cairn.machine.v1alpha1.Machine.Reset:input_type -> cairn.machine.v1alpha1.ResetRequest
+	27, // 58: cairn.machine.v1alpha1.Machine.Audit:input_type -> cairn.machine.v1alpha1.AuditRequest
+	67, // 59: cairn.machine.v1alpha1.Machine.Events:input_type -> cairn.machine.v1alpha1.EventsRequest
+	30, // 60: cairn.machine.v1alpha1.Machine.Dmesg:input_type -> cairn.machine.v1alpha1.DmesgRequest
+	32, // 61: cairn.machine.v1alpha1.Machine.Mounts:input_type -> cairn.machine.v1alpha1.MountsRequest
+	35, // 62: cairn.machine.v1alpha1.Machine.Processes:input_type -> cairn.machine.v1alpha1.ProcessesRequest
+	38, // 63: cairn.machine.v1alpha1.Machine.Network:input_type -> cairn.machine.v1alpha1.NetworkRequest
+	43, // 64: cairn.machine.v1alpha1.Machine.Read:input_type -> cairn.machine.v1alpha1.ReadRequest
+	61, // 65: cairn.machine.v1alpha1.Machine.Ping:input_type -> cairn.machine.v1alpha1.PingRequest
+	63, // 66: cairn.machine.v1alpha1.Machine.Lookup:input_type -> cairn.machine.v1alpha1.LookupRequest
+	65, // 67: cairn.machine.v1alpha1.Machine.Connect:input_type -> cairn.machine.v1alpha1.ConnectRequest
+	5,  // 68: cairn.machine.v1alpha1.Init.BootTimeline:input_type -> cairn.machine.v1alpha1.BootTimelineRequest
+	7,  // 69: cairn.machine.v1alpha1.Init.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
+	9,  // 70: cairn.machine.v1alpha1.Init.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
+	11, // 71: cairn.machine.v1alpha1.Init.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
+	15, // 72: cairn.machine.v1alpha1.Init.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
+	17, // 73: cairn.machine.v1alpha1.Init.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
+	19, // 74: cairn.machine.v1alpha1.Init.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
+	22, // 75: cairn.machine.v1alpha1.Init.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
+	45, // 76: cairn.machine.v1alpha1.Init.ApplyConfig:input_type -> cairn.machine.v1alpha1.ApplyConfigRequest
+	48, // 77: cairn.machine.v1alpha1.Init.ConfirmConfig:input_type -> cairn.machine.v1alpha1.ConfirmConfigRequest
+	50, // 78: cairn.machine.v1alpha1.Init.ConfigStatus:input_type -> cairn.machine.v1alpha1.ConfigStatusRequest
+	52, // 79: cairn.machine.v1alpha1.Init.Upgrade:input_type -> cairn.machine.v1alpha1.UpgradeRequest
+	55, // 80: cairn.machine.v1alpha1.Init.Rollback:input_type -> cairn.machine.v1alpha1.RollbackRequest
+	57, // 81: cairn.machine.v1alpha1.Init.BootStatus:input_type -> cairn.machine.v1alpha1.BootStatusRequest
+	59, // 82: cairn.machine.v1alpha1.Init.Reset:input_type -> cairn.machine.v1alpha1.ResetRequest
+	67, // 83: cairn.machine.v1alpha1.Init.Events:input_type -> cairn.machine.v1alpha1.EventsRequest
+	2,  // 84: cairn.machine.v1alpha1.Machine.Version:output_type -> cairn.machine.v1alpha1.VersionResponse
+	8,  // 85: cairn.machine.v1alpha1.Machine.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
+	10, // 86: cairn.machine.v1alpha1.Machine.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
+	12, // 87: cairn.machine.v1alpha1.Machine.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
+	16, // 88: cairn.machine.v1alpha1.Machine.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
+	18, // 89: cairn.machine.v1alpha1.Machine.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
+	20, // 90: cairn.machine.v1alpha1.Machine.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	23, // 91: cairn.machine.v1alpha1.Machine.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
+	20, // 92: cairn.machine.v1alpha1.Machine.PodLogs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	47, // 93: cairn.machine.v1alpha1.Machine.ApplyConfig:output_type -> cairn.machine.v1alpha1.ApplyConfigResponse
+	49, // 94: cairn.machine.v1alpha1.Machine.ConfirmConfig:output_type -> cairn.machine.v1alpha1.ConfirmConfigResponse
+	54, // 95: cairn.machine.v1alpha1.Machine.Upgrade:output_type -> cairn.machine.v1alpha1.UpgradeProgress
+	56, // 96: cairn.machine.v1alpha1.Machine.Rollback:output_type -> cairn.machine.v1alpha1.RollbackResponse
+	60, // 97: cairn.machine.v1alpha1.Machine.Reset:output_type -> cairn.machine.v1alpha1.ResetResponse
+	28, // 98: cairn.machine.v1alpha1.Machine.Audit:output_type -> cairn.machine.v1alpha1.AuditResponse
+	68, // 99: cairn.machine.v1alpha1.Machine.Events:output_type -> cairn.machine.v1alpha1.Event
+	31, // 100: cairn.machine.v1alpha1.Machine.Dmesg:output_type -> cairn.machine.v1alpha1.DmesgRecord
+	33, // 101: cairn.machine.v1alpha1.Machine.Mounts:output_type -> cairn.machine.v1alpha1.MountsResponse
+	36, // 102: cairn.machine.v1alpha1.Machine.Processes:output_type -> cairn.machine.v1alpha1.ProcessesResponse
+	39, // 103: cairn.machine.v1alpha1.Machine.Network:output_type -> cairn.machine.v1alpha1.NetworkResponse
+	44, // 104: cairn.machine.v1alpha1.Machine.Read:output_type -> cairn.machine.v1alpha1.ReadChunk
+	62, // 105: cairn.machine.v1alpha1.Machine.Ping:output_type -> cairn.machine.v1alpha1.PingReply
+	64, // 106: cairn.machine.v1alpha1.Machine.Lookup:output_type -> cairn.machine.v1alpha1.LookupResponse
+	66, // 107: cairn.machine.v1alpha1.Machine.Connect:output_type -> cairn.machine.v1alpha1.ConnectResponse
+	6,  // 108: cairn.machine.v1alpha1.Init.BootTimeline:output_type -> cairn.machine.v1alpha1.BootTimelineResponse
+	8,  // 109: cairn.machine.v1alpha1.Init.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
+	10, // 110: cairn.machine.v1alpha1.Init.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
+	12, // 111: cairn.machine.v1alpha1.Init.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
+	16, // 112: cairn.machine.v1alpha1.Init.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
+	18, // 113: cairn.machine.v1alpha1.Init.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
+	20, // 114: cairn.machine.v1alpha1.Init.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	23, // 115: cairn.machine.v1alpha1.Init.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
+	47, // 116: cairn.machine.v1alpha1.Init.ApplyConfig:output_type -> cairn.machine.v1alpha1.ApplyConfigResponse
+	49, // 117: cairn.machine.v1alpha1.Init.ConfirmConfig:output_type -> cairn.machine.v1alpha1.ConfirmConfigResponse
+	51, // 118: cairn.machine.v1alpha1.Init.ConfigStatus:output_type -> cairn.machine.v1alpha1.ConfigState
+	54, // 119: cairn.machine.v1alpha1.Init.Upgrade:output_type -> cairn.machine.v1alpha1.UpgradeProgress
+	56, // 120: cairn.machine.v1alpha1.Init.Rollback:output_type -> cairn.machine.v1alpha1.RollbackResponse
+	58, // 121: cairn.machine.v1alpha1.Init.BootStatus:output_type -> cairn.machine.v1alpha1.BootState
+	60, // 122: cairn.machine.v1alpha1.Init.Reset:output_type -> cairn.machine.v1alpha1.ResetResponse
+	68, // 123: cairn.machine.v1alpha1.Init.Events:output_type -> cairn.machine.v1alpha1.Event
+	84, // [84:124] is the sub-list for method output_type
+	44, // [44:84] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_machine_proto_init() }
@@ -4605,7 +4748,7 @@ func file_machine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_machine_proto_rawDesc), len(file_machine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   67,
+			NumMessages:   69,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -37,6 +37,7 @@ const (
 	Machine_Rollback_FullMethodName       = "/cairn.machine.v1alpha1.Machine/Rollback"
 	Machine_Reset_FullMethodName          = "/cairn.machine.v1alpha1.Machine/Reset"
 	Machine_Audit_FullMethodName          = "/cairn.machine.v1alpha1.Machine/Audit"
+	Machine_Events_FullMethodName         = "/cairn.machine.v1alpha1.Machine/Events"
 	Machine_Dmesg_FullMethodName          = "/cairn.machine.v1alpha1.Machine/Dmesg"
 	Machine_Mounts_FullMethodName         = "/cairn.machine.v1alpha1.Machine/Mounts"
 	Machine_Processes_FullMethodName      = "/cairn.machine.v1alpha1.Machine/Processes"
@@ -102,6 +103,12 @@ type MachineClient interface {
 	// (every call but the reader ones), refused calls included, oldest
 	// first: those still in the agent's bounded memory since it started.
 	Audit(ctx context.Context, in *AuditRequest, opts ...grpc.CallOption) (*AuditResponse, error)
+	// Events streams what happened on the node, oldest first: boot steps,
+	// service state changes, configs applied, upgrade steps, shutdowns, and
+	// the audit records of the API calls that change the node. The events
+	// kept (init keeps the last 1000, the agent its audit records), then new
+	// ones as they come if follow is set.
+	Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error)
 	// Dmesg streams the kernel log from /dev/kmsg: the records kept, then
 	// new ones if follow is set.
 	Dmesg(ctx context.Context, in *DmesgRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DmesgRecord], error)
@@ -305,9 +312,28 @@ func (c *machineClient) Audit(ctx context.Context, in *AuditRequest, opts ...grp
 	return out, nil
 }
 
+func (c *machineClient) Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Machine_ServiceDesc.Streams[3], Machine_Events_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[EventsRequest, Event]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Machine_EventsClient = grpc.ServerStreamingClient[Event]
+
 func (c *machineClient) Dmesg(ctx context.Context, in *DmesgRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DmesgRecord], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Machine_ServiceDesc.Streams[3], Machine_Dmesg_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Machine_ServiceDesc.Streams[4], Machine_Dmesg_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -356,7 +382,7 @@ func (c *machineClient) Network(ctx context.Context, in *NetworkRequest, opts ..
 
 func (c *machineClient) Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Machine_ServiceDesc.Streams[4], Machine_Read_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Machine_ServiceDesc.Streams[5], Machine_Read_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -375,7 +401,7 @@ type Machine_ReadClient = grpc.ServerStreamingClient[ReadChunk]
 
 func (c *machineClient) Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PingReply], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Machine_ServiceDesc.Streams[5], Machine_Ping_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Machine_ServiceDesc.Streams[6], Machine_Ping_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -467,6 +493,12 @@ type MachineServer interface {
 	// (every call but the reader ones), refused calls included, oldest
 	// first: those still in the agent's bounded memory since it started.
 	Audit(context.Context, *AuditRequest) (*AuditResponse, error)
+	// Events streams what happened on the node, oldest first: boot steps,
+	// service state changes, configs applied, upgrade steps, shutdowns, and
+	// the audit records of the API calls that change the node. The events
+	// kept (init keeps the last 1000, the agent its audit records), then new
+	// ones as they come if follow is set.
+	Events(*EventsRequest, grpc.ServerStreamingServer[Event]) error
 	// Dmesg streams the kernel log from /dev/kmsg: the records kept, then
 	// new ones if follow is set.
 	Dmesg(*DmesgRequest, grpc.ServerStreamingServer[DmesgRecord]) error
@@ -543,6 +575,9 @@ func (UnimplementedMachineServer) Reset(context.Context, *ResetRequest) (*ResetR
 }
 func (UnimplementedMachineServer) Audit(context.Context, *AuditRequest) (*AuditResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Audit not implemented")
+}
+func (UnimplementedMachineServer) Events(*EventsRequest, grpc.ServerStreamingServer[Event]) error {
+	return status.Errorf(codes.Unimplemented, "method Events not implemented")
 }
 func (UnimplementedMachineServer) Dmesg(*DmesgRequest, grpc.ServerStreamingServer[DmesgRecord]) error {
 	return status.Errorf(codes.Unimplemented, "method Dmesg not implemented")
@@ -834,6 +869,17 @@ func _Machine_Audit_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Machine_Events_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(EventsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(MachineServer).Events(m, &grpc.GenericServerStream[EventsRequest, Event]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Machine_EventsServer = grpc.ServerStreamingServer[Event]
+
 func _Machine_Dmesg_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(DmesgRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -1051,6 +1097,11 @@ var Machine_ServiceDesc = grpc.ServiceDesc{
 			ClientStreams: true,
 		},
 		{
+			StreamName:    "Events",
+			Handler:       _Machine_Events_Handler,
+			ServerStreams: true,
+		},
+		{
 			StreamName:    "Dmesg",
 			Handler:       _Machine_Dmesg_Handler,
 			ServerStreams: true,
@@ -1085,6 +1136,7 @@ const (
 	Init_Rollback_FullMethodName       = "/cairn.machine.v1alpha1.Init/Rollback"
 	Init_BootStatus_FullMethodName     = "/cairn.machine.v1alpha1.Init/BootStatus"
 	Init_Reset_FullMethodName          = "/cairn.machine.v1alpha1.Init/Reset"
+	Init_Events_FullMethodName         = "/cairn.machine.v1alpha1.Init/Events"
 )
 
 // InitClient is the client API for Init service.
@@ -1108,6 +1160,7 @@ type InitClient interface {
 	Rollback(ctx context.Context, in *RollbackRequest, opts ...grpc.CallOption) (*RollbackResponse, error)
 	BootStatus(ctx context.Context, in *BootStatusRequest, opts ...grpc.CallOption) (*BootState, error)
 	Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*ResetResponse, error)
+	Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error)
 }
 
 type initClient struct {
@@ -1280,6 +1333,25 @@ func (c *initClient) Reset(ctx context.Context, in *ResetRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *initClient) Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Init_ServiceDesc.Streams[2], Init_Events_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[EventsRequest, Event]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Init_EventsClient = grpc.ServerStreamingClient[Event]
+
 // InitServer is the server API for Init service.
 // All implementations must embed UnimplementedInitServer
 // for forward compatibility.
@@ -1301,6 +1373,7 @@ type InitServer interface {
 	Rollback(context.Context, *RollbackRequest) (*RollbackResponse, error)
 	BootStatus(context.Context, *BootStatusRequest) (*BootState, error)
 	Reset(context.Context, *ResetRequest) (*ResetResponse, error)
+	Events(*EventsRequest, grpc.ServerStreamingServer[Event]) error
 	mustEmbedUnimplementedInitServer()
 }
 
@@ -1355,6 +1428,9 @@ func (UnimplementedInitServer) BootStatus(context.Context, *BootStatusRequest) (
 }
 func (UnimplementedInitServer) Reset(context.Context, *ResetRequest) (*ResetResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Reset not implemented")
+}
+func (UnimplementedInitServer) Events(*EventsRequest, grpc.ServerStreamingServer[Event]) error {
+	return status.Errorf(codes.Unimplemented, "method Events not implemented")
 }
 func (UnimplementedInitServer) mustEmbedUnimplementedInitServer() {}
 func (UnimplementedInitServer) testEmbeddedByValue()              {}
@@ -1629,6 +1705,17 @@ func _Init_Reset_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Init_Events_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(EventsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(InitServer).Events(m, &grpc.GenericServerStream[EventsRequest, Event]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Init_EventsServer = grpc.ServerStreamingServer[Event]
+
 // Init_ServiceDesc is the grpc.ServiceDesc for Init service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1700,6 +1787,11 @@ var Init_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _Init_Upgrade_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "Events",
+			Handler:       _Init_Events_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "machine.proto",

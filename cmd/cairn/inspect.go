@@ -48,7 +48,22 @@ func inspectCmds(f *nodeFlags) []*cobra.Command {
 		},
 	}
 	read.Flags().Int64Var(&limit, "limit", 1<<20, "bytes to print at most (0: the node's limit, 16 MiB)")
-	return []*cobra.Command{dmesg, read,
+	var followEvents bool
+	var tail uint32
+	events := &cobra.Command{
+		Use: "events [-f] [--tail N]", Short: "Show what happened on the node: boot steps, services, configs, upgrades, shutdowns, audited calls", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return stream(cmd, f, func(ctx context.Context, c *client.Client) (grpc.ServerStreamingClient[machine.Event], error) {
+				return c.Events(ctx, &machine.EventsRequest{Follow: followEvents, Tail: tail})
+			}, func(w io.Writer, e *machine.Event) error {
+				_, err := io.WriteString(w, eventLine(e))
+				return err
+			})
+		},
+	}
+	events.Flags().BoolVarP(&followEvents, "follow", "f", false, "keep printing new events")
+	events.Flags().Uint32Var(&tail, "tail", 0, "only the last N kept events of each source (0: all)")
+	return []*cobra.Command{dmesg, read, events,
 		f.call("mounts", "List the node's mounts", func(ctx context.Context, c *client.Client, w io.Writer) error {
 			resp, err := c.Mounts(ctx, &machine.MountsRequest{})
 			if err != nil {
@@ -97,6 +112,12 @@ func stream[T any](cmd *cobra.Command, f *nodeFlags, open func(context.Context, 
 			}
 		}
 	})
+}
+
+// eventLine writes an event on one line: its time (UTC), kind, subject
+// and message.
+func eventLine(e *machine.Event) string {
+	return fmt.Sprintf("%s  %-8s %-24s %s\n", e.Time.AsTime().UTC().Format("2006-01-02T15:04:05.000Z"), e.Kind, e.Subject, e.Message)
 }
 
 var (

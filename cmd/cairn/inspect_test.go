@@ -15,6 +15,7 @@ import (
 	"github.com/cairn-os/cairn/test/need"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 func TestDmesgLine(t *testing.T) {
@@ -29,6 +30,13 @@ func TestDmesgLine(t *testing.T) {
 		if got := dmesgLine(tt.r); got != tt.want {
 			t.Errorf("dmesgLine(%v) = %q, want %q", tt.r, got, tt.want)
 		}
+	}
+}
+
+func TestEventLine(t *testing.T) {
+	e := &machine.Event{Time: timestamppb.New(time.Date(2026, 12, 2, 8, 0, 1, 5e6, time.UTC)), Kind: "upgrade", Subject: "cairn-0.2.0.efi", Message: "healthy: blessed"}
+	if got, want := eventLine(e), "2026-12-02T08:00:01.005Z  upgrade  cairn-0.2.0.efi          healthy: blessed\n"; got != want {
+		t.Errorf("eventLine = %q, want %q", got, want)
 	}
 }
 

@@ -209,6 +209,19 @@ func upgradeCycle(tb testing.TB, ctx context.Context, c *client.Client, cairncon
 	if b := v.Boot; !b.Blessed || b.Entry != "cairn-"+a+".efi" || b.RolledBackFrom != u.version || !strings.Contains(b.RollbackReason, "cairn node rollback") {
 		tb.Errorf("Version().Boot after the rollback = %v", b)
 	}
+	// What happened, as the node tells it since this boot.
+	out, err = cli("events")
+	if err != nil {
+		tb.Fatalf("events: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"upgrade  cairn-" + a + ".efi", "booted after a rollback from " + u.version,
+		"step     start services", "service  cairn-agent",
+	} {
+		if !strings.Contains(out, want) {
+			tb.Errorf("cairn node events after the rollback lacks %q:\n%s", want, out)
+		}
+	}
 	tb.Logf("broken upgrade → %s's API rolled back %s; upgrade → %s's API %s, blessed %s; rollback → %s's API %s",
 		a, times.brokenRolledBack.Round(time.Second), u.version, times.upgraded.Round(time.Second), times.blessed.Round(time.Second), a, times.rolledBack.Round(time.Second))
 	return times

@@ -83,8 +83,16 @@ type Record struct {
 // stage 1's, the boot's, work done beside them (a DHCP exchange), the
 // shutdown's. It is safe for concurrent use.
 type Timeline struct {
-	mu   sync.Mutex
-	recs []Record
+	mu      sync.Mutex
+	recs    []Record
+	observe func(Record)
+}
+
+// Observe makes f see each record added from now on, once it is added.
+func (t *Timeline) Observe(f func(Record)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.observe = f
 }
 
 // NewTimeline returns a timeline holding recs, records of an earlier stage.
@@ -94,9 +102,13 @@ func NewTimeline(recs []Record) *Timeline { return &Timeline{recs: slices.Clone(
 // the background that started earlier.
 func (t *Timeline) Add(r Record) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	i := sort.Search(len(t.recs), func(i int) bool { return t.recs[i].Start > r.Start })
 	t.recs = slices.Insert(t.recs, i, r)
+	f := t.observe
+	t.mu.Unlock()
+	if f != nil {
+		f(r)
+	}
 }
 
 // Records returns a copy of the records so far.
