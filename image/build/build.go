@@ -84,12 +84,13 @@ func bootModules() []string { return []string{"loop", "squashfs", "overlay"} }
 // passes the Service rules) and the nftables expressions of the Service
 // dataplane and of portmap among them. button is the ACPI button driver:
 // init powers off on the power button's events. bonding and 8021q make the
-// config's network.interfaces[].bond and vlans.
+// config's network.interfaces[].bond and vlans. tcp_diag and udp_diag
+// answer sock_diag, for the sockets the node API lists.
 func systemModules() []string {
 	return []string{"virtio_pci", "virtio_blk", "virtio_net", "crc32c_generic", "ext4", "vfat", "nls_cp437", "nls_ascii", "button",
 		"bridge", "veth", "br_netfilter", "nf_conntrack", "nf_conntrack_netlink", "nf_tables",
 		"nft_chain_nat", "nft_nat", "nft_masq", "nft_ct", "nft_fib_inet", "nft_numgen", "nft_reject_inet",
-		"bonding", "8021q"}
+		"bonding", "8021q", "tcp_diag", "udp_diag"}
 }
 
 // Options of one build.
