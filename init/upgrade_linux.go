@@ -77,8 +77,10 @@ type boots struct {
 	mu sync.Mutex
 	// guard guards what follows; never held across I/O.
 	guard sync.Mutex
-	busy  string // what holds mu, for those refused
-	state *machine.BootState
+	// busy is what holds mu and since when, for those refused.
+	busy      string
+	busySince time.Time
+	state     *machine.BootState
 	// trial is the record of the upgrade this boot is on trial for; nil
 	// when it is not on trial.
 	trial *upgradeRecord
@@ -115,10 +117,10 @@ func (b *boots) lock(what string) error {
 	if !b.mu.TryLock() {
 		b.guard.Lock()
 		defer b.guard.Unlock()
-		return status.Errorf(codes.FailedPrecondition, "refused: %s is in progress", b.busy)
+		return status.Errorf(codes.FailedPrecondition, "refused: %s since %s is in progress", b.busy, b.busySince.UTC().Format(time.TimeOnly))
 	}
 	b.guard.Lock()
-	b.busy = what + " since " + time.Now().UTC().Format(time.TimeOnly)
+	b.busy, b.busySince = what, time.Now()
 	b.guard.Unlock()
 	return nil
 }
@@ -353,7 +355,7 @@ func (b *boots) Upgrade(stream grpc.BidiStreamingServer[machine.UpgradeRequest, 
 		return err
 	}
 	b.guard.Lock()
-	b.busy = "an upgrade to " + info.Version + b.busy[len("an upgrade"):]
+	b.busy = "an upgrade to " + info.Version
 	b.guard.Unlock()
 	tries := int(h.Tries)
 	if tries == 0 {

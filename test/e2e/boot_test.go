@@ -113,14 +113,7 @@ func TestBoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("API ready %s after QEMU started (accel %s)", time.Since(start).Round(time.Second), vm.Accel())
-	ready := func(ctx context.Context) error {
-		// While the node reboots, QEMU still accepts connections on the
-		// forwarded port: bound every call.
-		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		defer cancel()
-		_, err := c.Version(ctx, &machine.VersionRequest{})
-		return err
-	}
+	ready := apiReady(c)
 
 	v, err := c.Version(ctx, &machine.VersionRequest{})
 	if err != nil {

@@ -44,12 +44,7 @@ func TestBrokenConfig(t *testing.T) {
 	vm := bootVM(t, qemu.Options{Disk: disk, APIPort: port})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	ready := func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		defer cancel()
-		_, err := c.Version(ctx, &machine.VersionRequest{})
-		return err
-	}
+	ready := apiReady(c)
 	start := time.Now()
 	if err := vm.WaitReady(ctx, "the API in recovery mode", ready, nil); err != nil {
 		t.Fatal(err)

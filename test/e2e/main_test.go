@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cairn-os/cairn/api/client"
+	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/qemu"
 )
@@ -56,6 +57,18 @@ func buildBinaries(dir string) error {
 func cairnCLI(ctx context.Context, args ...string) (string, error) {
 	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "cairn"), args...).CombinedOutput()
 	return string(out), err
+}
+
+// apiReady is a readiness check of the node's API through c: one Version
+// call, bounded, since QEMU accepts connections on the forwarded port
+// while the node reboots.
+func apiReady(c *client.Client) func(context.Context) error {
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		_, err := c.Version(ctx, &machine.VersionRequest{})
+		return err
+	}
 }
 
 // roleConfig writes a client config for the node of the config files in

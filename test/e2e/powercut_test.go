@@ -58,12 +58,7 @@ func TestPowerCut(t *testing.T) {
 	c, _ := dialNode(t, dir, endpoint)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Hour)
 	defer cancel()
-	ready := func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		defer cancel()
-		_, err := c.Version(ctx, &machine.VersionRequest{})
-		return err
-	}
+	ready := apiReady(c)
 	// boot boots the disk and waits at most 5 minutes for the API: an
 	// unbootable node fails the test.
 	boot := func() *qemu.VM {
