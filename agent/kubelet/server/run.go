@@ -18,13 +18,11 @@ func (s *server) run(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no command to run: set cmd", http.StatusBadRequest)
 		return
 	}
-	id, ok := s.containerID(w, r)
-	if !ok {
-		return
-	}
-	resp, err := s.cfg.Runtime.ExecSync(r.Context(), &criv1.ExecSyncRequest{ContainerId: id, Cmd: cmd})
-	if err != nil {
-		criError(w, "run in the container", err)
+	var resp *criv1.ExecSyncResponse
+	if !s.onContainer(w, r, "run in the container", func(id string) (err error) {
+		resp, err = s.cfg.Runtime.ExecSync(r.Context(), &criv1.ExecSyncRequest{ContainerId: id, Cmd: cmd})
+		return err
+	}) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -135,7 +135,7 @@ func Serve(ctx context.Context, l net.Listener, cfg Config) error {
 		cert.load()
 		wg.Go(func() { cert.run(rctx, changed) })
 	}
-	s := &server{cfg: cfg, auth: newAuth(cfg.Client, cfg.NodeName)}
+	s := &server{cfg: cfg, auth: newAuth(cfg.Client, cfg.NodeName), targets: newTargets(cfg.Runtime)}
 	hs := &http.Server{
 		Handler: s.routes(),
 		TLSConfig: &tls.Config{
@@ -170,8 +170,9 @@ func Serve(ctx context.Context, l net.Listener, cfg Config) error {
 
 // server holds what the handlers share.
 type server struct {
-	cfg  Config
-	auth *auth
+	cfg     Config
+	auth    *auth
+	targets *targets
 }
 
 // routes are the kubelet's paths, each behind authentication and

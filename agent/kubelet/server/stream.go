@@ -77,14 +77,12 @@ func (s *server) exec(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	id, ok := s.containerID(w, r)
-	if !ok {
-		return
-	}
-	resp, err := s.cfg.Runtime.Exec(r.Context(), &criv1.ExecRequest{ContainerId: id, Cmd: o.command,
-		Tty: o.tty, Stdin: o.stdin, Stdout: o.stdout, Stderr: o.stderr})
-	if err != nil {
-		criError(w, "exec in the container", err)
+	var resp *criv1.ExecResponse
+	if !s.onContainer(w, r, "exec in the container", func(id string) (err error) {
+		resp, err = s.cfg.Runtime.Exec(r.Context(), &criv1.ExecRequest{ContainerId: id, Cmd: o.command,
+			Tty: o.tty, Stdin: o.stdin, Stdout: o.stdout, Stderr: o.stderr})
+		return err
+	}) {
 		return
 	}
 	s.proxyStream(w, r, resp.Url, o)
@@ -98,14 +96,12 @@ func (s *server) attach(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	id, ok := s.containerID(w, r)
-	if !ok {
-		return
-	}
-	resp, err := s.cfg.Runtime.Attach(r.Context(), &criv1.AttachRequest{ContainerId: id,
-		Tty: o.tty, Stdin: o.stdin, Stdout: o.stdout, Stderr: o.stderr})
-	if err != nil {
-		criError(w, "attach to the container", err)
+	var resp *criv1.AttachResponse
+	if !s.onContainer(w, r, "attach to the container", func(id string) (err error) {
+		resp, err = s.cfg.Runtime.Attach(r.Context(), &criv1.AttachRequest{ContainerId: id,
+			Tty: o.tty, Stdin: o.stdin, Stdout: o.stdout, Stderr: o.stderr})
+		return err
+	}) {
 		return
 	}
 	s.proxyStream(w, r, resp.Url, o)
@@ -123,21 +119,13 @@ func (s *server) portForward(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	sandboxes, err := s.cfg.Runtime.ListPodSandbox(r.Context(), &criv1.ListPodSandboxRequest{Filter: &criv1.PodSandboxFilter{
-		State:         &criv1.PodSandboxStateValue{State: criv1.PodSandboxState_SANDBOX_READY},
-		LabelSelector: map[string]string{pods.LabelPodUID: string(pod.UID)},
-	}})
-	if err != nil {
-		criError(w, "list the pod's sandboxes", err)
-		return
-	}
-	if len(sandboxes.Items) == 0 {
-		http.Error(w, fmt.Sprintf("pod %q has no running sandbox", pod.Namespace+"/"+pod.Name), http.StatusNotFound)
-		return
-	}
-	resp, err := s.cfg.Runtime.PortForward(r.Context(), &criv1.PortForwardRequest{PodSandboxId: sandboxes.Items[0].Id, Port: ports})
-	if err != nil {
-		criError(w, "forward the pod's ports", err)
+	var resp *criv1.PortForwardResponse
+	if !s.reach(w, "forward the pod's ports", s.targets.sandbox(r.Context(), pod.UID), func() (string, bool) {
+		return s.latestSandbox(w, r, pod)
+	}, func(id string) (err error) {
+		resp, err = s.cfg.Runtime.PortForward(r.Context(), &criv1.PortForwardRequest{PodSandboxId: id, Port: ports})
+		return err
+	}) {
 		return
 	}
 	s.proxyStream(w, r, resp.Url, streamOptions{})
@@ -161,22 +149,55 @@ func (s *server) pod(w http.ResponseWriter, r *http.Request) (*corev1.Pod, bool)
 	return pod, true
 }
 
-// containerID finds the CRI container of the request's path: the latest
-// attempt of the pod's container of that name, running or not, so that
-// the runtime says why a stopped one cannot be streamed.
-func (s *server) containerID(w http.ResponseWriter, r *http.Request) (string, bool) {
+// onContainer calls call with the CRI container of the request's path:
+// the running one of the pod's container of that name, or else the latest
+// attempt, running or not, so that the runtime says why a stopped one
+// cannot be streamed. If the pod has no such container, it answers 404,
+// as the kubelet does.
+func (s *server) onContainer(w http.ResponseWriter, r *http.Request, what string, call func(id string) error) bool {
 	pod, ok := s.pod(w, r)
 	if !ok {
-		return "", false
+		return false
 	}
 	name := r.PathValue("container")
-	notFound := func() (string, bool) {
-		http.Error(w, fmt.Sprintf("container not found (%q)", name), http.StatusNotFound)
-		return "", false
-	}
 	if !hasContainer(pod, name) {
-		return notFound()
+		http.Error(w, fmt.Sprintf("container not found (%q)", name), http.StatusNotFound)
+		return false
 	}
+	return s.reach(w, what, s.targets.container(r.Context(), pod.UID, name), func() (string, bool) {
+		return s.latestContainer(w, r, pod, name)
+	}, call)
+}
+
+// reach calls call with the target the runtime listed lately, cached. If
+// there is none, or the runtime refuses it and lookup, which asks the
+// runtime now, names another, call is made with that one. An error is
+// answered as the runtime's (criError), what says what was asked.
+func (s *server) reach(w http.ResponseWriter, what, cached string, lookup func() (string, bool), call func(id string) error) bool {
+	var err error
+	if cached != "" {
+		if err = call(cached); err == nil {
+			return true
+		}
+		s.targets.forget()
+	}
+	id, ok := lookup()
+	if !ok {
+		return false
+	}
+	if id != cached {
+		err = call(id)
+	}
+	if err != nil {
+		criError(w, what, err)
+		return false
+	}
+	return true
+}
+
+// latestContainer asks the runtime for the pod's latest container of that
+// name, or answers 404 if it has none.
+func (s *server) latestContainer(w http.ResponseWriter, r *http.Request, pod *corev1.Pod, name string) (string, bool) {
 	resp, err := s.cfg.Runtime.ListContainers(r.Context(), &criv1.ListContainersRequest{Filter: &criv1.ContainerFilter{
 		LabelSelector: map[string]string{pods.LabelPodUID: string(pod.UID), pods.LabelContainerName: name},
 	}})
@@ -185,12 +206,31 @@ func (s *server) containerID(w http.ResponseWriter, r *http.Request) (string, bo
 		return "", false
 	}
 	if len(resp.Containers) == 0 {
-		return notFound()
+		http.Error(w, fmt.Sprintf("container not found (%q)", name), http.StatusNotFound)
+		return "", false
 	}
 	latest := slices.MaxFunc(resp.Containers, func(a, b *criv1.Container) int {
 		return cmp.Or(cmp.Compare(a.GetMetadata().GetAttempt(), b.GetMetadata().GetAttempt()), cmp.Compare(a.CreatedAt, b.CreatedAt))
 	})
 	return latest.Id, true
+}
+
+// latestSandbox asks the runtime for the pod's ready sandbox, or answers
+// 404 if it has none.
+func (s *server) latestSandbox(w http.ResponseWriter, r *http.Request, pod *corev1.Pod) (string, bool) {
+	sandboxes, err := s.cfg.Runtime.ListPodSandbox(r.Context(), &criv1.ListPodSandboxRequest{Filter: &criv1.PodSandboxFilter{
+		State:         &criv1.PodSandboxStateValue{State: criv1.PodSandboxState_SANDBOX_READY},
+		LabelSelector: map[string]string{pods.LabelPodUID: string(pod.UID)},
+	}})
+	if err != nil {
+		criError(w, "list the pod's sandboxes", err)
+		return "", false
+	}
+	if len(sandboxes.Items) == 0 {
+		http.Error(w, fmt.Sprintf("pod %q has no running sandbox", pod.Namespace+"/"+pod.Name), http.StatusNotFound)
+		return "", false
+	}
+	return sandboxes.Items[0].Id, true
 }
 
 // criError answers a failed CRI call: 404 for what the runtime does not
