@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/internal/atomicfile"
 	"github.com/cairn-os/cairn/machineconfig"
 )
 
@@ -133,7 +134,7 @@ func (c *configs) writeRunning() error {
 	c.guard.Lock()
 	doc := withGeneration(c.generation, c.raw)
 	c.guard.Unlock()
-	if err := replaceFile(c.runningPath, doc, 0o600); err != nil {
+	if err := atomicfile.WriteFile(c.runningPath, doc, 0o600); err != nil {
 		return fmt.Errorf("write the running machine config: %w", err)
 	}
 	return nil
@@ -397,17 +398,17 @@ func (c *configs) Confirm() (*machine.ConfirmConfigResponse, error) {
 func (c *configs) save(r running, trial bool) error {
 	old, err := os.ReadFile(c.statePath)
 	if err == nil {
-		err = replaceFile(c.statePath+previousSuffix, old, 0o600)
+		err = atomicfile.WriteFile(c.statePath+previousSuffix, old, 0o600)
 	} else if errors.Is(err, fs.ErrNotExist) {
 		err = nil
 	}
 	if err == nil && trial {
 		// Before the config: a power cut between the two leaves a marker
 		// of another generation, which the boot drops.
-		err = replaceFile(c.statePath+trialSuffix, []byte(fmt.Sprintf("%d\n", r.gen)), 0o600)
+		err = atomicfile.WriteFile(c.statePath+trialSuffix, []byte(fmt.Sprintf("%d\n", r.gen)), 0o600)
 	}
 	if err == nil {
-		err = replaceFile(c.statePath, withGeneration(r.gen, r.doc), 0o600)
+		err = atomicfile.WriteFile(c.statePath, withGeneration(r.gen, r.doc), 0o600)
 	}
 	if err == nil && !trial {
 		if err = os.Remove(c.statePath + trialSuffix); errors.Is(err, fs.ErrNotExist) {
@@ -459,13 +460,13 @@ func checkTrial(statePath string) (reverted string, err error) {
 		// Of a config that was not written after all (a power cut).
 		return "", os.Remove(statePath + trialSuffix)
 	case len(f) == 1:
-		return "", replaceFile(statePath+trialSuffix, []byte(f[0]+" booted\n"), 0o600)
+		return "", atomicfile.WriteFile(statePath+trialSuffix, []byte(f[0]+" booted\n"), 0o600)
 	}
 	prev, err := os.ReadFile(statePath + previousSuffix)
 	if err != nil {
 		return "", fmt.Errorf("generation %d did not become healthy at its last boot, and there is no previous config to go back to: %w", gen, err)
 	}
-	if err := replaceFile(statePath, prev, 0o600); err != nil {
+	if err := atomicfile.WriteFile(statePath, prev, 0o600); err != nil {
 		return "", fmt.Errorf("go back from generation %d, which did not become healthy: %w", gen, err)
 	}
 	if err := os.Remove(statePath + trialSuffix); err != nil {

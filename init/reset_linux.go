@@ -16,6 +16,7 @@ import (
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/init/internal/boot"
 	"github.com/cairn-os/cairn/init/internal/ephemeral"
+	"github.com/cairn-os/cairn/internal/atomicfile"
 	"github.com/cairn-os/cairn/internal/layout"
 )
 
@@ -101,7 +102,7 @@ func (n *node) wipe(p *resetPlan) error {
 	}
 	var errs []error
 	for _, path := range []string{layout.FirstBootConfig, layout.MachineConfig} {
-		errs = append(errs, replaceFile(path, p.firstBoot, 0o600))
+		errs = append(errs, atomicfile.WriteFile(path, p.firstBoot, 0o600))
 	}
 	if err := unix.Unmount(layout.StateDir, 0); err != nil {
 		errs = append(errs, fmt.Errorf("unmount %s: %w", layout.StateDir, err))

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/opencontainers/cgroups"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/cairn-os/cairn/init/internal/boot"
 	"github.com/cairn-os/cairn/init/internal/containers"
+	"github.com/cairn-os/cairn/internal/atomicfile"
 	"github.com/cairn-os/cairn/internal/containerdconfig"
 	"github.com/cairn-os/cairn/internal/criimage"
 	"github.com/cairn-os/cairn/internal/layout"
@@ -91,7 +91,7 @@ func writeContainerdConfig(root string, cfg *machineconfig.Config) error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
-		if err := replaceFile(p, data, 0o644); err != nil {
+		if err := atomicfile.WriteFile(p, data, 0o644); err != nil {
 			return fmt.Errorf("write containerd's %s: %w", p, err)
 		}
 	}
@@ -242,7 +242,7 @@ func writeStaticPods(dir string, pods []machineconfig.StaticPod) error {
 			errs = append(errs, fmt.Errorf("static pod %s: %w", meta.Name, err))
 			continue
 		}
-		if err := replaceFile(filepath.Join(dir, name), data, 0o600); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
 			errs = append(errs, fmt.Errorf("static pod %s: %w", meta.Name, err))
 		}
 	}
@@ -258,31 +258,4 @@ func writeStaticPods(dir string, pods []machineconfig.StaticPod) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// replaceFile writes data to path through a temporary file beside it,
-// renamed over path once complete.
-func replaceFile(path string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))+"-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name()) // fails harmlessly once renamed
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(mode)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	return fsyncDir(filepath.Dir(path))
 }

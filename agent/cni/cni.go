@@ -22,10 +22,11 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 
 	"github.com/containernetworking/cni/libcni"
+
+	"github.com/cairn-os/cairn/internal/atomicfile"
 )
 
 // Names in the configuration that Write writes.
@@ -129,34 +130,8 @@ func Write(ctx context.Context, n Network) (string, error) {
 		}
 	}
 	path := filepath.Join(n.ConfDir, FileName)
-	if err := writeAtomic(path, raw); err != nil {
+	if err := atomicfile.WriteFile(path, append(raw, '\n'), 0o644); err != nil {
 		return "", fmt.Errorf("write the pod network configuration: %w", err)
 	}
 	return path, nil
-}
-
-// writeAtomic writes data to path through a temporary file in the same
-// directory, whose name the CRI does not read (it reads *.conf,
-// *.conflist and *.json).
-func writeAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name()) // fails harmlessly once renamed
-	if _, err := f.Write(append(data, '\n')); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }
