@@ -32,6 +32,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cairn-os/cairn/agent/api"
+	"github.com/cairn-os/cairn/agent/drain"
 	"github.com/cairn-os/cairn/agent/kubelet"
 	"github.com/cairn-os/cairn/agent/kubelet/cri"
 	"github.com/cairn-os/cairn/agent/kubelet/server"
@@ -63,6 +64,10 @@ func main() {
 	}
 }
 
+// drainMarker, in the kubelet directory (EPHEMERAL, which an upgrade
+// keeps), says that a drain cordoned the Node before a reboot.
+const drainMarker = "drain.json"
+
 // nodePaths are where the agent finds containerd and the CNI plugins and
 // writes the pod network and the pods' logs. The flags' defaults are the
 // node's paths; the pod startup benchmark (test/bench) runs the agent on a
@@ -90,7 +95,9 @@ func run(configPath, initSocket, kubeletDir string, paths nodePaths) error {
 	if err != nil {
 		return err
 	}
-	srv := api.NewServer(creds, initc, paths.podLogRoot)
+	// The drainer works once the node joined its cluster (a component).
+	drainer := drain.New(filepath.Join(kubeletDir, drainMarker), slog.Default().With("component", "drain"))
+	srv := api.NewServer(creds, initc, drainer, paths.podLogRoot)
 	addr := fmt.Sprintf(":%d", cfg.Machine.API.Port)
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -114,7 +121,7 @@ func run(configPath, initSocket, kubeletDir string, paths nodePaths) error {
 			slog.Error("machine.api credentials no longer follow the running config", "err", err)
 		}
 	}()
-	nodeDone := startNode(ctx, cfg, configPath, kubeletDir, paths, reg)
+	nodeDone := startNode(ctx, cfg, configPath, kubeletDir, paths, reg, drainer)
 	go func() {
 		<-ctx.Done()
 		slog.Info("stopping: finishing calls in flight")
@@ -131,7 +138,7 @@ func run(configPath, initSocket, kubeletDir string, paths nodePaths) error {
 // until ctx ends; the channel closes when it has stopped. It retries what
 // fails on its own and only logs. configPath is cfg's file, which init
 // rewrites when a config is applied live.
-func startNode(ctx context.Context, cfg *machineconfig.Config, configPath, dir string, paths nodePaths, reg *prometheus.Registry) <-chan struct{} {
+func startNode(ctx context.Context, cfg *machineconfig.Config, configPath, dir string, paths nodePaths, reg *prometheus.Registry, drainer *drain.Drainer) <-chan struct{} {
 	done := make(chan struct{})
 	// The pod loop runs even with no static pods and no cluster: a config
 	// applied live may add static pods.
@@ -174,6 +181,7 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, configPath, dir s
 		// each restarted on its own when it fails.
 		components := []node.Component{
 			{Name: "labels", Run: labels.run},
+			{Name: "drain", Run: drainer.Run},
 			{Name: "kubelet", Run: pods.Join},
 			{Name: "proxy", Run: func(ctx context.Context, m *node.Member) error { return runProxy(ctx, cfg.Cluster, m, reg) }},
 			{Name: "cni", Run: func(ctx context.Context, m *node.Member) error { return writePodNetwork(ctx, m, paths) }},

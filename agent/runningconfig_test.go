@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cairn-os/cairn/agent/api"
+	"github.com/cairn-os/cairn/agent/drain"
 	"github.com/cairn-os/cairn/api/client"
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/machineconfig"
@@ -54,7 +56,7 @@ func TestAPICredentialsFollowRunningConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := api.NewServer(creds, nil, t.TempDir())
+	srv := api.NewServer(creds, nil, drain.New(filepath.Join(t.TempDir(), "drain.json"), slog.Default()), t.TempDir())
 	go srv.Serve(l)
 	defer srv.Stop()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/cairn-os/cairn/agent/drain"
 	"github.com/cairn-os/cairn/agent/kubelet/pods"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/test/poll"
@@ -64,7 +66,7 @@ func TestStaticPodsWithoutCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	nctx, stop := context.WithCancel(context.Background())
-	done := startNode(nctx, cfg, "", t.TempDir(), paths, prometheus.NewRegistry())
+	done := startNode(nctx, cfg, "", t.TempDir(), paths, prometheus.NewRegistry(), drain.New(filepath.Join(t.TempDir(), drainMarker), slog.Default()))
 	defer func() {
 		stop()
 		<-done

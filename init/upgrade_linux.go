@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/internal/atomicfile"
 	"github.com/cairn-os/cairn/internal/bootentry"
 )
 
@@ -172,7 +173,7 @@ func (b *boots) writeRecord(r *upgradeRecord) error {
 	if err != nil {
 		return err
 	}
-	return replaceFile(b.recordPath, append(data, '\n'), 0o600)
+	return atomicfile.WriteFile(b.recordPath, append(data, '\n'), 0o600)
 }
 
 // check reads the ESP and the record at boot: which UKI booted, whether it
@@ -321,7 +322,7 @@ func (b *boots) bless() (string, error) {
 		if err := os.Rename(filepath.Join(dir, running.Name()), filepath.Join(dir, blessed)); err != nil {
 			return "", err
 		}
-		return blessed, fsyncDir(dir)
+		return blessed, atomicfile.SyncDir(dir)
 	}()
 	return name, errors.Join(err, unmount())
 }
@@ -357,6 +358,13 @@ func (b *boots) Upgrade(stream grpc.BidiStreamingServer[machine.UpgradeRequest, 
 	b.guard.Lock()
 	b.busy = "an upgrade to " + info.Version
 	b.guard.Unlock()
+	// Held, the caller (the agent draining the node) says when to write.
+	if h.Hold {
+		if req, err := stream.Recv(); err != nil || !req.GetProceed() {
+			slog.Info("upgrade abandoned before anything was written", "version", info.Version, "err", err)
+			return status.Errorf(codes.Aborted, "upgrade to %s abandoned by the caller, nothing written", info.Version)
+		}
+	}
 	tries := int(h.Tries)
 	if tries == 0 {
 		tries = bootentry.DefaultTries
@@ -526,7 +534,7 @@ func (b *boots) write(spool string, entry bootentry.Entry, rec *upgradeRecord) e
 			os.Remove(tmp)
 			return err
 		}
-		return fsyncDir(dir)
+		return atomicfile.SyncDir(dir)
 	}()
 	return errors.Join(err, unmount())
 }
@@ -547,16 +555,6 @@ func copyFile(src, dst string) error {
 		err = out.Sync()
 	}
 	return errors.Join(err, out.Close())
-}
-
-// fsyncDir makes the renames in dir durable.
-func fsyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // Rollback marks the running UKI as failed, so that systemd-boot boots
@@ -599,7 +597,7 @@ func (b *boots) Rollback(reason string) (*machine.RollbackResponse, error) {
 		if err := os.Rename(filepath.Join(dir, running.Name()), filepath.Join(dir, failed.Name())); err != nil {
 			return err
 		}
-		return fsyncDir(dir)
+		return atomicfile.SyncDir(dir)
 	}()
 	if err = errors.Join(err, unmount()); err != nil {
 		return nil, err

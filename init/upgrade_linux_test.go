@@ -3,7 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -176,6 +180,32 @@ func TestUpgrade(t *testing.T) {
 		t.Errorf("Upgrade with a wrong digest = %v, want InvalidArgument naming the SHA-256", err)
 	}
 
+	// Held, then abandoned: the caller's stream ends after verified.
+	held := func(proceed bool) ([]string, error) {
+		stream, err := c.Upgrade(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stream.Send(&machine.UpgradeRequest{Part: &machine.UpgradeRequest_Header{Header: &machine.UpgradeHeader{Size: uint64(len(data)), Sha256: sha256Hex(data), Hold: true}}})
+		stream.Send(&machine.UpgradeRequest{Part: &machine.UpgradeRequest_Chunk{Chunk: data}})
+		var steps []string
+		for {
+			p, err := stream.Recv()
+			if err != nil {
+				return steps, err
+			}
+			if steps = append(steps, p.Step); p.Step == "verified" {
+				if proceed {
+					stream.Send(&machine.UpgradeRequest{Part: &machine.UpgradeRequest_Proceed{Proceed: true}})
+				}
+				stream.CloseSend()
+			}
+		}
+	}
+	if steps, err := held(false); status.Code(err) != codes.Aborted || !slices.Equal(steps, []string{"received", "verified"}) {
+		t.Errorf("Upgrade held and abandoned = steps %v, %v; want received, verified, then Aborted", steps, err)
+	}
+
 	// One at a time: an upgrade under way refuses another.
 	if err := b.lock("an upgrade to 0.3.0"); err != nil {
 		t.Fatal(err)
@@ -218,6 +248,14 @@ func TestUpgrade(t *testing.T) {
 	}
 	if s := b.Status(); !strings.Contains(s.Pending, "cairn-0.2.0+2.efi staged") {
 		t.Errorf("Status().Pending = %q after the upgrade", s.Pending)
+	}
+
+	// Held, then told to proceed: written again, with the default tries.
+	if steps, err := held(true); !errors.Is(err, io.EOF) || !slices.Equal(steps, []string{"received", "verified", "written", "rebooting"}) {
+		t.Errorf("Upgrade held, then proceeding = steps %v, %v; want received, verified, written, rebooting", steps, err)
+	}
+	if got, want := esp.files(t), []string{"cairn-0.1.0.efi", "cairn-0.2.0+3.efi"}; !slices.Equal(got, want) || len(b.reboots) != 2 {
+		t.Errorf("EFI/Linux after the held upgrade = %v, want %v, and a second reboot (%v)", got, want, b.reboots)
 	}
 }
 
@@ -344,4 +382,9 @@ func TestBlessAndRollBack(t *testing.T) {
 			t.Errorf("reboots %v", b.reboots)
 		}
 	})
+}
+
+func sha256Hex(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }

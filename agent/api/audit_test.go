@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/cairn-os/cairn/agent/drain"
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/machineconfig"
 )
@@ -212,7 +214,7 @@ func TestAuditStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	creds, err := NewCredentials(&b.Config.Machine.API)
-	srv := NewServer(creds, &recordingInit{}, "")
+	srv := NewServer(creds, &recordingInit{}, drain.New(filepath.Join(t.TempDir(), "drain.json"), slog.Default()), "")
 	if err != nil {
 		t.Fatal(err)
 	}

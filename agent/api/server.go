@@ -5,6 +5,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,16 +13,21 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/cairn-os/cairn/agent/drain"
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/internal/version"
 	"github.com/cairn-os/cairn/supervisor"
-	"golang.org/x/sys/unix"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // InitClient is the agent's connection to init's control socket.
@@ -45,20 +51,33 @@ func (c *InitClient) Close() error { return c.conn.Close() }
 // NewServer returns the gRPC server of the management API, with creds
 // (which may change while it serves). podLogRoot holds the pods'
 // container logs, /var/log/pods on a node.
-func NewServer(creds *Credentials, init machine.InitClient, podLogRoot string) *grpc.Server {
+func NewServer(creds *Credentials, init machine.InitClient, drainer Drainer, podLogRoot string) *grpc.Server {
 	audit := newAuditLog(slog.Default(), auditRingSize)
 	srv := grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(creds.ServerConfig("h2"))),
 		grpc.ChainUnaryInterceptor(audit.unary, authorizeUnary),
 		grpc.ChainStreamInterceptor(audit.stream, authorizeStream),
 	)
-	machine.RegisterMachineServer(srv, &machineServer{init: init, podLogRoot: podLogRoot, audit: audit})
+	machine.RegisterMachineServer(srv, &machineServer{init: init, drainer: drainer, podLogRoot: podLogRoot, audit: audit})
 	return srv
+}
+
+// Drainer empties the node of its pods before it goes away (agent/drain).
+type Drainer interface {
+	// Joined says whether the node is in its cluster now.
+	Joined() bool
+	Drain(context.Context, drain.Options) error
+	// Undo uncordons the Node after a drain whose reboot did not come.
+	Undo(context.Context) error
+	// Leave deletes the Node if the cluster lets the node, and says what
+	// became of it.
+	Leave(context.Context) string
 }
 
 type machineServer struct {
 	machine.UnimplementedMachineServer
 	init       machine.InitClient
+	drainer    Drainer
 	podLogRoot string
 	audit      *auditLog
 }
@@ -89,46 +108,120 @@ func (s *machineServer) Version(ctx context.Context, _ *machine.VersionRequest) 
 
 // Upgrades and rollbacks are init's: it owns the EFI system partition.
 
-// Upgrade relays the caller's stream to init and init's progress back.
+// Upgrade relays the caller's stream to init and init's progress back. In
+// a cluster, unless the caller says not to, the node drains once init has
+// verified the UKI and before init writes it (the header holds init): a
+// drain that fails leaves the node as it was, nothing written.
 func (s *machineServer) Upgrade(stream grpc.BidiStreamingServer[machine.UpgradeRequest, machine.UpgradeProgress]) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	h := first.GetHeader()
+	// Staged, the reboot is someone else's, later: no drain now.
+	wantsDrain := h != nil && !h.Stage && !h.GetDrain().GetSkip()
+	drains := wantsDrain && s.drainer.Joined()
+	if h != nil {
+		h.Hold = drains // init's to hear from the agent alone
+	}
 	up, err := s.init.Upgrade(ctx)
 	if err != nil {
+		return err
+	}
+	var sendMu sync.Mutex // the relay below and the proceed after the drain
+	send := func(req *machine.UpgradeRequest) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return up.Send(req)
+	}
+	if err := send(first); err != nil {
 		return err
 	}
 	go func() {
 		for {
 			req, err := stream.Recv()
 			if err == io.EOF {
-				up.CloseSend()
+				if !drains { // held, init waits for proceed, not the end
+					sendMu.Lock()
+					up.CloseSend()
+					sendMu.Unlock()
+				}
 				return
 			}
 			if err != nil {
 				cancel() // the caller went away: so does init's side
 				return
 			}
-			if up.Send(req) != nil {
+			if send(req) != nil {
 				return // init's error comes from Recv
 			}
 		}
 	}()
+	drained, rebooting := false, false
 	for {
 		p, err := up.Recv()
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
+			// Once rebooting, the Node stays cordoned: the node
+			// uncordons it when back (agent/drain's marker).
+			if drained && !rebooting {
+				err = errors.Join(err, s.drainer.Undo(context.WithoutCancel(ctx)))
+			}
 			return err
 		}
+		rebooting = rebooting || p.Step == "rebooting"
 		if err := stream.Send(p); err != nil {
 			return err
+		}
+		if p.Step != "verified" || !wantsDrain {
+			continue
+		}
+		if !drains {
+			stream.Send(&machine.UpgradeProgress{Step: "verified", Message: "not drained: the node is not in a cluster now", Version: p.Version})
+			continue
+		}
+		if err := s.drainer.Drain(ctx, drainOptions(h.Drain, func(step, msg string) {
+			stream.Send(&machine.UpgradeProgress{Step: step, Message: msg, Version: p.Version})
+		})); err != nil {
+			return status.Errorf(codes.FailedPrecondition, "upgrade to %s refused, nothing written, the Node as it was: %v", p.Version, err)
+		}
+		drained = true
+		if err := send(&machine.UpgradeRequest{Part: &machine.UpgradeRequest_Proceed{Proceed: true}}); err != nil {
+			return errors.Join(err, s.drainer.Undo(context.WithoutCancel(ctx)))
 		}
 	}
 }
 
+func drainOptions(o *machine.DrainOptions, progress func(step, msg string)) drain.Options {
+	return drain.Options{Timeout: o.GetTimeout().AsDuration(), Force: o.GetForce(), Progress: progress}
+}
+
+// Reset, graceful, drains the node first and deletes its Node where the
+// cluster lets a node do so.
 func (s *machineServer) Reset(ctx context.Context, req *machine.ResetRequest) (*machine.ResetResponse, error) {
-	return s.init.Reset(ctx, req)
+	var outcome []string
+	if req.Graceful {
+		if !s.drainer.Joined() {
+			return nil, status.Error(codes.FailedPrecondition, "graceful reset refused: the node is not in its cluster now, so it cannot drain; reset without --graceful")
+		}
+		if err := s.drainer.Drain(ctx, drainOptions(req.Drain, nil)); err != nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "graceful reset refused, the Node as it was: %v", err)
+		}
+		outcome = append(outcome, "drained", s.drainer.Leave(ctx))
+	}
+	resp, err := s.init.Reset(ctx, req)
+	if err != nil {
+		if req.Graceful {
+			err = errors.Join(err, s.drainer.Undo(context.WithoutCancel(ctx)))
+		}
+		return nil, err
+	}
+	resp.Outcome = strings.Join(append(outcome, resp.Outcome), "; ")
+	return resp, nil
 }
 
 func (s *machineServer) Rollback(ctx context.Context, req *machine.RollbackRequest) (*machine.RollbackResponse, error) {

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-os/cairn/agent/drain"
 	"github.com/cairn-os/cairn/test/tlsprobe"
 
 	"google.golang.org/grpc"
@@ -114,7 +116,7 @@ func serve(t *testing.T, init machine.InitClient, podLogRoot string) (*machineco
 		t.Fatal(err)
 	}
 	creds, err := NewCredentials(&b.Config.Machine.API)
-	srv := NewServer(creds, init, podLogRoot)
+	srv := NewServer(creds, init, drain.New(filepath.Join(t.TempDir(), "drain.json"), slog.Default()), podLogRoot)
 	if err != nil {
 		t.Fatal(err)
 	}

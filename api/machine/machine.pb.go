@@ -3145,6 +3145,7 @@ type UpgradeRequest struct {
 	//
 	//	*UpgradeRequest_Header
 	//	*UpgradeRequest_Chunk
+	//	*UpgradeRequest_Proceed
 	Part          isUpgradeRequest_Part `protobuf_oneof:"part"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3205,6 +3206,15 @@ func (x *UpgradeRequest) GetChunk() []byte {
 	return nil
 }
 
+func (x *UpgradeRequest) GetProceed() bool {
+	if x != nil {
+		if x, ok := x.Part.(*UpgradeRequest_Proceed); ok {
+			return x.Proceed
+		}
+	}
+	return false
+}
+
 type isUpgradeRequest_Part interface {
 	isUpgradeRequest_Part()
 }
@@ -3217,9 +3227,18 @@ type UpgradeRequest_Chunk struct {
 	Chunk []byte `protobuf:"bytes,2,opt,name=chunk,proto3,oneof"`
 }
 
+type UpgradeRequest_Proceed struct {
+	// After the step verified, when the header holds: write the UKI and
+	// go on. A stream that ends instead abandons the upgrade, nothing
+	// written.
+	Proceed bool `protobuf:"varint,3,opt,name=proceed,proto3,oneof"`
+}
+
 func (*UpgradeRequest_Header) isUpgradeRequest_Part() {}
 
 func (*UpgradeRequest_Chunk) isUpgradeRequest_Part() {}
+
+func (*UpgradeRequest_Proceed) isUpgradeRequest_Part() {}
 
 type UpgradeHeader struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3234,6 +3253,12 @@ type UpgradeHeader struct {
 	// How long each of its boots has to become healthy (containerd and
 	// cairn-agent Ready) before init reboots; unset means 5 minutes.
 	HealthTimeout *durationpb.Duration `protobuf:"bytes,5,opt,name=health_timeout,json=healthTimeout,proto3" json:"health_timeout,omitempty"`
+	// How the node empties itself of its pods before it reboots, when it is
+	// in a cluster: cordoned, its pods evicted, uncordoned once Ready again.
+	Drain *DrainOptions `protobuf:"bytes,6,opt,name=drain,proto3" json:"drain,omitempty"`
+	// Set by the agent for init: once verified, wait for proceed before
+	// writing anything (the agent drains the node meanwhile).
+	Hold          bool `protobuf:"varint,7,opt,name=hold,proto3" json:"hold,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3303,9 +3328,93 @@ func (x *UpgradeHeader) GetHealthTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *UpgradeHeader) GetDrain() *DrainOptions {
+	if x != nil {
+		return x.Drain
+	}
+	return nil
+}
+
+func (x *UpgradeHeader) GetHold() bool {
+	if x != nil {
+		return x.Hold
+	}
+	return false
+}
+
+// DrainOptions say how a node empties itself of its pods, as kubectl
+// drain does, with the node's own credentials: the Node cordoned, each pod
+// but DaemonSet and static pods evicted through the Eviction API
+// (PodDisruptionBudgets respected), then waited for until gone.
+type DrainOptions struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Do not drain (an upgrade only).
+	Skip bool `protobuf:"varint,1,opt,name=skip,proto3" json:"skip,omitempty"`
+	// How long the pods have to go; unset means 5 minutes. Past it the call
+	// fails and the node is uncordoned, unless force.
+	Timeout *durationpb.Duration `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// Past the timeout, delete the pods that are still there (their grace
+	// periods respected) and go on.
+	Force         bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainOptions) Reset() {
+	*x = DrainOptions{}
+	mi := &file_machine_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainOptions) ProtoMessage() {}
+
+func (x *DrainOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_machine_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainOptions.ProtoReflect.Descriptor instead.
+func (*DrainOptions) Descriptor() ([]byte, []int) {
+	return file_machine_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *DrainOptions) GetSkip() bool {
+	if x != nil {
+		return x.Skip
+	}
+	return false
+}
+
+func (x *DrainOptions) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *DrainOptions) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
 type UpgradeProgress struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// One of received, verified, written, staged, rebooting.
+	// One of received, verified, cordoned, draining, drained, written,
+	// staged, rebooting.
 	Step string `protobuf:"bytes,1,opt,name=step,proto3" json:"step,omitempty"`
 	// The step as a sentence.
 	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
@@ -3319,7 +3428,7 @@ type UpgradeProgress struct {
 
 func (x *UpgradeProgress) Reset() {
 	*x = UpgradeProgress{}
-	mi := &file_machine_proto_msgTypes[53]
+	mi := &file_machine_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3331,7 +3440,7 @@ func (x *UpgradeProgress) String() string {
 func (*UpgradeProgress) ProtoMessage() {}
 
 func (x *UpgradeProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[53]
+	mi := &file_machine_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3344,7 +3453,7 @@ func (x *UpgradeProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpgradeProgress.ProtoReflect.Descriptor instead.
 func (*UpgradeProgress) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{53}
+	return file_machine_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *UpgradeProgress) GetStep() string {
@@ -3383,7 +3492,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_machine_proto_msgTypes[54]
+	mi := &file_machine_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3395,7 +3504,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[54]
+	mi := &file_machine_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3408,7 +3517,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{54}
+	return file_machine_proto_rawDescGZIP(), []int{55}
 }
 
 type RollbackResponse struct {
@@ -3422,7 +3531,7 @@ type RollbackResponse struct {
 
 func (x *RollbackResponse) Reset() {
 	*x = RollbackResponse{}
-	mi := &file_machine_proto_msgTypes[55]
+	mi := &file_machine_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3434,7 +3543,7 @@ func (x *RollbackResponse) String() string {
 func (*RollbackResponse) ProtoMessage() {}
 
 func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[55]
+	mi := &file_machine_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3447,7 +3556,7 @@ func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackResponse.ProtoReflect.Descriptor instead.
 func (*RollbackResponse) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{55}
+	return file_machine_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RollbackResponse) GetFrom() string {
@@ -3472,7 +3581,7 @@ type BootStatusRequest struct {
 
 func (x *BootStatusRequest) Reset() {
 	*x = BootStatusRequest{}
-	mi := &file_machine_proto_msgTypes[56]
+	mi := &file_machine_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3484,7 +3593,7 @@ func (x *BootStatusRequest) String() string {
 func (*BootStatusRequest) ProtoMessage() {}
 
 func (x *BootStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[56]
+	mi := &file_machine_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3497,7 +3606,7 @@ func (x *BootStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootStatusRequest.ProtoReflect.Descriptor instead.
 func (*BootStatusRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{56}
+	return file_machine_proto_rawDescGZIP(), []int{57}
 }
 
 // BootState is what the EFI system partition holds and how the node
@@ -3525,7 +3634,7 @@ type BootState struct {
 
 func (x *BootState) Reset() {
 	*x = BootState{}
-	mi := &file_machine_proto_msgTypes[57]
+	mi := &file_machine_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3537,7 +3646,7 @@ func (x *BootState) String() string {
 func (*BootState) ProtoMessage() {}
 
 func (x *BootState) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[57]
+	mi := &file_machine_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3550,7 +3659,7 @@ func (x *BootState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootState.ProtoReflect.Descriptor instead.
 func (*BootState) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{57}
+	return file_machine_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *BootState) GetEntry() string {
@@ -3608,14 +3717,18 @@ type ResetRequest struct {
 	// on the machine config its image came with.
 	WipeState bool `protobuf:"varint,1,opt,name=wipe_state,json=wipeState,proto3" json:"wipe_state,omitempty"`
 	// Power off once wiped, instead of rebooting.
-	Shutdown      bool `protobuf:"varint,2,opt,name=shutdown,proto3" json:"shutdown,omitempty"`
+	Shutdown bool `protobuf:"varint,2,opt,name=shutdown,proto3" json:"shutdown,omitempty"`
+	// Drain the node first (drain's skip ignored), then delete its Node
+	// where the cluster lets a node do so.
+	Graceful      bool          `protobuf:"varint,3,opt,name=graceful,proto3" json:"graceful,omitempty"`
+	Drain         *DrainOptions `protobuf:"bytes,4,opt,name=drain,proto3" json:"drain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResetRequest) Reset() {
 	*x = ResetRequest{}
-	mi := &file_machine_proto_msgTypes[58]
+	mi := &file_machine_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3627,7 +3740,7 @@ func (x *ResetRequest) String() string {
 func (*ResetRequest) ProtoMessage() {}
 
 func (x *ResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[58]
+	mi := &file_machine_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3640,7 +3753,7 @@ func (x *ResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
 func (*ResetRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{58}
+	return file_machine_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ResetRequest) GetWipeState() bool {
@@ -3657,6 +3770,20 @@ func (x *ResetRequest) GetShutdown() bool {
 	return false
 }
 
+func (x *ResetRequest) GetGraceful() bool {
+	if x != nil {
+		return x.Graceful
+	}
+	return false
+}
+
+func (x *ResetRequest) GetDrain() *DrainOptions {
+	if x != nil {
+		return x.Drain
+	}
+	return nil
+}
+
 type ResetResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// What the node does, as a sentence.
@@ -3667,7 +3794,7 @@ type ResetResponse struct {
 
 func (x *ResetResponse) Reset() {
 	*x = ResetResponse{}
-	mi := &file_machine_proto_msgTypes[59]
+	mi := &file_machine_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3679,7 +3806,7 @@ func (x *ResetResponse) String() string {
 func (*ResetResponse) ProtoMessage() {}
 
 func (x *ResetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[59]
+	mi := &file_machine_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3692,7 +3819,7 @@ func (x *ResetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetResponse.ProtoReflect.Descriptor instead.
 func (*ResetResponse) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{59}
+	return file_machine_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ResetResponse) GetOutcome() string {
@@ -3718,7 +3845,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_machine_proto_msgTypes[60]
+	mi := &file_machine_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3730,7 +3857,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[60]
+	mi := &file_machine_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3743,7 +3870,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{60}
+	return file_machine_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PingRequest) GetAddress() string {
@@ -3788,7 +3915,7 @@ type PingReply struct {
 
 func (x *PingReply) Reset() {
 	*x = PingReply{}
-	mi := &file_machine_proto_msgTypes[61]
+	mi := &file_machine_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3800,7 +3927,7 @@ func (x *PingReply) String() string {
 func (*PingReply) ProtoMessage() {}
 
 func (x *PingReply) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[61]
+	mi := &file_machine_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3813,7 +3940,7 @@ func (x *PingReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingReply.ProtoReflect.Descriptor instead.
 func (*PingReply) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{61}
+	return file_machine_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PingReply) GetSeq() uint32 {
@@ -3853,7 +3980,7 @@ type LookupRequest struct {
 
 func (x *LookupRequest) Reset() {
 	*x = LookupRequest{}
-	mi := &file_machine_proto_msgTypes[62]
+	mi := &file_machine_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3865,7 +3992,7 @@ func (x *LookupRequest) String() string {
 func (*LookupRequest) ProtoMessage() {}
 
 func (x *LookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[62]
+	mi := &file_machine_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3878,7 +4005,7 @@ func (x *LookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRequest.ProtoReflect.Descriptor instead.
 func (*LookupRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{62}
+	return file_machine_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *LookupRequest) GetName() string {
@@ -3898,7 +4025,7 @@ type LookupResponse struct {
 
 func (x *LookupResponse) Reset() {
 	*x = LookupResponse{}
-	mi := &file_machine_proto_msgTypes[63]
+	mi := &file_machine_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3910,7 +4037,7 @@ func (x *LookupResponse) String() string {
 func (*LookupResponse) ProtoMessage() {}
 
 func (x *LookupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[63]
+	mi := &file_machine_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3923,7 +4050,7 @@ func (x *LookupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupResponse.ProtoReflect.Descriptor instead.
 func (*LookupResponse) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{63}
+	return file_machine_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *LookupResponse) GetAddresses() []string {
@@ -3952,7 +4079,7 @@ type ConnectRequest struct {
 
 func (x *ConnectRequest) Reset() {
 	*x = ConnectRequest{}
-	mi := &file_machine_proto_msgTypes[64]
+	mi := &file_machine_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3964,7 +4091,7 @@ func (x *ConnectRequest) String() string {
 func (*ConnectRequest) ProtoMessage() {}
 
 func (x *ConnectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[64]
+	mi := &file_machine_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3977,7 +4104,7 @@ func (x *ConnectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectRequest.ProtoReflect.Descriptor instead.
 func (*ConnectRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{64}
+	return file_machine_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ConnectRequest) GetAddress() string {
@@ -4006,7 +4133,7 @@ type ConnectResponse struct {
 
 func (x *ConnectResponse) Reset() {
 	*x = ConnectResponse{}
-	mi := &file_machine_proto_msgTypes[65]
+	mi := &file_machine_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4018,7 +4145,7 @@ func (x *ConnectResponse) String() string {
 func (*ConnectResponse) ProtoMessage() {}
 
 func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[65]
+	mi := &file_machine_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4031,7 +4158,7 @@ func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectResponse.ProtoReflect.Descriptor instead.
 func (*ConnectResponse) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{65}
+	return file_machine_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ConnectResponse) GetLocal() string {
@@ -4067,7 +4194,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_machine_proto_msgTypes[66]
+	mi := &file_machine_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4079,7 +4206,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[66]
+	mi := &file_machine_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4092,7 +4219,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{66}
+	return file_machine_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *EventsRequest) GetFollow() bool {
@@ -4125,7 +4252,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_machine_proto_msgTypes[67]
+	mi := &file_machine_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4137,7 +4264,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_machine_proto_msgTypes[67]
+	mi := &file_machine_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4150,7 +4277,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_machine_proto_rawDescGZIP(), []int{67}
+	return file_machine_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *Event) GetTime() *timestamppb.Timestamp {
@@ -4395,17 +4522,24 @@ const file_machine_proto_rawDesc = "" +
 	"\ttry_until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\btryUntil\x12\x1d\n" +
 	"\n" +
 	"last_error\x18\x04 \x01(\tR\tlastError\x12\x19\n" +
-	"\bon_trial\x18\x05 \x01(\bR\aonTrial\"q\n" +
+	"\bon_trial\x18\x05 \x01(\bR\aonTrial\"\x8d\x01\n" +
 	"\x0eUpgradeRequest\x12?\n" +
 	"\x06header\x18\x01 \x01(\v2%.cairn.machine.v1alpha1.UpgradeHeaderH\x00R\x06header\x12\x16\n" +
-	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\x06\n" +
-	"\x04part\"\xa9\x01\n" +
+	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunk\x12\x1a\n" +
+	"\aproceed\x18\x03 \x01(\bH\x00R\aproceedB\x06\n" +
+	"\x04part\"\xf9\x01\n" +
 	"\rUpgradeHeader\x12\x12\n" +
 	"\x04size\x18\x01 \x01(\x04R\x04size\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x14\n" +
 	"\x05stage\x18\x03 \x01(\bR\x05stage\x12\x14\n" +
 	"\x05tries\x18\x04 \x01(\rR\x05tries\x12@\n" +
-	"\x0ehealth_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\rhealthTimeout\"o\n" +
+	"\x0ehealth_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\rhealthTimeout\x12:\n" +
+	"\x05drain\x18\x06 \x01(\v2$.cairn.machine.v1alpha1.DrainOptionsR\x05drain\x12\x12\n" +
+	"\x04hold\x18\a \x01(\bR\x04hold\"m\n" +
+	"\fDrainOptions\x12\x12\n" +
+	"\x04skip\x18\x01 \x01(\bR\x04skip\x123\n" +
+	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\"o\n" +
 	"\x0fUpgradeProgress\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\tR\x04step\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
@@ -4423,11 +4557,13 @@ const file_machine_proto_rawDesc = "" +
 	"\apending\x18\x04 \x01(\tR\apending\x12(\n" +
 	"\x10rolled_back_from\x18\x05 \x01(\tR\x0erolledBackFrom\x12'\n" +
 	"\x0frollback_reason\x18\x06 \x01(\tR\x0erollbackReason\x12\x14\n" +
-	"\x05error\x18\a \x01(\tR\x05error\"I\n" +
+	"\x05error\x18\a \x01(\tR\x05error\"\xa1\x01\n" +
 	"\fResetRequest\x12\x1d\n" +
 	"\n" +
 	"wipe_state\x18\x01 \x01(\bR\twipeState\x12\x1a\n" +
-	"\bshutdown\x18\x02 \x01(\bR\bshutdown\")\n" +
+	"\bshutdown\x18\x02 \x01(\bR\bshutdown\x12\x1a\n" +
+	"\bgraceful\x18\x03 \x01(\bR\bgraceful\x12:\n" +
+	"\x05drain\x18\x04 \x01(\v2$.cairn.machine.v1alpha1.DrainOptionsR\x05drain\")\n" +
 	"\rResetResponse\x12\x18\n" +
 	"\aoutcome\x18\x01 \x01(\tR\aoutcome\"\xa9\x01\n" +
 	"\vPingRequest\x12\x18\n" +
@@ -4526,7 +4662,7 @@ func file_machine_proto_rawDescGZIP() []byte {
 }
 
 var file_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
+var file_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_machine_proto_goTypes = []any{
 	(ApplyMode)(0),                 // 0: cairn.machine.v1alpha1.ApplyMode
 	(*VersionRequest)(nil),         // 1: cairn.machine.v1alpha1.VersionRequest
@@ -4582,155 +4718,159 @@ var file_machine_proto_goTypes = []any{
 	(*ConfigState)(nil),            // 51: cairn.machine.v1alpha1.ConfigState
 	(*UpgradeRequest)(nil),         // 52: cairn.machine.v1alpha1.UpgradeRequest
 	(*UpgradeHeader)(nil),          // 53: cairn.machine.v1alpha1.UpgradeHeader
-	(*UpgradeProgress)(nil),        // 54: cairn.machine.v1alpha1.UpgradeProgress
-	(*RollbackRequest)(nil),        // 55: cairn.machine.v1alpha1.RollbackRequest
-	(*RollbackResponse)(nil),       // 56: cairn.machine.v1alpha1.RollbackResponse
-	(*BootStatusRequest)(nil),      // 57: cairn.machine.v1alpha1.BootStatusRequest
-	(*BootState)(nil),              // 58: cairn.machine.v1alpha1.BootState
-	(*ResetRequest)(nil),           // 59: cairn.machine.v1alpha1.ResetRequest
-	(*ResetResponse)(nil),          // 60: cairn.machine.v1alpha1.ResetResponse
-	(*PingRequest)(nil),            // 61: cairn.machine.v1alpha1.PingRequest
-	(*PingReply)(nil),              // 62: cairn.machine.v1alpha1.PingReply
-	(*LookupRequest)(nil),          // 63: cairn.machine.v1alpha1.LookupRequest
-	(*LookupResponse)(nil),         // 64: cairn.machine.v1alpha1.LookupResponse
-	(*ConnectRequest)(nil),         // 65: cairn.machine.v1alpha1.ConnectRequest
-	(*ConnectResponse)(nil),        // 66: cairn.machine.v1alpha1.ConnectResponse
-	(*EventsRequest)(nil),          // 67: cairn.machine.v1alpha1.EventsRequest
-	(*Event)(nil),                  // 68: cairn.machine.v1alpha1.Event
-	nil,                            // 69: cairn.machine.v1alpha1.AuditRecord.RequestEntry
-	(*durationpb.Duration)(nil),    // 70: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 71: google.protobuf.Timestamp
+	(*DrainOptions)(nil),           // 54: cairn.machine.v1alpha1.DrainOptions
+	(*UpgradeProgress)(nil),        // 55: cairn.machine.v1alpha1.UpgradeProgress
+	(*RollbackRequest)(nil),        // 56: cairn.machine.v1alpha1.RollbackRequest
+	(*RollbackResponse)(nil),       // 57: cairn.machine.v1alpha1.RollbackResponse
+	(*BootStatusRequest)(nil),      // 58: cairn.machine.v1alpha1.BootStatusRequest
+	(*BootState)(nil),              // 59: cairn.machine.v1alpha1.BootState
+	(*ResetRequest)(nil),           // 60: cairn.machine.v1alpha1.ResetRequest
+	(*ResetResponse)(nil),          // 61: cairn.machine.v1alpha1.ResetResponse
+	(*PingRequest)(nil),            // 62: cairn.machine.v1alpha1.PingRequest
+	(*PingReply)(nil),              // 63: cairn.machine.v1alpha1.PingReply
+	(*LookupRequest)(nil),          // 64: cairn.machine.v1alpha1.LookupRequest
+	(*LookupResponse)(nil),         // 65: cairn.machine.v1alpha1.LookupResponse
+	(*ConnectRequest)(nil),         // 66: cairn.machine.v1alpha1.ConnectRequest
+	(*ConnectResponse)(nil),        // 67: cairn.machine.v1alpha1.ConnectResponse
+	(*EventsRequest)(nil),          // 68: cairn.machine.v1alpha1.EventsRequest
+	(*Event)(nil),                  // 69: cairn.machine.v1alpha1.Event
+	nil,                            // 70: cairn.machine.v1alpha1.AuditRecord.RequestEntry
+	(*durationpb.Duration)(nil),    // 71: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 72: google.protobuf.Timestamp
 }
 var file_machine_proto_depIdxs = []int32{
-	70, // 0: cairn.machine.v1alpha1.VersionResponse.uptime:type_name -> google.protobuf.Duration
+	71, // 0: cairn.machine.v1alpha1.VersionResponse.uptime:type_name -> google.protobuf.Duration
 	4,  // 1: cairn.machine.v1alpha1.VersionResponse.boot_timeline:type_name -> cairn.machine.v1alpha1.BootStep
 	3,  // 2: cairn.machine.v1alpha1.VersionResponse.time_sync:type_name -> cairn.machine.v1alpha1.TimeSync
 	51, // 3: cairn.machine.v1alpha1.VersionResponse.config:type_name -> cairn.machine.v1alpha1.ConfigState
-	58, // 4: cairn.machine.v1alpha1.VersionResponse.boot:type_name -> cairn.machine.v1alpha1.BootState
-	70, // 5: cairn.machine.v1alpha1.TimeSync.offset:type_name -> google.protobuf.Duration
-	71, // 6: cairn.machine.v1alpha1.TimeSync.last_sync:type_name -> google.protobuf.Timestamp
-	71, // 7: cairn.machine.v1alpha1.TimeSync.next_poll:type_name -> google.protobuf.Timestamp
-	70, // 8: cairn.machine.v1alpha1.BootStep.start:type_name -> google.protobuf.Duration
-	70, // 9: cairn.machine.v1alpha1.BootStep.duration:type_name -> google.protobuf.Duration
+	59, // 4: cairn.machine.v1alpha1.VersionResponse.boot:type_name -> cairn.machine.v1alpha1.BootState
+	71, // 5: cairn.machine.v1alpha1.TimeSync.offset:type_name -> google.protobuf.Duration
+	72, // 6: cairn.machine.v1alpha1.TimeSync.last_sync:type_name -> google.protobuf.Timestamp
+	72, // 7: cairn.machine.v1alpha1.TimeSync.next_poll:type_name -> google.protobuf.Timestamp
+	71, // 8: cairn.machine.v1alpha1.BootStep.start:type_name -> google.protobuf.Duration
+	71, // 9: cairn.machine.v1alpha1.BootStep.duration:type_name -> google.protobuf.Duration
 	4,  // 10: cairn.machine.v1alpha1.BootTimelineResponse.steps:type_name -> cairn.machine.v1alpha1.BootStep
 	3,  // 11: cairn.machine.v1alpha1.BootTimelineResponse.time_sync:type_name -> cairn.machine.v1alpha1.TimeSync
 	13, // 12: cairn.machine.v1alpha1.ServicesResponse.services:type_name -> cairn.machine.v1alpha1.ServiceStatus
-	71, // 13: cairn.machine.v1alpha1.ServiceStatus.since:type_name -> google.protobuf.Timestamp
-	71, // 14: cairn.machine.v1alpha1.ServiceStatus.started_at:type_name -> google.protobuf.Timestamp
-	70, // 15: cairn.machine.v1alpha1.ServiceStatus.since_boot:type_name -> google.protobuf.Duration
+	72, // 13: cairn.machine.v1alpha1.ServiceStatus.since:type_name -> google.protobuf.Timestamp
+	72, // 14: cairn.machine.v1alpha1.ServiceStatus.started_at:type_name -> google.protobuf.Timestamp
+	71, // 15: cairn.machine.v1alpha1.ServiceStatus.since_boot:type_name -> google.protobuf.Duration
 	14, // 16: cairn.machine.v1alpha1.ServiceStatus.limits:type_name -> cairn.machine.v1alpha1.CgroupLimits
 	24, // 17: cairn.machine.v1alpha1.ContainersResponse.namespaces:type_name -> cairn.machine.v1alpha1.ContainerNamespace
 	25, // 18: cairn.machine.v1alpha1.ContainerNamespace.containers:type_name -> cairn.machine.v1alpha1.Container
 	26, // 19: cairn.machine.v1alpha1.ContainerNamespace.images:type_name -> cairn.machine.v1alpha1.Image
 	29, // 20: cairn.machine.v1alpha1.AuditResponse.records:type_name -> cairn.machine.v1alpha1.AuditRecord
-	71, // 21: cairn.machine.v1alpha1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	69, // 22: cairn.machine.v1alpha1.AuditRecord.request:type_name -> cairn.machine.v1alpha1.AuditRecord.RequestEntry
-	70, // 23: cairn.machine.v1alpha1.AuditRecord.duration:type_name -> google.protobuf.Duration
-	70, // 24: cairn.machine.v1alpha1.DmesgRecord.time:type_name -> google.protobuf.Duration
+	72, // 21: cairn.machine.v1alpha1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	70, // 22: cairn.machine.v1alpha1.AuditRecord.request:type_name -> cairn.machine.v1alpha1.AuditRecord.RequestEntry
+	71, // 23: cairn.machine.v1alpha1.AuditRecord.duration:type_name -> google.protobuf.Duration
+	71, // 24: cairn.machine.v1alpha1.DmesgRecord.time:type_name -> google.protobuf.Duration
 	34, // 25: cairn.machine.v1alpha1.MountsResponse.mounts:type_name -> cairn.machine.v1alpha1.Mount
 	37, // 26: cairn.machine.v1alpha1.ProcessesResponse.processes:type_name -> cairn.machine.v1alpha1.Process
-	70, // 27: cairn.machine.v1alpha1.Process.cpu_time:type_name -> google.protobuf.Duration
+	71, // 27: cairn.machine.v1alpha1.Process.cpu_time:type_name -> google.protobuf.Duration
 	41, // 28: cairn.machine.v1alpha1.NetworkResponse.links:type_name -> cairn.machine.v1alpha1.Link
 	42, // 29: cairn.machine.v1alpha1.NetworkResponse.routes:type_name -> cairn.machine.v1alpha1.Route
 	40, // 30: cairn.machine.v1alpha1.NetworkResponse.sockets:type_name -> cairn.machine.v1alpha1.Socket
 	0,  // 31: cairn.machine.v1alpha1.ApplyConfigRequest.mode:type_name -> cairn.machine.v1alpha1.ApplyMode
-	70, // 32: cairn.machine.v1alpha1.ApplyConfigRequest.try_timeout:type_name -> google.protobuf.Duration
+	71, // 32: cairn.machine.v1alpha1.ApplyConfigRequest.try_timeout:type_name -> google.protobuf.Duration
 	46, // 33: cairn.machine.v1alpha1.ApplyConfigResponse.changes:type_name -> cairn.machine.v1alpha1.ConfigChange
-	71, // 34: cairn.machine.v1alpha1.ConfigState.try_until:type_name -> google.protobuf.Timestamp
+	72, // 34: cairn.machine.v1alpha1.ConfigState.try_until:type_name -> google.protobuf.Timestamp
 	53, // 35: cairn.machine.v1alpha1.UpgradeRequest.header:type_name -> cairn.machine.v1alpha1.UpgradeHeader
-	70, // 36: cairn.machine.v1alpha1.UpgradeHeader.health_timeout:type_name -> google.protobuf.Duration
-	70, // 37: cairn.machine.v1alpha1.PingRequest.interval:type_name -> google.protobuf.Duration
-	70, // 38: cairn.machine.v1alpha1.PingRequest.timeout:type_name -> google.protobuf.Duration
-	70, // 39: cairn.machine.v1alpha1.PingReply.rtt:type_name -> google.protobuf.Duration
-	70, // 40: cairn.machine.v1alpha1.LookupResponse.duration:type_name -> google.protobuf.Duration
-	70, // 41: cairn.machine.v1alpha1.ConnectRequest.timeout:type_name -> google.protobuf.Duration
-	70, // 42: cairn.machine.v1alpha1.ConnectResponse.duration:type_name -> google.protobuf.Duration
-	71, // 43: cairn.machine.v1alpha1.Event.time:type_name -> google.protobuf.Timestamp
-	1,  // 44: cairn.machine.v1alpha1.Machine.Version:input_type -> cairn.machine.v1alpha1.VersionRequest
-	7,  // 45: cairn.machine.v1alpha1.Machine.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
-	9,  // 46: cairn.machine.v1alpha1.Machine.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
-	11, // 47: cairn.machine.v1alpha1.Machine.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
-	15, // 48: cairn.machine.v1alpha1.Machine.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
-	17, // 49: cairn.machine.v1alpha1.Machine.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
-	19, // 50: cairn.machine.v1alpha1.Machine.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
-	22, // 51: cairn.machine.v1alpha1.Machine.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
-	21, // 52: cairn.machine.v1alpha1.Machine.PodLogs:input_type -> cairn.machine.v1alpha1.PodLogsRequest
-	45, // 53: cairn.machine.v1alpha1.Machine.ApplyConfig:input_type -> cairn.machine.v1alpha1.ApplyConfigRequest
-	48, // 54: cairn.machine.v1alpha1.Machine.ConfirmConfig:input_type -> cairn.machine.v1alpha1.ConfirmConfigRequest
-	52, // 55: cairn.machine.v1alpha1.Machine.Upgrade:input_type -> cairn.machine.v1alpha1.UpgradeRequest
-	55, // 56: cairn.machine.v1alpha1.Machine.Rollback:input_type -> cairn.machine.v1alpha1.RollbackRequest
-	59, // 57: cairn.machine.v1alpha1.Machine.Reset:input_type -> cairn.machine.v1alpha1.ResetRequest
-	27, // 58: cairn.machine.v1alpha1.Machine.Audit:input_type -> cairn.machine.v1alpha1.AuditRequest
-	67, // 59: cairn.machine.v1alpha1.Machine.Events:input_type -> cairn.machine.v1alpha1.EventsRequest
-	30, // 60: cairn.machine.v1alpha1.Machine.Dmesg:input_type -> cairn.machine.v1alpha1.DmesgRequest
-	32, // 61: cairn.machine.v1alpha1.Machine.Mounts:input_type -> cairn.machine.v1alpha1.MountsRequest
-	35, // 62: cairn.machine.v1alpha1.Machine.Processes:input_type -> cairn.machine.v1alpha1.ProcessesRequest
-	38, // 63: cairn.machine.v1alpha1.Machine.Network:input_type -> cairn.machine.v1alpha1.NetworkRequest
-	43, // 64: cairn.machine.v1alpha1.Machine.Read:input_type -> cairn.machine.v1alpha1.ReadRequest
-	61, // 65: cairn.machine.v1alpha1.Machine.Ping:input_type -> cairn.machine.v1alpha1.PingRequest
-	63, // 66: cairn.machine.v1alpha1.Machine.Lookup:input_type -> cairn.machine.v1alpha1.LookupRequest
-	65, // 67: cairn.machine.v1alpha1.Machine.Connect:input_type -> cairn.machine.v1alpha1.ConnectRequest
-	5,  // 68: cairn.machine.v1alpha1.Init.BootTimeline:input_type -> cairn.machine.v1alpha1.BootTimelineRequest
-	7,  // 69: cairn.machine.v1alpha1.Init.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
-	9,  // 70: cairn.machine.v1alpha1.Init.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
-	11, // 71: cairn.machine.v1alpha1.Init.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
-	15, // 72: cairn.machine.v1alpha1.Init.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
-	17, // 73: cairn.machine.v1alpha1.Init.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
-	19, // 74: cairn.machine.v1alpha1.Init.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
-	22, // 75: cairn.machine.v1alpha1.Init.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
-	45, // 76: cairn.machine.v1alpha1.Init.ApplyConfig:input_type -> cairn.machine.v1alpha1.ApplyConfigRequest
-	48, // 77: cairn.machine.v1alpha1.Init.ConfirmConfig:input_type -> cairn.machine.v1alpha1.ConfirmConfigRequest
-	50, // 78: cairn.machine.v1alpha1.Init.ConfigStatus:input_type -> cairn.machine.v1alpha1.ConfigStatusRequest
-	52, // 79: cairn.machine.v1alpha1.Init.Upgrade:input_type -> cairn.machine.v1alpha1.UpgradeRequest
-	55, // 80: cairn.machine.v1alpha1.Init.Rollback:input_type -> cairn.machine.v1alpha1.RollbackRequest
-	57, // 81: cairn.machine.v1alpha1.Init.BootStatus:input_type -> cairn.machine.v1alpha1.BootStatusRequest
-	59, // 82: cairn.machine.v1alpha1.Init.Reset:input_type -> cairn.machine.v1alpha1.ResetRequest
-	67, // 83: cairn.machine.v1alpha1.Init.Events:input_type -> cairn.machine.v1alpha1.EventsRequest
-	2,  // 84: cairn.machine.v1alpha1.Machine.Version:output_type -> cairn.machine.v1alpha1.VersionResponse
-	8,  // 85: cairn.machine.v1alpha1.Machine.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
-	10, // 86: cairn.machine.v1alpha1.Machine.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
-	12, // 87: cairn.machine.v1alpha1.Machine.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
-	16, // 88: cairn.machine.v1alpha1.Machine.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
-	18, // 89: cairn.machine.v1alpha1.Machine.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
-	20, // 90: cairn.machine.v1alpha1.Machine.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	23, // 91: cairn.machine.v1alpha1.Machine.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
-	20, // 92: cairn.machine.v1alpha1.Machine.PodLogs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	47, // 93: cairn.machine.v1alpha1.Machine.ApplyConfig:output_type -> cairn.machine.v1alpha1.ApplyConfigResponse
-	49, // 94: cairn.machine.v1alpha1.Machine.ConfirmConfig:output_type -> cairn.machine.v1alpha1.ConfirmConfigResponse
-	54, // 95: cairn.machine.v1alpha1.Machine.Upgrade:output_type -> cairn.machine.v1alpha1.UpgradeProgress
-	56, // 96: cairn.machine.v1alpha1.Machine.Rollback:output_type -> cairn.machine.v1alpha1.RollbackResponse
-	60, // 97: cairn.machine.v1alpha1.Machine.Reset:output_type -> cairn.machine.v1alpha1.ResetResponse
-	28, // 98: cairn.machine.v1alpha1.Machine.Audit:output_type -> cairn.machine.v1alpha1.AuditResponse
-	68, // 99: cairn.machine.v1alpha1.Machine.Events:output_type -> cairn.machine.v1alpha1.Event
-	31, // 100: cairn.machine.v1alpha1.Machine.Dmesg:output_type -> cairn.machine.v1alpha1.DmesgRecord
-	33, // 101: cairn.machine.v1alpha1.Machine.Mounts:output_type -> cairn.machine.v1alpha1.MountsResponse
-	36, // 102: cairn.machine.v1alpha1.Machine.Processes:output_type -> cairn.machine.v1alpha1.ProcessesResponse
-	39, // 103: cairn.machine.v1alpha1.Machine.Network:output_type -> cairn.machine.v1alpha1.NetworkResponse
-	44, // 104: cairn.machine.v1alpha1.Machine.Read:output_type -> cairn.machine.v1alpha1.ReadChunk
-	62, // 105: cairn.machine.v1alpha1.Machine.Ping:output_type -> cairn.machine.v1alpha1.PingReply
-	64, // 106: cairn.machine.v1alpha1.Machine.Lookup:output_type -> cairn.machine.v1alpha1.LookupResponse
-	66, // 107: cairn.machine.v1alpha1.Machine.Connect:output_type -> cairn.machine.v1alpha1.ConnectResponse
-	6,  // 108: cairn.machine.v1alpha1.Init.BootTimeline:output_type -> cairn.machine.v1alpha1.BootTimelineResponse
-	8,  // 109: cairn.machine.v1alpha1.Init.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
-	10, // 110: cairn.machine.v1alpha1.Init.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
-	12, // 111: cairn.machine.v1alpha1.Init.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
-	16, // 112: cairn.machine.v1alpha1.Init.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
-	18, // 113: cairn.machine.v1alpha1.Init.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
-	20, // 114: cairn.machine.v1alpha1.Init.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
-	23, // 115: cairn.machine.v1alpha1.Init.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
-	47, // 116: cairn.machine.v1alpha1.Init.ApplyConfig:output_type -> cairn.machine.v1alpha1.ApplyConfigResponse
-	49, // 117: cairn.machine.v1alpha1.Init.ConfirmConfig:output_type -> cairn.machine.v1alpha1.ConfirmConfigResponse
-	51, // 118: cairn.machine.v1alpha1.Init.ConfigStatus:output_type -> cairn.machine.v1alpha1.ConfigState
-	54, // 119: cairn.machine.v1alpha1.Init.Upgrade:output_type -> cairn.machine.v1alpha1.UpgradeProgress
-	56, // 120: cairn.machine.v1alpha1.Init.Rollback:output_type -> cairn.machine.v1alpha1.RollbackResponse
-	58, // 121: cairn.machine.v1alpha1.Init.BootStatus:output_type -> cairn.machine.v1alpha1.BootState
-	60, // 122: cairn.machine.v1alpha1.Init.Reset:output_type -> cairn.machine.v1alpha1.ResetResponse
-	68, // 123: cairn.machine.v1alpha1.Init.Events:output_type -> cairn.machine.v1alpha1.Event
-	84, // [84:124] is the sub-list for method output_type
-	44, // [44:84] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	71, // 36: cairn.machine.v1alpha1.UpgradeHeader.health_timeout:type_name -> google.protobuf.Duration
+	54, // 37: cairn.machine.v1alpha1.UpgradeHeader.drain:type_name -> cairn.machine.v1alpha1.DrainOptions
+	71, // 38: cairn.machine.v1alpha1.DrainOptions.timeout:type_name -> google.protobuf.Duration
+	54, // 39: cairn.machine.v1alpha1.ResetRequest.drain:type_name -> cairn.machine.v1alpha1.DrainOptions
+	71, // 40: cairn.machine.v1alpha1.PingRequest.interval:type_name -> google.protobuf.Duration
+	71, // 41: cairn.machine.v1alpha1.PingRequest.timeout:type_name -> google.protobuf.Duration
+	71, // 42: cairn.machine.v1alpha1.PingReply.rtt:type_name -> google.protobuf.Duration
+	71, // 43: cairn.machine.v1alpha1.LookupResponse.duration:type_name -> google.protobuf.Duration
+	71, // 44: cairn.machine.v1alpha1.ConnectRequest.timeout:type_name -> google.protobuf.Duration
+	71, // 45: cairn.machine.v1alpha1.ConnectResponse.duration:type_name -> google.protobuf.Duration
+	72, // 46: cairn.machine.v1alpha1.Event.time:type_name -> google.protobuf.Timestamp
+	1,  // 47: cairn.machine.v1alpha1.Machine.Version:input_type -> cairn.machine.v1alpha1.VersionRequest
+	7,  // 48: cairn.machine.v1alpha1.Machine.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
+	9,  // 49: cairn.machine.v1alpha1.Machine.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
+	11, // 50: cairn.machine.v1alpha1.Machine.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
+	15, // 51: cairn.machine.v1alpha1.Machine.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
+	17, // 52: cairn.machine.v1alpha1.Machine.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
+	19, // 53: cairn.machine.v1alpha1.Machine.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
+	22, // 54: cairn.machine.v1alpha1.Machine.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
+	21, // 55: cairn.machine.v1alpha1.Machine.PodLogs:input_type -> cairn.machine.v1alpha1.PodLogsRequest
+	45, // 56: cairn.machine.v1alpha1.Machine.ApplyConfig:input_type -> cairn.machine.v1alpha1.ApplyConfigRequest
+	48, // 57: cairn.machine.v1alpha1.Machine.ConfirmConfig:input_type -> cairn.machine.v1alpha1.ConfirmConfigRequest
+	52, // 58: cairn.machine.v1alpha1.Machine.Upgrade:input_type -> cairn.machine.v1alpha1.UpgradeRequest
+	56, // 59: cairn.machine.v1alpha1.Machine.Rollback:input_type -> cairn.machine.v1alpha1.RollbackRequest
+	60, // 60: cairn.machine.v1alpha1.Machine.Reset:input_type -> cairn.machine.v1alpha1.ResetRequest
+	27, // 61: cairn.machine.v1alpha1.Machine.Audit:input_type -> cairn.machine.v1alpha1.AuditRequest
+	68, // 62: cairn.machine.v1alpha1.Machine.Events:input_type -> cairn.machine.v1alpha1.EventsRequest
+	30, // 63: cairn.machine.v1alpha1.Machine.Dmesg:input_type -> cairn.machine.v1alpha1.DmesgRequest
+	32, // 64: cairn.machine.v1alpha1.Machine.Mounts:input_type -> cairn.machine.v1alpha1.MountsRequest
+	35, // 65: cairn.machine.v1alpha1.Machine.Processes:input_type -> cairn.machine.v1alpha1.ProcessesRequest
+	38, // 66: cairn.machine.v1alpha1.Machine.Network:input_type -> cairn.machine.v1alpha1.NetworkRequest
+	43, // 67: cairn.machine.v1alpha1.Machine.Read:input_type -> cairn.machine.v1alpha1.ReadRequest
+	62, // 68: cairn.machine.v1alpha1.Machine.Ping:input_type -> cairn.machine.v1alpha1.PingRequest
+	64, // 69: cairn.machine.v1alpha1.Machine.Lookup:input_type -> cairn.machine.v1alpha1.LookupRequest
+	66, // 70: cairn.machine.v1alpha1.Machine.Connect:input_type -> cairn.machine.v1alpha1.ConnectRequest
+	5,  // 71: cairn.machine.v1alpha1.Init.BootTimeline:input_type -> cairn.machine.v1alpha1.BootTimelineRequest
+	7,  // 72: cairn.machine.v1alpha1.Init.Reboot:input_type -> cairn.machine.v1alpha1.RebootRequest
+	9,  // 73: cairn.machine.v1alpha1.Init.Shutdown:input_type -> cairn.machine.v1alpha1.ShutdownRequest
+	11, // 74: cairn.machine.v1alpha1.Init.Services:input_type -> cairn.machine.v1alpha1.ServicesRequest
+	15, // 75: cairn.machine.v1alpha1.Init.ServiceRestart:input_type -> cairn.machine.v1alpha1.ServiceRestartRequest
+	17, // 76: cairn.machine.v1alpha1.Init.ServiceKill:input_type -> cairn.machine.v1alpha1.ServiceKillRequest
+	19, // 77: cairn.machine.v1alpha1.Init.Logs:input_type -> cairn.machine.v1alpha1.LogsRequest
+	22, // 78: cairn.machine.v1alpha1.Init.Containers:input_type -> cairn.machine.v1alpha1.ContainersRequest
+	45, // 79: cairn.machine.v1alpha1.Init.ApplyConfig:input_type -> cairn.machine.v1alpha1.ApplyConfigRequest
+	48, // 80: cairn.machine.v1alpha1.Init.ConfirmConfig:input_type -> cairn.machine.v1alpha1.ConfirmConfigRequest
+	50, // 81: cairn.machine.v1alpha1.Init.ConfigStatus:input_type -> cairn.machine.v1alpha1.ConfigStatusRequest
+	52, // 82: cairn.machine.v1alpha1.Init.Upgrade:input_type -> cairn.machine.v1alpha1.UpgradeRequest
+	56, // 83: cairn.machine.v1alpha1.Init.Rollback:input_type -> cairn.machine.v1alpha1.RollbackRequest
+	58, // 84: cairn.machine.v1alpha1.Init.BootStatus:input_type -> cairn.machine.v1alpha1.BootStatusRequest
+	60, // 85: cairn.machine.v1alpha1.Init.Reset:input_type -> cairn.machine.v1alpha1.ResetRequest
+	68, // 86: cairn.machine.v1alpha1.Init.Events:input_type -> cairn.machine.v1alpha1.EventsRequest
+	2,  // 87: cairn.machine.v1alpha1.Machine.Version:output_type -> cairn.machine.v1alpha1.VersionResponse
+	8,  // 88: cairn.machine.v1alpha1.Machine.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
+	10, // 89: cairn.machine.v1alpha1.Machine.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
+	12, // 90: cairn.machine.v1alpha1.Machine.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
+	16, // 91: cairn.machine.v1alpha1.Machine.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
+	18, // 92: cairn.machine.v1alpha1.Machine.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
+	20, // 93: cairn.machine.v1alpha1.Machine.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	23, // 94: cairn.machine.v1alpha1.Machine.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
+	20, // 95: cairn.machine.v1alpha1.Machine.PodLogs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	47, // 96: cairn.machine.v1alpha1.Machine.ApplyConfig:output_type -> cairn.machine.v1alpha1.ApplyConfigResponse
+	49, // 97: cairn.machine.v1alpha1.Machine.ConfirmConfig:output_type -> cairn.machine.v1alpha1.ConfirmConfigResponse
+	55, // 98: cairn.machine.v1alpha1.Machine.Upgrade:output_type -> cairn.machine.v1alpha1.UpgradeProgress
+	57, // 99: cairn.machine.v1alpha1.Machine.Rollback:output_type -> cairn.machine.v1alpha1.RollbackResponse
+	61, // 100: cairn.machine.v1alpha1.Machine.Reset:output_type -> cairn.machine.v1alpha1.ResetResponse
+	28, // 101: cairn.machine.v1alpha1.Machine.Audit:output_type -> cairn.machine.v1alpha1.AuditResponse
+	69, // 102: cairn.machine.v1alpha1.Machine.Events:output_type -> cairn.machine.v1alpha1.Event
+	31, // 103: cairn.machine.v1alpha1.Machine.Dmesg:output_type -> cairn.machine.v1alpha1.DmesgRecord
+	33, // 104: cairn.machine.v1alpha1.Machine.Mounts:output_type -> cairn.machine.v1alpha1.MountsResponse
+	36, // 105: cairn.machine.v1alpha1.Machine.Processes:output_type -> cairn.machine.v1alpha1.ProcessesResponse
+	39, // 106: cairn.machine.v1alpha1.Machine.Network:output_type -> cairn.machine.v1alpha1.NetworkResponse
+	44, // 107: cairn.machine.v1alpha1.Machine.Read:output_type -> cairn.machine.v1alpha1.ReadChunk
+	63, // 108: cairn.machine.v1alpha1.Machine.Ping:output_type -> cairn.machine.v1alpha1.PingReply
+	65, // 109: cairn.machine.v1alpha1.Machine.Lookup:output_type -> cairn.machine.v1alpha1.LookupResponse
+	67, // 110: cairn.machine.v1alpha1.Machine.Connect:output_type -> cairn.machine.v1alpha1.ConnectResponse
+	6,  // 111: cairn.machine.v1alpha1.Init.BootTimeline:output_type -> cairn.machine.v1alpha1.BootTimelineResponse
+	8,  // 112: cairn.machine.v1alpha1.Init.Reboot:output_type -> cairn.machine.v1alpha1.RebootResponse
+	10, // 113: cairn.machine.v1alpha1.Init.Shutdown:output_type -> cairn.machine.v1alpha1.ShutdownResponse
+	12, // 114: cairn.machine.v1alpha1.Init.Services:output_type -> cairn.machine.v1alpha1.ServicesResponse
+	16, // 115: cairn.machine.v1alpha1.Init.ServiceRestart:output_type -> cairn.machine.v1alpha1.ServiceRestartResponse
+	18, // 116: cairn.machine.v1alpha1.Init.ServiceKill:output_type -> cairn.machine.v1alpha1.ServiceKillResponse
+	20, // 117: cairn.machine.v1alpha1.Init.Logs:output_type -> cairn.machine.v1alpha1.LogsChunk
+	23, // 118: cairn.machine.v1alpha1.Init.Containers:output_type -> cairn.machine.v1alpha1.ContainersResponse
+	47, // 119: cairn.machine.v1alpha1.Init.ApplyConfig:output_type -> cairn.machine.v1alpha1.ApplyConfigResponse
+	49, // 120: cairn.machine.v1alpha1.Init.ConfirmConfig:output_type -> cairn.machine.v1alpha1.ConfirmConfigResponse
+	51, // 121: cairn.machine.v1alpha1.Init.ConfigStatus:output_type -> cairn.machine.v1alpha1.ConfigState
+	55, // 122: cairn.machine.v1alpha1.Init.Upgrade:output_type -> cairn.machine.v1alpha1.UpgradeProgress
+	57, // 123: cairn.machine.v1alpha1.Init.Rollback:output_type -> cairn.machine.v1alpha1.RollbackResponse
+	59, // 124: cairn.machine.v1alpha1.Init.BootStatus:output_type -> cairn.machine.v1alpha1.BootState
+	61, // 125: cairn.machine.v1alpha1.Init.Reset:output_type -> cairn.machine.v1alpha1.ResetResponse
+	69, // 126: cairn.machine.v1alpha1.Init.Events:output_type -> cairn.machine.v1alpha1.Event
+	87, // [87:127] is the sub-list for method output_type
+	47, // [47:87] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_machine_proto_init() }
@@ -4741,6 +4881,7 @@ func file_machine_proto_init() {
 	file_machine_proto_msgTypes[51].OneofWrappers = []any{
 		(*UpgradeRequest_Header)(nil),
 		(*UpgradeRequest_Chunk)(nil),
+		(*UpgradeRequest_Proceed)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4748,7 +4889,7 @@ func file_machine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_machine_proto_rawDesc), len(file_machine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   69,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cairn-os/cairn/agent/api"
+	"github.com/cairn-os/cairn/agent/drain"
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/image"
 	"github.com/cairn-os/cairn/machineconfig"
@@ -147,7 +149,7 @@ func startFleet(t *testing.T, n int) (*fleet, []string) {
 			t.Fatal(err)
 		}
 		creds, err := api.NewCredentials(&b.Config.Machine.API)
-		srv := api.NewServer(creds, initc, t.TempDir())
+		srv := api.NewServer(creds, initc, drain.New(filepath.Join(t.TempDir(), "drain.json"), slog.Default()), t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}

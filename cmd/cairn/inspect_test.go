@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -9,13 +10,15 @@ import (
 	"testing"
 	"time"
 
-	agentapi "github.com/cairn-os/cairn/agent/api"
-	"github.com/cairn-os/cairn/api/machine"
-	"github.com/cairn-os/cairn/machineconfig"
-	"github.com/cairn-os/cairn/test/need"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	agentapi "github.com/cairn-os/cairn/agent/api"
+	"github.com/cairn-os/cairn/agent/drain"
+	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/machineconfig"
+	"github.com/cairn-os/cairn/test/need"
 )
 
 func TestDmesgLine(t *testing.T) {
@@ -98,7 +101,7 @@ func cliOnAPI(t *testing.T, role string) func(args ...string) (string, string, e
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := agentapi.NewServer(creds, nil, t.TempDir())
+	srv := agentapi.NewServer(creds, nil, drain.New(filepath.Join(t.TempDir(), "drain.json"), slog.Default()), t.TempDir())
 	go srv.Serve(l)
 	t.Cleanup(srv.Stop)
 	cert, key, err := bundle.CA.IssueClient("ops", role, time.Now())

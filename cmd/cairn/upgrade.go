@@ -25,6 +25,8 @@ func upgradeCmds(f *nodeFlags) []*cobra.Command {
 		healthTimeout time.Duration
 		wait          time.Duration
 		maxParallel   int
+		noDrain       bool
+		drainFlags    drainOptions
 	)
 	upgrade := &cobra.Command{
 		Use:   "upgrade --image UKI [--stage] [--max-parallel N]",
@@ -37,6 +39,14 @@ not, the node boots the previous UKI again and says why in 'cairn node
 version'. The command follows the node until the new version is blessed
 (or rolled back), for at most --wait.
 
+In a cluster, the node drains itself between the checks and the write, as
+kubectl drain does with its own credentials: its Node cordoned, its pods
+but DaemonSet and static pods evicted (PodDisruptionBudgets respected).
+If they are not gone within --drain-timeout, the upgrade is refused and
+the Node uncordoned, unless --force deletes them. The node uncordons its
+Node once Ready after the reboot. --no-drain skips it; --stage does not
+drain (the reboot comes later).
+
 With --nodes, --max-parallel N upgrades N nodes at a time and stops at the
 first wave with a node that did not come back healthy.`,
 		Args: cobra.NoArgs,
@@ -48,7 +58,9 @@ first wave with a node that did not come back healthy.`,
 			if err != nil {
 				return err
 			}
-			h := &machine.UpgradeHeader{Stage: stage, Tries: tries, HealthTimeout: durationpb.New(healthTimeout)}
+			d := drainFlags.message()
+			d.Skip = noDrain
+			h := &machine.UpgradeHeader{Stage: stage, Tries: tries, HealthTimeout: durationpb.New(healthTimeout), Drain: d}
 			return f.inWaves(cmd, maxParallel, wait, func(ctx context.Context, n *target) error {
 				return upgradeNode(ctx, n, uki, info.Version, h)
 			})
@@ -60,6 +72,8 @@ first wave with a node that did not come back healthy.`,
 	upgrade.Flags().DurationVar(&healthTimeout, "health-timeout", 5*time.Minute, "how long each of its boots has to become healthy")
 	upgrade.Flags().DurationVar(&wait, "wait", 30*time.Minute, "how long to follow each node until its new version is blessed")
 	upgrade.Flags().IntVar(&maxParallel, "max-parallel", 0, "with --nodes: upgrade this many nodes at a time (0: all)")
+	upgrade.Flags().BoolVar(&noDrain, "no-drain", false, "do not drain the node before its reboot")
+	drainFlags.add(upgrade)
 
 	rollback := f.call("rollback", "Boot the other UKI now and from then on (the one before the last upgrade)", func(ctx context.Context, c *client.Client, w io.Writer) error {
 		resp, err := c.Rollback(ctx, &machine.RollbackRequest{})
@@ -69,9 +83,10 @@ first wave with a node that did not come back healthy.`,
 		_, err = fmt.Fprintf(w, "rebooting from %s into %s\n", resp.From, resp.To)
 		return err
 	})
-	var wipeState, powerOff bool
-	reset := f.call("reset [--wipe-state] [--shutdown]", "Wipe EPHEMERAL (containers, images, logs), and with --wipe-state STATE too, then reboot (admin)", func(ctx context.Context, c *client.Client, w io.Writer) error {
-		resp, err := c.Reset(ctx, &machine.ResetRequest{WipeState: wipeState, Shutdown: powerOff})
+	var wipeState, powerOff, graceful bool
+	var resetDrain drainOptions
+	reset := f.call("reset [--graceful] [--wipe-state] [--shutdown]", "Wipe EPHEMERAL (containers, images, logs), and with --wipe-state STATE too, then reboot (admin)", func(ctx context.Context, c *client.Client, w io.Writer) error {
+		resp, err := c.Reset(ctx, &machine.ResetRequest{WipeState: wipeState, Shutdown: powerOff, Graceful: graceful, Drain: resetDrain.message()})
 		if err != nil {
 			return err
 		}
@@ -83,10 +98,31 @@ containers, the pods' and services' logs, the kubelet's state. The next boot
 makes it anew, as at first boot. With --wipe-state it also wipes STATE (the
 configs applied since, the upgrade record): the node boots as its image made
 it, on the machine config it came with. The UKIs stay. Then the node
-reboots, or with --shutdown powers off. Needs the admin role.`
+reboots, or with --shutdown powers off. Needs the admin role.
+
+With --graceful the node drains first, as an upgrade does (--drain-timeout,
+--force), and deletes its Node if the cluster lets it; most clusters do not
+let a node delete its own Node, and the outcome then says so.`
 	reset.Flags().BoolVar(&wipeState, "wipe-state", false, "also wipe STATE: boot on the image's first-boot config")
 	reset.Flags().BoolVar(&powerOff, "shutdown", false, "power off once wiped instead of rebooting")
+	reset.Flags().BoolVar(&graceful, "graceful", false, "drain the node and delete its Node first")
+	resetDrain.add(reset)
 	return []*cobra.Command{upgrade, rollback, reset}
+}
+
+// drainOptions are the flags of a drain.
+type drainOptions struct {
+	timeout time.Duration
+	force   bool
+}
+
+func (d *drainOptions) add(cmd *cobra.Command) {
+	cmd.Flags().DurationVar(&d.timeout, "drain-timeout", 5*time.Minute, "how long the node's pods have to go")
+	cmd.Flags().BoolVar(&d.force, "force", false, "past --drain-timeout, delete the pods still there (PodDisruptionBudgets or not)")
+}
+
+func (d *drainOptions) message() *machine.DrainOptions {
+	return &machine.DrainOptions{Timeout: durationpb.New(d.timeout), Force: d.force}
 }
 
 // readUKI checks the file is a Cairn UKI before anything is sent.
@@ -112,7 +148,7 @@ func upgradeNode(ctx context.Context, n *target, uki, version string, h *machine
 	}
 	start := time.Now()
 	var rebooting bool
-	_, err = client.SendUKI(stream, uki, &machine.UpgradeHeader{Stage: h.Stage, Tries: h.Tries, HealthTimeout: h.HealthTimeout}, func(p *machine.UpgradeProgress) {
+	_, err = client.SendUKI(stream, uki, &machine.UpgradeHeader{Stage: h.Stage, Tries: h.Tries, HealthTimeout: h.HealthTimeout, Drain: h.Drain}, func(p *machine.UpgradeProgress) {
 		fmt.Fprintf(n.Out, "%-9s %s\n", p.Step, p.Message)
 		rebooting = rebooting || p.Step == "rebooting"
 	})

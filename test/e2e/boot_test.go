@@ -251,7 +251,9 @@ func TestBoot(t *testing.T) {
 
 	t.Run("StagedAfterReboot", func(t *testing.T) { testStagedAfterReboot(t, ctx, c) })
 
-	t.Run("UpgradeAndRollback", func(t *testing.T) { upgradeCycle(t, ctx, c, filepath.Join(dir, "cairnconfig"), config) })
+	t.Run("UpgradeAndRollback", func(t *testing.T) {
+		upgradeCycle(t, ctx, c, filepath.Join(dir, "cairnconfig"), config, kc.Client, "e2e-node")
+	})
 
 	t.Run("Reset", func(t *testing.T) {
 		testReset(t, ctx, c, vm, ready, filepath.Join(dir, "cairnconfig"), roleConfig(t, dir, machineconfig.RoleOperator), v)

@@ -38,9 +38,12 @@ func testReset(t *testing.T, ctx context.Context, c *client.Client, vm *qemu.VM,
 	if got, err := readNode(ctx, c, "/proc/sys/vm/swappiness"); err != nil || got == "60" {
 		t.Fatalf("vm.swappiness before the reset = %q, %v; want an applied value, not the kernel's 60", got, err)
 	}
-	out := cairn(t, "node", "--cairnconfig", cairnconfig, "reset", "--wipe-state")
-	if !strings.Contains(out, "wiping EPHEMERAL and STATE, then rebooting") {
-		t.Errorf("reset --wipe-state printed %q", out)
+	// Graceful: drained first; a node may not delete its own Node.
+	out := cairn(t, "node", "--cairnconfig", cairnconfig, "reset", "--wipe-state", "--graceful", "--drain-timeout", "2m")
+	for _, want := range []string{"drained; the Node e2e-node stays, cordoned: the cluster does not let a node delete its own Node", "wiping EPHEMERAL and STATE, then rebooting"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("reset --wipe-state --graceful printed %q, want %q in it", out, want)
+		}
 	}
 	awayAndBack(t, ctx, vm, ready, "the reset")
 	if got := made(); got != before+1 {

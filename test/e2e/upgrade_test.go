@@ -13,8 +13,14 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/cairn-os/cairn/api/client"
 	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/internal/layout"
 )
 
 // upgradeUKIs are the UKIs an upgrade test sends: a good one of a newer
@@ -109,7 +115,10 @@ type upgradeTimes struct {
 // upgrade to a broken UKI, which rolls back by itself after its one try;
 // an upgrade to a good one, blessed with the old one kept; and a rollback
 // to the old one. The node ends on the UKI it started with.
-func upgradeCycle(tb testing.TB, ctx context.Context, c *client.Client, cairnconfig, config string) upgradeTimes {
+//
+// If kc is the node's cluster (the node named nodeName in it), each
+// upgrade drains the node first and the node uncordons its Node once back.
+func upgradeCycle(tb testing.TB, ctx context.Context, c *client.Client, cairnconfig, config string, kc kubernetes.Interface, nodeName string) upgradeTimes {
 	tb.Helper()
 	v0, err := c.Version(ctx, &machine.VersionRequest{})
 	if err != nil {
@@ -159,12 +168,24 @@ func upgradeCycle(tb testing.TB, ctx context.Context, c *client.Client, cairncon
 	if err == nil || !strings.Contains(out, want) {
 		tb.Errorf("upgrade to the broken UKI: %v, want a failure with %q", err, want)
 	}
+	if kc != nil {
+		for _, step := range []string{"cordoned", "drained"} {
+			if !strings.Contains(out, step) {
+				tb.Errorf("upgrade output lacks %q: the node in a cluster did not drain", step)
+			}
+		}
+	}
 	v := waitFor("rollback to "+a, func(v *machine.VersionResponse) bool { return v.CairnVersion == a })
+	waitUncordoned(tb, ctx, kc, nodeName, "after the rollback from the broken upgrade")
 	if b := v.Boot; b.RolledBackFrom != u.version || b.Entry != "cairn-"+a+".efi" || !b.Blessed || b.Other != "cairn-"+u.version+"+0-1.efi" {
 		tb.Errorf("Version().Boot after the broken upgrade = %v, want %s blessed, rolled back from %s, which is spent", b, a, u.version)
 	}
 
-	// A good UKI: its API, then blessed; a kept beside it.
+	// A good UKI: its API, then blessed; a kept beside it. A pod on
+	// the node is evicted by the drain before the write.
+	if kc != nil {
+		runPausePod(tb, ctx, kc, nodeName, "drained")
+	}
 	start = time.Now()
 	polled := make(chan error, 1)
 	pollCtx, stopPolling := context.WithCancel(ctx)
@@ -186,9 +207,22 @@ func upgradeCycle(tb testing.TB, ctx context.Context, c *client.Client, cairncon
 	if err != nil {
 		tb.Fatalf("upgrade to %s: %v", u.version, err)
 	}
-	for _, step := range []string{"received", "verified", "written", "rebooting", "healthy", "blessed   cairn-" + u.version + ".efi"} {
+	steps := []string{"received", "verified", "written", "rebooting", "healthy", "blessed   cairn-" + u.version + ".efi"}
+	if kc != nil {
+		steps = append(steps, "cordoned", "drained")
+	}
+	for _, step := range steps {
 		if !strings.Contains(out, step) {
 			tb.Errorf("upgrade output lacks %q", step)
+		}
+	}
+	waitUncordoned(tb, ctx, kc, nodeName, "after the upgrade")
+	if kc != nil {
+		if !strings.Contains(out, "pods left: default/drained") {
+			tb.Errorf("upgrade output does not name the pod it drained, default/drained")
+		}
+		if _, err := kc.CoreV1().Pods("default").Get(ctx, "drained", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			tb.Errorf("the pod default/drained after the upgrade: %v; want it evicted", err)
 		}
 	}
 	v, err = c.Version(ctx, &machine.VersionRequest{})
@@ -225,4 +259,49 @@ func upgradeCycle(tb testing.TB, ctx context.Context, c *client.Client, cairncon
 	tb.Logf("broken upgrade → %s's API rolled back %s; upgrade → %s's API %s, blessed %s; rollback → %s's API %s",
 		a, times.brokenRolledBack.Round(time.Second), u.version, times.upgraded.Round(time.Second), times.blessed.Round(time.Second), a, times.rolledBack.Round(time.Second))
 	return times
+}
+
+// waitUncordoned waits until the node uncordoned its Node in kc, if any.
+func waitUncordoned(tb testing.TB, ctx context.Context, kc kubernetes.Interface, nodeName, when string) {
+	tb.Helper()
+	if kc == nil {
+		return
+	}
+	var last error
+	for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
+		n, err := kc.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err == nil && !n.Spec.Unschedulable {
+			return
+		}
+		last = fmt.Errorf("Node %s unschedulable (%v)", nodeName, err)
+	}
+	tb.Errorf("%s: the Node is still cordoned 3 minutes on: %v", when, last)
+}
+
+// runPausePod runs a pod of the node's own sandbox image on the node, and
+// waits until it runs.
+func runPausePod(tb testing.TB, ctx context.Context, kc kubernetes.Interface, nodeName, name string) {
+	tb.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{
+			Name: "pause", Image: layout.SandboxImage, ImagePullPolicy: corev1.PullNever,
+		}}},
+	}
+	if _, err := kc.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		tb.Fatal(err)
+	}
+	var last error
+	for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
+		p, err := kc.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			last = err
+			continue
+		}
+		if p.Status.Phase == corev1.PodRunning {
+			return
+		}
+		last = fmt.Errorf("pod %s phase %s", name, p.Status.Phase)
+	}
+	tb.Fatalf("the pod never ran: %v", last)
 }
