@@ -20,6 +20,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/opencontainers/cgroups"
+
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/internal/atomicfile"
 	"github.com/cairn-os/cairn/machineconfig"
@@ -60,6 +62,9 @@ type configs struct {
 	onTrial bool
 	// res writes resolv.conf; nil until the network is configured.
 	res *resolver
+	// services changes the limits of the node's services
+	// (machine.resources); nil until they are started.
+	services resourceSetter
 	// clock keeps the time with machine.time.servers; nil until the
 	// clock is set.
 	clock *timeKeeper
@@ -162,6 +167,23 @@ func (c *configs) setResolver(r *resolver) {
 	c.guard.Lock()
 	defer c.guard.Unlock()
 	c.res = r
+}
+
+// resourceSetter changes a service's cgroup limits while it runs
+// (supervisor.Supervisor).
+type resourceSetter interface {
+	SetResources(name string, res *cgroups.Resources) error
+}
+
+// setServices hands over the services' supervisor, for
+// machine.resources; c may be nil.
+func (c *configs) setServices(s resourceSetter) {
+	if c == nil {
+		return
+	}
+	c.guard.Lock()
+	defer c.guard.Unlock()
+	c.services = s
 }
 
 // setTimeKeeper hands over the time keeper, for machine.time.servers; c
@@ -546,7 +568,8 @@ func (c *configs) noteReverted(why string) {
 
 // applyLive makes the running node's live fields (machineconfig's effects
 // table) go from old to new: sysctls, files, containerd's registries,
-// DNS, /etc/hosts entries, static pods. Node labels are the agent's,
+// DNS, /etc/hosts entries, static pods, the limits of containerd and the
+// agent. Node labels are the agent's,
 // which watches the running config. It goes on past a
 // failure and returns every error.
 func (c *configs) applyLive(old, new *machineconfig.Config) error {
@@ -592,6 +615,19 @@ func (c *configs) applyLive(old, new *machineconfig.Config) error {
 		c.guard.Unlock()
 		if k != nil {
 			k.setServers(new.Machine.Time.Servers)
+		}
+	}
+	if old.Machine.Resources != new.Machine.Resources {
+		c.guard.Lock()
+		sup := c.services
+		c.guard.Unlock()
+		for name, r := range map[string][2]machineconfig.Resources{
+			"containerd":  {old.Machine.Resources.Containerd, new.Machine.Resources.Containerd},
+			"cairn-agent": {old.Machine.Resources.Agent, new.Machine.Resources.Agent},
+		} {
+			if sup != nil && r[0] != r[1] {
+				errs = append(errs, sup.SetResources(name, cgroupResources(r[1])))
+			}
 		}
 	}
 	if !reflect.DeepEqual(old.Network.ExtraHostEntries, new.Network.ExtraHostEntries) {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +16,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/opencontainers/cgroups"
 
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/machineconfig"
@@ -158,6 +161,8 @@ func TestApplyConfig(t *testing.T) {
 	a.c.setResolver(newResolver(a.base.Network))
 	clock := newTimeKeeper(nil, &recordingClock{})
 	a.c.setTimeKeeper(clock)
+	limits := &recordingLimits{}
+	a.c.setServices(limits)
 	timeServers := func() []string {
 		clock.mu.Lock()
 		defer clock.mu.Unlock()
@@ -179,6 +184,7 @@ func TestApplyConfig(t *testing.T) {
 		c.Network.ExtraHostEntries = []machineconfig.HostEntry{{IP: "192.0.2.80", Aliases: []string{"registry.example.com"}}}
 		c.Containerd.Registries = []machineconfig.Registry{{Host: "registry.example.com", Endpoints: []string{"http://192.0.2.80:5000"}}}
 		c.Machine.Time.Servers = []string{"192.0.2.123"}
+		c.Machine.Resources.Agent = machineconfig.Resources{MemoryMax: "512Mi", PidsMax: 100}
 	})
 	t.Run("DryRun", func(t *testing.T) {
 		resp, err := a.apply(live, machine.ApplyMode_APPLY_MODE_DRY_RUN, 0)
@@ -241,6 +247,9 @@ func TestApplyConfig(t *testing.T) {
 		if got := timeServers(); !slices.Equal(got, []string{"192.0.2.123"}) {
 			t.Errorf("the time keeper's servers = %v, want the config's", got)
 		}
+		if got := limits.take(); len(got) != 1 || got[0].name != "cairn-agent" || got[0].res == nil || got[0].res.Memory != 512<<20 || *got[0].res.PidsLimit != 100 {
+			t.Errorf("limits set %+v, want cairn-agent's alone: 512 MiB, 100 pids", got)
+		}
 		if got := a.read("state/config.yaml.previous"); got != stateDoc {
 			t.Errorf("STATE's previous config:\n%s\nwant the one it replaced", got)
 		}
@@ -263,6 +272,9 @@ func TestApplyConfig(t *testing.T) {
 		}
 		if got := sysctl(t, "net.ipv4.tcp_keepalive_time"); got != boot {
 			t.Errorf("tcp_keepalive_time = %s, want %s, its value before the node set it", got, boot)
+		}
+		if got := limits.take(); len(got) != 1 || got[0].name != "cairn-agent" || got[0].res != nil {
+			t.Errorf("limits set %+v, want cairn-agent's lifted", got)
 		}
 		if _, err := os.Stat(filepath.Join(a.dir, "etc/containerd/certs.d/registry.example.com")); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("the dropped registry's hosts directory: %v, want it removed", err)
@@ -497,4 +509,31 @@ func TestApplyInRecovery(t *testing.T) {
 	if cfg, err := machineconfig.Load(state); err != nil || cfg.Machine.Hostname != "node-1" {
 		t.Errorf("STATE's config after the apply: %v; want the good one, which loads", err)
 	}
+}
+
+// recordingLimits records the limits set, as the supervisor would apply
+// them (its own tests prove that).
+type recordingLimits struct {
+	mu  sync.Mutex
+	set []setLimits
+}
+
+type setLimits struct {
+	name string
+	res  *cgroups.Resources
+}
+
+func (r *recordingLimits) SetResources(name string, res *cgroups.Resources) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.set = append(r.set, setLimits{name, res})
+	return nil
+}
+
+func (r *recordingLimits) take() []setLimits {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.set
+	r.set = nil
+	return out
 }

@@ -77,6 +77,7 @@ func (n *node) startServices(cfg *machineconfig.Config, varErr error) error {
 	n.mu.Lock()
 	n.services, n.images = sup, images
 	n.mu.Unlock()
+	n.configs.setServices(sup)
 	return errors.Join(errs...)
 }
 

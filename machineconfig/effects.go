@@ -43,6 +43,7 @@ var effects = []effectRule{
 	{"machine.sysctls", Live, "init sets the new values; a parameter dropped from the config gets back the value it had before the node set it"},
 	{"machine.files", Live, "init writes the files that changed, each whole or not at all; a file dropped from the config is removed"},
 	{"machine.time.servers", Live, "init polls the new servers at once and keeps the clock in step with them; with none it stops polling"},
+	{"machine.resources", Live, "init changes the cgroup limits of containerd and cairn-agent at once, without restarting them; a limit dropped is lifted, a memory limit below what the service uses is refused"},
 	{"machine.staticPods", Live, "init rewrites the manifests; the agent starts, replaces or stops the pods"},
 	{"containerd.registries", Live, "init rewrites containerd's hosts.toml files, which containerd reads at each pull"},
 	{"network.nameservers", Live, "init rewrites /etc/resolv.conf"},

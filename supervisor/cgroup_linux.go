@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/opencontainers/cgroups"
@@ -24,12 +25,17 @@ type cgroupLauncher struct {
 	Launcher
 	root string // the cgroup v2 mount, e.g. /sys/fs/cgroup
 	dir  string // the service's cgroup, below root
-	res  *cgroups.Resources
 	log  *slog.Logger
+
+	mu  sync.Mutex
+	res *cgroups.Resources // the runs' limits; SetResources changes them
 }
 
-func (l cgroupLauncher) Launch(ctx context.Context, opts LaunchOptions) (Instance, error) {
-	mgr, err := l.create()
+func (l *cgroupLauncher) Launch(ctx context.Context, opts LaunchOptions) (Instance, error) {
+	l.mu.Lock()
+	res := l.res
+	l.mu.Unlock()
+	mgr, err := l.create(res)
 	if err != nil {
 		return nil, fmt.Errorf("cgroup %s: %w", l.dir, err)
 	}
@@ -46,11 +52,53 @@ func (l cgroupLauncher) Launch(ctx context.Context, opts LaunchOptions) (Instanc
 	return cgroupInstance{Instance: inst, dir: l.dir, mgr: mgr}, nil
 }
 
+// setResources makes res the limits of the runs to come and, if a run
+// is on, of its cgroup now; a limit res does not set goes back to none
+// (cpu.weight to the kernel's 100).
+func (l *cgroupLauncher) setResources(res *cgroups.Resources) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.res = res
+	if _, err := os.Stat(l.dir); errors.Is(err, fs.ErrNotExist) {
+		return nil // no run now: the next one gets them
+	}
+	if _, err := l.create(unlimitedWhereUnset(res)); err != nil {
+		return fmt.Errorf("cgroup %s: %w", l.dir, err)
+	}
+	return nil
+}
+
+// unlimitedWhereUnset is r with every memory, cpu and pids limit it does
+// not set written as the kernel's default, to take back an earlier one. A
+// memory limit below what the cgroup uses is refused, not met by the OOM
+// killer.
+func unlimitedWhereUnset(r *cgroups.Resources) *cgroups.Resources {
+	var out cgroups.Resources
+	if r != nil {
+		out = *r
+	}
+	out.MemoryCheckBeforeUpdate = true
+	if out.Memory == 0 {
+		out.Memory = -1 // max
+	}
+	if out.CpuQuota == 0 {
+		out.CpuQuota, out.CpuPeriod = -1, 0 // max, with the default period
+	}
+	if out.CpuWeight == 0 {
+		out.CpuWeight = 100
+	}
+	if out.PidsLimit == nil {
+		unlimited := int64(-1)
+		out.PidsLimit = &unlimited
+	}
+	return &out
+}
+
 // create makes the cgroup and its parents, enables in each parent the
 // controllers the limits need, and sets the limits whose controller is
 // available, logging the others.
-func (l cgroupLauncher) create() (*fs2.Manager, error) {
-	want := controllersFor(l.res)
+func (l *cgroupLauncher) create(limits *cgroups.Resources) (*fs2.Manager, error) {
+	want := controllersFor(limits)
 	rel, err := filepath.Rel(l.root, l.dir)
 	if err != nil {
 		return nil, err
@@ -63,7 +111,7 @@ func (l cgroupLauncher) create() (*fs2.Manager, error) {
 			return nil, err
 		}
 	}
-	res, err := l.available(want)
+	res, err := l.available(limits, want)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +127,7 @@ func (l cgroupLauncher) create() (*fs2.Manager, error) {
 
 // enable turns on in dir's cgroup.subtree_control each wanted controller
 // that dir has.
-func (l cgroupLauncher) enable(dir string, want []string) {
+func (l *cgroupLauncher) enable(dir string, want []string) {
 	if len(want) == 0 {
 		return
 	}
@@ -95,10 +143,10 @@ func (l cgroupLauncher) enable(dir string, want []string) {
 	}
 }
 
-// available returns the limits of l.res whose controller is enabled in the
+// available returns the limits whose controller is enabled in the
 // service's cgroup.
-func (l cgroupLauncher) available(want []string) (*cgroups.Resources, error) {
-	if l.res == nil {
+func (l *cgroupLauncher) available(limits *cgroups.Resources, want []string) (*cgroups.Resources, error) {
+	if limits == nil {
 		return nil, nil
 	}
 	raw, err := cgroups.ReadFile(l.dir, "cgroup.controllers")
@@ -106,7 +154,7 @@ func (l cgroupLauncher) available(want []string) (*cgroups.Resources, error) {
 		return nil, err
 	}
 	have := strings.Fields(raw)
-	res := *l.res
+	res := *limits
 	for _, c := range want {
 		if slices.Contains(have, c) {
 			continue

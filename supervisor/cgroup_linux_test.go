@@ -194,6 +194,81 @@ func TestCgroupLimits(t *testing.T) {
 	t.Logf("limits applied for %v; the other controllers are not available in %s", applied, root)
 }
 
+// TestSetResources changes a running service's limits: at once, in its
+// cgroup, with the same process; a limit dropped is lifted; a restart
+// runs with the limits set last. Only the controllers the host's cgroup v2
+// has are checked (a hybrid host may have none of them there); the e2e
+// suite checks all of them on a node.
+func TestSetResources(t *testing.T) {
+	root, cg := cgroupRoot(t)
+	s := New(Options{Log: quietLog(), CgroupRoot: root})
+	pids := int64(64)
+	for _, svc := range []Service{
+		{Name: "changing", Path: "/bin/sleep", Args: []string{"60"}, Cgroup: cg + "/changing", Resources: &cgroups.Resources{Memory: 64 << 20, PidsLimit: &pids}},
+		{Name: "nocgroup", Path: "/bin/sleep", Args: []string{"60"}},
+	} {
+		if err := s.Add(svc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer stop(t, s)
+	raw, err := cgroups.ReadFile(root, "cgroup.controllers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	available := strings.Fields(raw)
+	pid := waitState(t, s, "changing", StateReady).Pid
+	// check compares the limits the kernel enforces, of the controllers
+	// available, with want.
+	check := func(when string, want map[string]string) {
+		t.Helper()
+		l, err := ProcessLimits(root, pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{"memory.max": l.MemoryMax, "cpu.max": l.CPUMax, "cpu.weight": l.CPUWeight, "pids.max": l.PidsMax}
+		for file, v := range want {
+			if slices.Contains(available, strings.Split(file, ".")[0]) && got[file] != v {
+				t.Errorf("%s: %s = %q, want %q", when, file, got[file], v)
+			}
+		}
+	}
+	check("at the start", map[string]string{"memory.max": "67108864", "pids.max": "64"})
+
+	if err := s.SetResources("changing", &cgroups.Resources{Memory: 128 << 20, CpuQuota: 50_000, CpuPeriod: 100_000}); err != nil {
+		t.Fatal(err)
+	}
+	check("after a change", map[string]string{"memory.max": "134217728", "cpu.max": "50000 100000", "cpu.weight": "100", "pids.max": "max"})
+	if now := status(t, s, "changing").Pid; now != pid {
+		t.Errorf("the service's pid went from %d to %d: a change of limits restarted it", pid, now)
+	}
+
+	if err := s.SetResources("changing", nil); err != nil {
+		t.Fatal(err)
+	}
+	check("after every limit dropped", map[string]string{"memory.max": "max", "cpu.max": "max 100000", "cpu.weight": "100", "pids.max": "max"})
+
+	if err := s.SetResources("changing", &cgroups.Resources{Memory: 32 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restart("changing"); err != nil {
+		t.Fatal(err)
+	}
+	pid = waitState(t, s, "changing", StateReady).Pid
+	check("after a restart", map[string]string{"memory.max": "33554432"})
+
+	if err := s.SetResources("nocgroup", nil); err == nil || !strings.Contains(err.Error(), "no cgroup of its own") {
+		t.Errorf("SetResources of a service without a cgroup = %v, want an error saying so", err)
+	}
+	if err := s.SetResources("none", nil); err == nil {
+		t.Error("SetResources of an unknown service succeeded")
+	}
+	t.Logf("limits checked for the controllers %v of %s", available, root)
+}
+
 // TestKillEach is the way to kill a cgroup on kernels without cgroup.kill.
 func TestKillEach(t *testing.T) {
 	root, cg := cgroupRoot(t)

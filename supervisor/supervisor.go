@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/cairn-os/cairn/supervisor/safe"
+	"github.com/opencontainers/cgroups"
 
 	"github.com/cairn-os/cairn/internal/backoff"
 	"github.com/cairn-os/cairn/internal/broker"
@@ -60,7 +61,8 @@ type Supervisor struct {
 // service is a Service and its life.
 type service struct {
 	spec     Service
-	launcher Launcher // spec's, wrapped
+	launcher Launcher        // spec's, wrapped
+	cgroup   *cgroupLauncher // in launcher, if the service has a cgroup
 	logs     *logSink
 	log      *slog.Logger
 
@@ -169,10 +171,12 @@ func (s *Supervisor) newService(svc Service) (*service, error) {
 	if svc.OOMScoreAdj != nil {
 		l = oomLauncher{Launcher: l, adj: *svc.OOMScoreAdj, log: log}
 	}
+	var cg *cgroupLauncher
 	switch {
 	case svc.Cgroup != "" && s.opts.CgroupRoot != "":
 		root := filepath.Clean(s.opts.CgroupRoot)
-		l = cgroupLauncher{Launcher: l, root: root, dir: filepath.Join(root, svc.Cgroup), res: svc.Resources, log: log}
+		cg = &cgroupLauncher{Launcher: l, root: root, dir: filepath.Join(root, svc.Cgroup), res: svc.Resources, log: log}
+		l = cg
 	case svc.Cgroup != "":
 		log.Info("cgroups are off, the service runs in the supervisor's cgroup", "cgroup", svc.Cgroup)
 	}
@@ -180,6 +184,7 @@ func (s *Supervisor) newService(svc Service) (*service, error) {
 	return &service{
 		spec:     svc,
 		launcher: l,
+		cgroup:   cg,
 		logs:     newLogSink(s.opts.RingBytes, file, svc.Output),
 		log:      log,
 		ctx:      ctx,
@@ -382,6 +387,20 @@ func (s *Supervisor) Follow(ctx context.Context, name string, tail int) (<-chan 
 		return nil, fmt.Errorf("follow logs of %q: %w", name, err)
 	}
 	return sv.logs.follow(ctx, sv.log, tail), nil
+}
+
+// SetResources changes the cgroup limits of the service name: of its
+// running process at once, and of its runs to come. A limit that res does
+// not set is lifted.
+func (s *Supervisor) SetResources(name string, res *cgroups.Resources) error {
+	sv, err := s.lookup(name)
+	if err != nil {
+		return err
+	}
+	if sv.cgroup == nil {
+		return fmt.Errorf("service %s has no cgroup of its own: no limits to change", name)
+	}
+	return sv.cgroup.setResources(res)
 }
 
 func (s *Supervisor) lookup(name string) (*service, error) {

@@ -84,6 +84,7 @@ func testApplyConfig(t *testing.T, ctx context.Context, c *client.Client, kc *ku
 		cfg.Machine.Sysctls = map[string]string{"vm.swappiness": swappinessLive}
 		cfg.Machine.Files = []machineconfig.File{{Path: appliedFile, Content: "applied=live\n"}}
 		cfg.Cluster.NodeLabels = map[string]string{"cairn.dev/applied": "live"}
+		cfg.Machine.Resources.Agent.MemoryMax = "700Mi"
 	})
 	liveFile := filepath.Join(t.TempDir(), "live.yaml")
 	if err := os.WriteFile(liveFile, live, 0o600); err != nil {
@@ -122,6 +123,7 @@ func testApplyConfig(t *testing.T, ctx context.Context, c *client.Client, kc *ku
 	})
 
 	t.Run("Live", func(t *testing.T) {
+		agentBefore := services(t, ctx, c)["cairn-agent"]
 		t0 := time.Now()
 		resp, err := c.ApplyConfig(ctx, &machine.ApplyConfigRequest{Config: live, Mode: machine.ApplyMode_APPLY_MODE_AUTO})
 		took := time.Since(t0)
@@ -134,6 +136,12 @@ func testApplyConfig(t *testing.T, ctx context.Context, c *client.Client, kc *ku
 		}
 		if got, err := readNode(ctx, c, appliedFile); err != nil || got != "applied=live" {
 			t.Errorf("%s = %q, %v; want the file applied", appliedFile, got, err)
+		}
+		// The agent's memory limit, as the kernel enforces it, changed
+		// under the same process.
+		agent := services(t, ctx, c)["cairn-agent"]
+		if agent.Pid != agentBefore.Pid || agent.Limits.GetMemoryMax() != "734003200" || agent.Limits.GetCpuMax() != agentBefore.Limits.GetCpuMax() {
+			t.Errorf("cairn-agent after the apply: pid %d (was %d), limits %v (were %v); want the same process with memory.max 700 MiB", agent.Pid, agentBefore.Pid, agent.Limits, agentBefore.Limits)
 		}
 		poll.Until(t, time.Minute, "the Node labelled from the applied config", func() error {
 			n, err := kc.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
