@@ -62,9 +62,9 @@ type configs struct {
 	onTrial bool
 	// res writes resolv.conf; nil until the network is configured.
 	res *resolver
-	// services changes the limits of the node's services
-	// (machine.resources); nil until they are started.
-	services resourceSetter
+	// services changes the node's services (services,
+	// machine.resources); nil until they are started.
+	services serviceChanger
 	// clock keeps the time with machine.time.servers; nil until the
 	// clock is set.
 	clock *timeKeeper
@@ -169,15 +169,17 @@ func (c *configs) setResolver(r *resolver) {
 	c.res = r
 }
 
-// resourceSetter changes a service's cgroup limits while it runs
-// (supervisor.Supervisor).
-type resourceSetter interface {
+// serviceChanger changes the node's running services (liveServices).
+type serviceChanger interface {
+	// SetResources changes a service's cgroup limits while it runs.
 	SetResources(name string, res *cgroups.Resources) error
+	// Replace makes the image-backed services go from old to new.
+	Replace(old, new []machineconfig.Service) error
 }
 
 // setServices hands over the services' supervisor, for
 // machine.resources; c may be nil.
-func (c *configs) setServices(s resourceSetter) {
+func (c *configs) setServices(s serviceChanger) {
 	if c == nil {
 		return
 	}
@@ -569,7 +571,7 @@ func (c *configs) noteReverted(why string) {
 // applyLive makes the running node's live fields (machineconfig's effects
 // table) go from old to new: sysctls, files, containerd's registries,
 // DNS, /etc/hosts entries, static pods, the limits of containerd and the
-// agent. Node labels are the agent's,
+// agent, the image-backed services. Node labels are the agent's,
 // which watches the running config. It goes on past a
 // failure and returns every error.
 func (c *configs) applyLive(old, new *machineconfig.Config) error {
@@ -617,17 +619,20 @@ func (c *configs) applyLive(old, new *machineconfig.Config) error {
 			k.setServers(new.Machine.Time.Servers)
 		}
 	}
-	if old.Machine.Resources != new.Machine.Resources {
-		c.guard.Lock()
-		sup := c.services
-		c.guard.Unlock()
+	c.guard.Lock()
+	sup := c.services
+	c.guard.Unlock()
+	if sup != nil {
 		for name, r := range map[string][2]machineconfig.Resources{
 			"containerd":  {old.Machine.Resources.Containerd, new.Machine.Resources.Containerd},
 			"cairn-agent": {old.Machine.Resources.Agent, new.Machine.Resources.Agent},
 		} {
-			if sup != nil && r[0] != r[1] {
+			if r[0] != r[1] {
 				errs = append(errs, sup.SetResources(name, cgroupResources(r[1])))
 			}
+		}
+		if !reflect.DeepEqual(old.Services, new.Services) {
+			errs = append(errs, sup.Replace(old.Services, new.Services))
 		}
 	}
 	if !reflect.DeepEqual(old.Network.ExtraHostEntries, new.Network.ExtraHostEntries) {

@@ -185,6 +185,7 @@ func TestApplyConfig(t *testing.T) {
 		c.Containerd.Registries = []machineconfig.Registry{{Host: "registry.example.com", Endpoints: []string{"http://192.0.2.80:5000"}}}
 		c.Machine.Time.Servers = []string{"192.0.2.123"}
 		c.Machine.Resources.Agent = machineconfig.Resources{MemoryMax: "512Mi", PidsMax: 100}
+		c.Services = append(c.Services, machineconfig.Service{Name: "extra", Image: "registry.example.com/extra:1"})
 	})
 	t.Run("DryRun", func(t *testing.T) {
 		resp, err := a.apply(live, machine.ApplyMode_APPLY_MODE_DRY_RUN, 0)
@@ -249,6 +250,9 @@ func TestApplyConfig(t *testing.T) {
 		}
 		if got := limits.take(); len(got) != 1 || got[0].name != "cairn-agent" || got[0].res == nil || got[0].res.Memory != 512<<20 || *got[0].res.PidsLimit != 100 {
 			t.Errorf("limits set %+v, want cairn-agent's alone: 512 MiB, 100 pids", got)
+		}
+		if got := limits.replaced; len(got) != 1 || len(got[0][1]) != len(a.base.Services)+1 || got[0][1][len(got[0][1])-1].Name != "extra" {
+			t.Errorf("services replaced %+v, want once, with extra added", got)
 		}
 		if got := a.read("state/config.yaml.previous"); got != stateDoc {
 			t.Errorf("STATE's previous config:\n%s\nwant the one it replaced", got)
@@ -511,11 +515,19 @@ func TestApplyInRecovery(t *testing.T) {
 	}
 }
 
-// recordingLimits records the limits set, as the supervisor would apply
-// them (its own tests prove that).
+// recordingLimits records the limits set and the services replaced, as
+// the supervisor would apply them (its own tests prove that).
 type recordingLimits struct {
-	mu  sync.Mutex
-	set []setLimits
+	mu       sync.Mutex
+	set      []setLimits
+	replaced [][2][]machineconfig.Service
+}
+
+func (r *recordingLimits) Replace(old, new []machineconfig.Service) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.replaced = append(r.replaced, [2][]machineconfig.Service{old, new})
+	return nil
 }
 
 type setLimits struct {

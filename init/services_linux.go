@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"time"
 
@@ -77,7 +78,7 @@ func (n *node) startServices(cfg *machineconfig.Config, varErr error) error {
 	n.mu.Lock()
 	n.services, n.images = sup, images
 	n.mu.Unlock()
-	n.configs.setServices(sup)
+	n.configs.setServices(liveServices{n: n, sup: sup})
 	return errors.Join(errs...)
 }
 
@@ -152,17 +153,68 @@ func nodeServices(cfg *machineconfig.Config, varErr error) ([]supervisor.Service
 	images := map[string]string{}
 	for _, s := range cfg.Services {
 		images[s.Name] = s.Image
-		services = append(services, supervisor.Service{
-			Name:      s.Name,
-			Launcher:  &containers.Launcher{Socket: containerdconfig.Node.Socket, HostsDir: containerdconfig.Node.HostsDir, ShimCgroup: containers.ShimCgroup, Service: s},
-			DependsOn: []string{"containerd"},
-			Restart:   restartPolicies[s.Restart],
-			Cgroup:    "system/" + s.Name,
-			Resources: cgroupResources(s.Resources),
-			LogFile:   s.Name + ".log",
-		})
+		services = append(services, imageService(s))
 	}
 	return services, images
+}
+
+// imageService is the supervisor's service of an image-backed service of
+// the machine config, run by containerd.
+func imageService(s machineconfig.Service) supervisor.Service {
+	return supervisor.Service{
+		Name:      s.Name,
+		Launcher:  &containers.Launcher{Socket: containerdconfig.Node.Socket, HostsDir: containerdconfig.Node.HostsDir, ShimCgroup: containers.ShimCgroup, Service: s},
+		DependsOn: []string{"containerd"},
+		Restart:   restartPolicies[s.Restart],
+		Cgroup:    "system/" + s.Name,
+		Resources: cgroupResources(s.Resources),
+		LogFile:   s.Name + ".log",
+	}
+}
+
+// liveServices changes the node's running services for a config applied
+// live.
+type liveServices struct {
+	n   *node
+	sup *supervisor.Supervisor
+}
+
+func (l liveServices) SetResources(name string, res *cgroups.Resources) error {
+	return l.sup.SetResources(name, res)
+}
+
+// Replace makes the image-backed services go from old to new: a removed
+// service is stopped, an added one started, a changed one stopped and
+// started anew; the others keep running.
+func (l liveServices) Replace(old, new []machineconfig.Service) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	find := func(ss []machineconfig.Service, name string) (machineconfig.Service, bool) {
+		i := slices.IndexFunc(ss, func(s machineconfig.Service) bool { return s.Name == name })
+		if i < 0 {
+			return machineconfig.Service{}, false
+		}
+		return ss[i], true
+	}
+	var errs []error
+	for _, o := range old {
+		if n, ok := find(new, o.Name); !ok || !reflect.DeepEqual(o, n) {
+			errs = append(errs, l.sup.Remove(ctx, o.Name))
+		}
+	}
+	for _, n := range new {
+		if o, ok := find(old, n.Name); !ok || !reflect.DeepEqual(o, n) {
+			errs = append(errs, l.sup.Add(imageService(n)))
+		}
+	}
+	images := map[string]string{}
+	for _, s := range new {
+		images[s.Name] = s.Image
+	}
+	l.n.mu.Lock()
+	l.n.images = images
+	l.n.mu.Unlock()
+	return errors.Join(errs...)
 }
 
 // cgroupResources turns a service's limits in the machine config into the

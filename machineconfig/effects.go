@@ -44,6 +44,7 @@ var effects = []effectRule{
 	{"machine.files", Live, "init writes the files that changed, each whole or not at all; a file dropped from the config is removed"},
 	{"machine.time.servers", Live, "init polls the new servers at once and keeps the clock in step with them; with none it stops polling"},
 	{"machine.resources", Live, "init changes the cgroup limits of containerd and cairn-agent at once, without restarting them; a limit dropped is lifted, a memory limit below what the service uses is refused"},
+	{"services", Live, "init starts an added service, stops a removed one, and stops and starts anew a changed one; the others keep running"},
 	{"machine.staticPods", Live, "init rewrites the manifests; the agent starts, replaces or stops the pods"},
 	{"containerd.registries", Live, "init rewrites containerd's hosts.toml files, which containerd reads at each pull"},
 	{"network.nameservers", Live, "init rewrites /etc/resolv.conf"},

@@ -23,7 +23,8 @@ func TestEffect(t *testing.T) {
 		"machine.hostname":                               Reboot,
 		"machine.sysctlsExtra":                           Reboot, // a name that starts like a rule's is not below it
 		"network.interfaces[0].addresses[1]":             Reboot,
-		"services[0].image":                              Reboot,
+		"services[0].image":                              Live,
+		"machine.resources.agent.memoryMax":              Live,
 		"machine.api.cert":                               Live,
 		"machine.api.port":                               Reboot,
 		"machine.time.servers[1]":                        Live,

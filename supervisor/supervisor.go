@@ -299,6 +299,44 @@ func (s *Supervisor) Restart(name string) error {
 	return nil
 }
 
+// Remove stops the named service, as Stop does, and forgets it: its
+// status, its logs in memory. It is refused while another service depends
+// on it. It returns once the service stopped, or when ctx ends.
+func (s *Supervisor) Remove(ctx context.Context, name string) error {
+	s.mu.Lock()
+	sv := s.services[name]
+	var dependents []string
+	for _, other := range s.order {
+		if slices.Contains(other.spec.DependsOn, name) {
+			dependents = append(dependents, other.spec.Name)
+		}
+	}
+	switch {
+	case sv == nil:
+		s.mu.Unlock()
+		return fmt.Errorf("remove %q: no such service", name)
+	case len(dependents) > 0:
+		s.mu.Unlock()
+		return fmt.Errorf("remove %q: %s depend on it", name, strings.Join(dependents, ", "))
+	}
+	if !sv.begun {
+		sv.begun = true
+		close(sv.done)
+	}
+	s.mu.Unlock()
+	sv.cancel()
+	select {
+	case <-sv.done:
+	case <-ctx.Done():
+		return fmt.Errorf("remove %q: %w", name, ctx.Err())
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.services, name)
+	s.order = slices.DeleteFunc(s.order, func(o *service) bool { return o == sv })
+	return nil
+}
+
 // Stop stops every service, each after the services that depend on it,
 // and waits for them until ctx ends. Each gets its stop signal, then after
 // its timeout every process of it is killed and its cgroup removed.

@@ -276,6 +276,50 @@ func TestRestart(t *testing.T) {
 	}
 }
 
+// TestRemove stops and forgets a running service, not one another
+// depends on; its name can be added again.
+func TestRemove(t *testing.T) {
+	dir := t.TempDir()
+	s := New(Options{Log: quietLog()})
+	for _, svc := range []Service{
+		listener("base", filepath.Join(dir, "base.sock"), 0),
+		{Name: "top", Path: "/bin/sleep", Args: []string{"60"}, DependsOn: []string{"base"}},
+	} {
+		if err := s.Add(svc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer stop(t, s)
+	top := waitState(t, s, "top", StateReady)
+	ctx := context.Background()
+	if err := s.Remove(ctx, "base"); err == nil || !strings.Contains(err.Error(), "top depend on it") {
+		t.Errorf("Remove(base) = %v, want a refusal naming top", err)
+	}
+	if err := s.Remove(ctx, "top"); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(top.Pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("top's process (pid %d) after Remove: kill(0) = %v, want ESRCH", top.Pid, err)
+	}
+	for _, st := range s.Status() {
+		if st.Name == "top" {
+			t.Errorf("Status() after Remove(top) still has it: %+v", st)
+		}
+	}
+	if err := s.Remove(ctx, "top"); err == nil {
+		t.Error("Remove(top) twice succeeded")
+	}
+	if err := s.Add(Service{Name: "top", Path: "/bin/sleep", Args: []string{"60"}, DependsOn: []string{"base"}}); err != nil {
+		t.Fatalf("Add(top) again = %v", err)
+	}
+	if again := waitState(t, s, "top", StateReady); again.Pid == top.Pid {
+		t.Errorf("top added again runs as pid %d, the removed run's", again.Pid)
+	}
+}
+
 // TestEvents follows one service through its life.
 func TestEvents(t *testing.T) {
 	ready := filepath.Join(t.TempDir(), "ready")

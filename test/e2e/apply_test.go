@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -85,6 +86,11 @@ func testApplyConfig(t *testing.T, ctx context.Context, c *client.Client, kc *ku
 		cfg.Machine.Files = []machineconfig.File{{Path: appliedFile, Content: "applied=live\n"}}
 		cfg.Cluster.NodeLabels = map[string]string{"cairn.dev/applied": "live"}
 		cfg.Machine.Resources.Agent.MemoryMax = "700Mi"
+		// One image service goes, one comes; hello keeps running.
+		cfg.Services = slices.DeleteFunc(cfg.Services, func(s machineconfig.Service) bool { return s.Name == "unreachable" })
+		hello := cfg.Services[0]
+		hello.Name, hello.Args = "hello-live", []string{"--from-apply"}
+		cfg.Services = append(cfg.Services, hello)
 	})
 	liveFile := filepath.Join(t.TempDir(), "live.yaml")
 	if err := os.WriteFile(liveFile, live, 0o600); err != nil {
@@ -123,7 +129,8 @@ func testApplyConfig(t *testing.T, ctx context.Context, c *client.Client, kc *ku
 	})
 
 	t.Run("Live", func(t *testing.T) {
-		agentBefore := services(t, ctx, c)["cairn-agent"]
+		servicesBefore := services(t, ctx, c)
+		agentBefore := servicesBefore["cairn-agent"]
 		t0 := time.Now()
 		resp, err := c.ApplyConfig(ctx, &machine.ApplyConfigRequest{Config: live, Mode: machine.ApplyMode_APPLY_MODE_AUTO})
 		took := time.Since(t0)
@@ -136,6 +143,12 @@ func testApplyConfig(t *testing.T, ctx context.Context, c *client.Client, kc *ku
 		}
 		if got, err := readNode(ctx, c, appliedFile); err != nil || got != "applied=live" {
 			t.Errorf("%s = %q, %v; want the file applied", appliedFile, got, err)
+		}
+		all := waitService(t, ctx, c, "hello-live", "Ready, and unreachable gone", func(s map[string]*machine.ServiceStatus) bool {
+			return s["hello-live"].GetState() == "Ready" && s["unreachable"] == nil
+		})
+		if hello := all["hello"]; hello.GetPid() != servicesBefore["hello"].GetPid() || hello.GetRestarts() != servicesBefore["hello"].GetRestarts() {
+			t.Errorf("hello after the apply: %v; want the same run as before (%v)", hello, servicesBefore["hello"])
 		}
 		// The agent's memory limit, as the kernel enforces it, changed
 		// under the same process.
