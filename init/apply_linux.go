@@ -62,6 +62,9 @@ type configs struct {
 	onTrial bool
 	// res writes resolv.conf; nil until the network is configured.
 	res *resolver
+	// links changes the network's links (network.interfaces); nil
+	// until the network is configured.
+	links linkChanger
 	// services changes the node's services (services,
 	// machine.resources); nil until they are started.
 	services serviceChanger
@@ -186,6 +189,22 @@ func (c *configs) setServices(s serviceChanger) {
 	c.guard.Lock()
 	defer c.guard.Unlock()
 	c.services = s
+}
+
+// linkChanger changes the node's links while it runs (liveLinks).
+type linkChanger interface {
+	Reconfigure(old, new machineconfig.Network) error
+}
+
+// setLinks hands over what changes the links, for the interfaces'
+// addresses, routes, MTU and VLANs; c may be nil.
+func (c *configs) setLinks(l linkChanger) {
+	if c == nil {
+		return
+	}
+	c.guard.Lock()
+	defer c.guard.Unlock()
+	c.links = l
 }
 
 // setTimeKeeper hands over the time keeper, for machine.time.servers; c
@@ -571,7 +590,8 @@ func (c *configs) noteReverted(why string) {
 // applyLive makes the running node's live fields (machineconfig's effects
 // table) go from old to new: sysctls, files, containerd's registries,
 // DNS, /etc/hosts entries, static pods, the limits of containerd and the
-// agent, the image-backed services. Node labels are the agent's,
+// agent, the image-backed services, the links' addresses, routes, MTU
+// and VLANs. Node labels are the agent's,
 // which watches the running config. It goes on past a
 // failure and returns every error.
 func (c *configs) applyLive(old, new *machineconfig.Config) error {
@@ -620,8 +640,11 @@ func (c *configs) applyLive(old, new *machineconfig.Config) error {
 		}
 	}
 	c.guard.Lock()
-	sup := c.services
+	sup, links := c.services, c.links
 	c.guard.Unlock()
+	if links != nil && !reflect.DeepEqual(old.Network.Interfaces, new.Network.Interfaces) {
+		errs = append(errs, links.Reconfigure(old.Network, new.Network))
+	}
 	if sup != nil {
 		for name, r := range map[string][2]machineconfig.Resources{
 			"containerd":  {old.Machine.Resources.Containerd, new.Machine.Resources.Containerd},

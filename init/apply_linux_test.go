@@ -163,6 +163,11 @@ func TestApplyConfig(t *testing.T) {
 	a.c.setTimeKeeper(clock)
 	limits := &recordingLimits{}
 	a.c.setServices(limits)
+	links := &recordingLinks{}
+	a.c.setLinks(links)
+	if len(a.base.Network.Interfaces) == 0 {
+		t.Fatal("the generated config has no interface")
+	}
 	timeServers := func() []string {
 		clock.mu.Lock()
 		defer clock.mu.Unlock()
@@ -186,6 +191,7 @@ func TestApplyConfig(t *testing.T) {
 		c.Machine.Time.Servers = []string{"192.0.2.123"}
 		c.Machine.Resources.Agent = machineconfig.Resources{MemoryMax: "512Mi", PidsMax: 100}
 		c.Services = append(c.Services, machineconfig.Service{Name: "extra", Image: "registry.example.com/extra:1"})
+		c.Network.Interfaces[0].Addresses = append(c.Network.Interfaces[0].Addresses, "192.0.2.77/24")
 	})
 	t.Run("DryRun", func(t *testing.T) {
 		resp, err := a.apply(live, machine.ApplyMode_APPLY_MODE_DRY_RUN, 0)
@@ -250,6 +256,9 @@ func TestApplyConfig(t *testing.T) {
 		}
 		if got := limits.take(); len(got) != 1 || got[0].name != "cairn-agent" || got[0].res == nil || got[0].res.Memory != 512<<20 || *got[0].res.PidsLimit != 100 {
 			t.Errorf("limits set %+v, want cairn-agent's alone: 512 MiB, 100 pids", got)
+		}
+		if got := links.calls; len(got) != 1 || !slices.Contains(got[0].Interfaces[0].Addresses, "192.0.2.77/24") {
+			t.Errorf("links reconfigured %+v, want once, with the address added", got)
 		}
 		if got := limits.replaced; len(got) != 1 || len(got[0][1]) != len(a.base.Services)+1 || got[0][1][len(got[0][1])-1].Name != "extra" {
 			t.Errorf("services replaced %+v, want once, with extra added", got)
@@ -548,4 +557,18 @@ func (r *recordingLimits) take() []setLimits {
 	out := r.set
 	r.set = nil
 	return out
+}
+
+// recordingLinks records the networks the links were reconfigured to (the
+// links' own tests change real ones).
+type recordingLinks struct {
+	mu    sync.Mutex
+	calls []machineconfig.Network
+}
+
+func (r *recordingLinks) Reconfigure(_, new machineconfig.Network) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, new)
+	return nil
 }

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/cairn-os/cairn/init/internal/boot"
 	"github.com/cairn-os/cairn/machineconfig"
@@ -268,6 +270,76 @@ func removeUnconfigured(network machineconfig.Network, links []configuredLink) e
 			}
 			slog.Info("link removed: no longer in the config", "link", a.Name, "was", strings.TrimPrefix(a.Alias, madeAlias))
 		}
+	}
+	return errors.Join(errs...)
+}
+
+// reconfigureLinks makes a running node's links go from old to new:
+// applyLinks for what new has (the links old had and new has not are
+// removed there), then each static address and route that old had on a
+// link and new has not is removed from it. Which links the config selects
+// does not change live (a reboot change).
+func reconfigureLinks(old, new machineconfig.Network) ([]configuredLink, error) {
+	links, err := applyLinks(new)
+	errs := []error{err}
+	byPath := map[string]netlink.Link{}
+	for _, l := range links {
+		byPath[l.path] = l.link
+	}
+	for i, was := range old.Interfaces {
+		path := fmt.Sprintf("network.interfaces[%d]", i)
+		var now machineconfig.Interface
+		if i < len(new.Interfaces) {
+			now = new.Interfaces[i]
+		}
+		errs = append(errs, dropStale(byPath[path], was.Addresses, now.Addresses, was.Routes, now.Routes))
+		for j, vl := range was.VLANs {
+			// A VLAN of another ID at this place is another link: the
+			// old one is gone with its addresses.
+			if j < len(now.VLANs) && now.VLANs[j].VLANID == vl.VLANID {
+				vpath := fmt.Sprintf("%s.vlans[%d]", path, j)
+				errs = append(errs, dropStale(byPath[vpath], vl.Addresses, now.VLANs[j].Addresses, vl.Routes, now.VLANs[j].Routes))
+			}
+		}
+	}
+	return links, errors.Join(errs...)
+}
+
+// dropStale removes from link the addresses and routes that were set and
+// are not wanted now.
+func dropStale(link netlink.Link, wasAddrs, nowAddrs []string, wasRoutes, nowRoutes []machineconfig.Route) error {
+	if link == nil {
+		return nil
+	}
+	name := link.Attrs().Name
+	var errs []error
+	for _, a := range wasAddrs {
+		if slices.Contains(nowAddrs, a) {
+			continue
+		}
+		addr, err := netlink.ParseAddr(a)
+		if err == nil {
+			err = netlink.AddrDel(link, addr)
+		}
+		if err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			errs = append(errs, fmt.Errorf("remove %s from %s: %w", a, name, err))
+			continue
+		}
+		slog.Info("address removed: no longer in the config", "link", name, "address", a)
+	}
+	for _, r := range wasRoutes {
+		if slices.Contains(nowRoutes, r) {
+			continue
+		}
+		_, dst, err := net.ParseCIDR(r.To)
+		if err == nil {
+			err = netlink.RouteDel(&netlink.Route{LinkIndex: link.Attrs().Index, Dst: dst, Gw: net.ParseIP(r.Via), Priority: int(r.Metric)})
+		}
+		if err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("remove route to %s via %s from %s: %w", r.To, r.Via, name, err))
+			continue
+		}
+		slog.Info("route removed: no longer in the config", "link", name, "to", r.To, "via", r.Via)
 	}
 	return errors.Join(errs...)
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"net"
+	"slices"
 	"syscall"
 	"testing"
 
@@ -110,5 +112,56 @@ func wantVLAN(t *testing.T, name string, parent, id, mtu int, addr string) {
 	addrs, _ := netlink.AddrList(l, netlink.FAMILY_V4)
 	if len(addrs) != 1 || addrs[0].IPNet.String() != addr {
 		t.Errorf("%s addresses %v, want %s", name, addrs, addr)
+	}
+}
+
+// TestReconfigureLinks changes a link's addresses, routes and MTU as a
+// config applied live does, in a network namespace of the test's: what
+// the new config has is added, what only the old one had is removed, the
+// rest kept.
+func TestReconfigureLinks(t *testing.T) {
+	if !inNamespaces(t, syscall.CLONE_NEWNET) {
+		return
+	}
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "cairn0"}, PeerName: "cairn1"}); err != nil {
+		t.Fatal(err)
+	}
+	network := func(mtu int, addrs []string, routes ...machineconfig.Route) machineconfig.Network {
+		return machineconfig.Network{Interfaces: []machineconfig.Interface{{Name: "cairn0", MTU: mtu, Addresses: addrs, Routes: routes}}}
+	}
+	old := network(1500, []string{"192.0.2.10/24", "198.51.100.10/24"}, machineconfig.Route{To: "203.0.113.0/24", Via: "192.0.2.1"})
+	if _, err := applyLinks(old); err != nil {
+		t.Fatal(err)
+	}
+	next := network(1400, []string{"192.0.2.10/24", "192.0.2.11/24"}, machineconfig.Route{To: "203.0.113.128/25", Via: "192.0.2.1", Metric: 10})
+	links, err := reconfigureLinks(old, next)
+	if err != nil || len(links) != 1 {
+		t.Fatalf("reconfigureLinks() = %v, %v", links, err)
+	}
+	link, err := netlink.LinkByName("cairn0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, _ := netlink.AddrList(link, netlink.FAMILY_V4)
+	var got []string
+	for _, a := range addrs {
+		got = append(got, a.IPNet.String())
+	}
+	slices.Sort(got)
+	if want := []string{"192.0.2.10/24", "192.0.2.11/24"}; !slices.Equal(got, want) {
+		t.Errorf("addresses %v, want %v", got, want)
+	}
+	routes, _ := netlink.RouteList(link, netlink.FAMILY_V4)
+	var gw []string
+	for _, r := range routes {
+		if r.Gw != nil {
+			gw = append(gw, fmt.Sprintf("%s via %s metric %d", r.Dst, r.Gw, r.Priority))
+		}
+	}
+	if want := []string{"203.0.113.128/25 via 192.0.2.1 metric 10"}; !slices.Equal(gw, want) {
+		t.Errorf("routes via a gateway %v, want %v", gw, want)
+	}
+	if link.Attrs().MTU != 1400 {
+		t.Errorf("MTU %d, want 1400", link.Attrs().MTU)
 	}
 }

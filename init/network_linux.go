@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -64,14 +65,59 @@ func (n *node) configureNetwork(network machineconfig.Network) error {
 	n.configs.setResolver(res)
 	ctx, cancel := context.WithCancel(context.Background())
 	boot.Go("stop DHCP at the shutdown", func() { <-n.stop; cancel() })
-	var leases []pendingLease
-	for _, l := range links {
-		if l.dhcp {
-			leases = append(leases, pendingLease{l.path + " (" + l.link.Attrs().Name + ")", n.startDHCP(ctx, l, res)})
-		}
-	}
+	live := &liveLinks{n: n, ctx: ctx, res: res, dhcp: map[string]context.CancelFunc{}}
+	leases := live.keepLeases(links)
+	n.configs.setLinks(live)
 	waitLeases(leases, leaseDeadline)
 	return errors.Join(errs...)
+}
+
+// liveLinks changes the node's links for a config applied live, and keeps
+// one DHCP client on each link that asks for one.
+type liveLinks struct {
+	n   *node
+	ctx context.Context // ends at the shutdown
+	res *resolver
+
+	mu   sync.Mutex
+	dhcp map[string]context.CancelFunc // by link name
+}
+
+// Reconfigure makes the links go from old to new (reconfigureLinks).
+func (l *liveLinks) Reconfigure(old, new machineconfig.Network) error {
+	links, err := reconfigureLinks(old, new)
+	l.keepLeases(links)
+	return err
+}
+
+// keepLeases starts a DHCP client on each of links that asks for one and
+// has none, and stops those of links no longer among them (a VLAN
+// dropped); it returns the first exchanges of the clients it started.
+func (l *liveLinks) keepLeases(links []configuredLink) []pendingLease {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	want := map[string]bool{}
+	var leases []pendingLease
+	for _, cl := range links {
+		name := cl.link.Attrs().Name
+		if !cl.dhcp {
+			continue
+		}
+		want[name] = true
+		if l.dhcp[name] != nil {
+			continue
+		}
+		ctx, cancel := context.WithCancel(l.ctx)
+		l.dhcp[name] = cancel
+		leases = append(leases, pendingLease{cl.path + " (" + name + ")", l.n.startDHCP(ctx, cl, l.res)})
+	}
+	for name, cancel := range l.dhcp {
+		if !want[name] {
+			cancel()
+			delete(l.dhcp, name)
+		}
+	}
+	return leases
 }
 
 // pendingLease is the first DHCP exchange of a link, named for messages.

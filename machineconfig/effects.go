@@ -47,6 +47,10 @@ var effects = []effectRule{
 	{"services", Live, "init starts an added service, stops a removed one, and stops and starts anew a changed one; the others keep running"},
 	{"machine.staticPods", Live, "init rewrites the manifests; the agent starts, replaces or stops the pods"},
 	{"containerd.registries", Live, "init rewrites containerd's hosts.toml files, which containerd reads at each pull"},
+	{"network.interfaces[].addresses", Live, "init adds the new static addresses and removes the dropped ones"},
+	{"network.interfaces[].routes", Live, "init adds the new routes and removes the dropped ones"},
+	{"network.interfaces[].mtu", Live, "init sets the link's MTU"},
+	{"network.interfaces[].vlans", Live, "init makes the new VLANs (with a DHCP client where asked), sets their addresses, routes and MTU, and deletes the dropped ones"},
 	{"network.nameservers", Live, "init rewrites /etc/resolv.conf"},
 	{"network.searchDomains", Live, "init rewrites /etc/resolv.conf"},
 	{"network.extraHostEntries", Live, "init rewrites its part of /etc/hosts"},
@@ -68,10 +72,26 @@ func (c Change) Effect() Effect {
 }
 
 // under reports whether the field path p is at or below the field path
-// parent: machine.files[2].mode is below machine.files.
+// parent: machine.files[2].mode is below machine.files. In parent, []
+// stands for any index: network.interfaces[1].addresses[0] is below
+// network.interfaces[].addresses.
 func under(p, parent string) bool {
-	rest, ok := strings.CutPrefix(p, parent)
-	return ok && (rest == "" || rest[0] == '.' || rest[0] == '[')
+	for {
+		before, after, wild := strings.Cut(parent, "[]")
+		rest, ok := strings.CutPrefix(p, before)
+		if !ok {
+			return false
+		}
+		if !wild {
+			return rest == "" || rest[0] == '.' || rest[0] == '['
+		}
+		// An index: [digits].
+		end := strings.IndexByte(rest, ']')
+		if !strings.HasPrefix(rest, "[") || end < 2 || strings.Trim(rest[1:end], "0123456789") != "" {
+			return false
+		}
+		p, parent = rest[end+1:], after
+	}
 }
 
 // NeedsReboot returns the changes that take effect only at the next boot.

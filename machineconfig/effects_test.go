@@ -12,22 +12,29 @@ import (
 // field that no rule names, or a parent of a live field, needs a reboot.
 func TestEffect(t *testing.T) {
 	for path, want := range map[string]Effect{
-		`machine.sysctls["net.ipv4.ip_forward"]`:         Live,
-		"machine.sysctls":                                Live,
-		"machine.files[2].mode":                          Live,
-		"machine.staticPods[0].spec.containers[0].image": Live,
-		`cluster.nodeLabels["rack"]`:                     Live,
-		"cluster.nodeTaints[0]":                          Reboot,
-		"cluster":                                        Reboot, // a cluster section added or removed
-		"machine":                                        Reboot,
-		"machine.hostname":                               Reboot,
-		"machine.sysctlsExtra":                           Reboot, // a name that starts like a rule's is not below it
-		"network.interfaces[0].addresses[1]":             Reboot,
-		"services[0].image":                              Live,
-		"machine.resources.agent.memoryMax":              Live,
-		"machine.api.cert":                               Live,
-		"machine.api.port":                               Reboot,
-		"machine.time.servers[1]":                        Live,
+		`machine.sysctls["net.ipv4.ip_forward"]`:                Live,
+		"machine.sysctls":                                       Live,
+		"machine.files[2].mode":                                 Live,
+		"machine.staticPods[0].spec.containers[0].image":        Live,
+		`cluster.nodeLabels["rack"]`:                            Live,
+		"cluster.nodeTaints[0]":                                 Reboot,
+		"cluster":                                               Reboot, // a cluster section added or removed
+		"machine":                                               Reboot,
+		"machine.hostname":                                      Reboot,
+		"machine.sysctlsExtra":                                  Reboot, // a name that starts like a rule's is not below it
+		"network.interfaces[0].addresses[1]":                    Live,
+		"network.interfaces[12].vlans[0].dhcp":                  Live,
+		"network.interfaces[0].dhcp":                            Reboot,
+		"network.interfaces[0].name":                            Reboot,
+		"network.interfaces[0].bond.mode":                       Reboot,
+		"network.interfaces[x].mtu":                             Reboot, // not an index
+		"network.interfaces[0]":                                 Reboot, // an interface added or removed
+		"network.interfacesMore[0].mtu":                         Reboot,
+		"services[0].image":                                     Live,
+		"machine.resources.agent.memoryMax":                     Live,
+		"machine.api.cert":                                      Live,
+		"machine.api.port":                                      Reboot,
+		"machine.time.servers[1]":                               Live,
 		`cluster.nodeLabels["node.kubernetes.io/exclude"].more`: Live,
 	} {
 		if got := (Change{Path: path}).Effect(); got != want {

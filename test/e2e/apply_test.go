@@ -57,6 +57,9 @@ func nodeConfigDoc(t *testing.T, path string, edit func(*machineconfig.Config)) 
 	return raw
 }
 
+// liveAddress is a second address of the isolated link, applied live.
+const liveAddress = "192.168.77.11/24"
+
 // testApplyConfig changes the running node's config through the API, on
 // the node booted from config (its first generation), which joined kc as
 // nodeName: a dry run and an invalid config change nothing; a sysctl, a
@@ -86,6 +89,7 @@ func testApplyConfig(t *testing.T, ctx context.Context, c *client.Client, kc *ku
 		cfg.Machine.Files = []machineconfig.File{{Path: appliedFile, Content: "applied=live\n"}}
 		cfg.Cluster.NodeLabels = map[string]string{"cairn.dev/applied": "live"}
 		cfg.Machine.Resources.Agent.MemoryMax = "700Mi"
+		cfg.Network.Interfaces[2].Addresses = append(cfg.Network.Interfaces[2].Addresses, liveAddress)
 		// One image service goes, one comes; hello keeps running.
 		cfg.Services = slices.DeleteFunc(cfg.Services, func(s machineconfig.Service) bool { return s.Name == "unreachable" })
 		hello := cfg.Services[0]
@@ -149,6 +153,9 @@ func testApplyConfig(t *testing.T, ctx context.Context, c *client.Client, kc *ku
 		})
 		if hello := all["hello"]; hello.GetPid() != servicesBefore["hello"].GetPid() || hello.GetRestarts() != servicesBefore["hello"].GetRestarts() {
 			t.Errorf("hello after the apply: %v; want the same run as before (%v)", hello, servicesBefore["hello"])
+		}
+		if v, err := c.Version(ctx, &machine.VersionRequest{}); err != nil || !slices.Contains(v.GetAddresses(), liveAddress) || !slices.Contains(v.GetAddresses(), isolatedAddress) {
+			t.Errorf("Version().Addresses = %v, %v; want %s added beside %s", v.GetAddresses(), err, liveAddress, isolatedAddress)
 		}
 		// The agent's memory limit, as the kernel enforces it, changed
 		// under the same process.
