@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/cairn-os/cairn/agent/node"
 	"github.com/cairn-os/cairn/test/kube"
@@ -171,20 +170,13 @@ func TestDrain(t *testing.T) {
 	}
 }
 
-// setReady reports the Node Ready, as the node's status loop does.
-// The node controller writes the Node too: a conflict is tried again.
+// setReady reports the Node Ready, as the node's status loop does: a
+// patch of its status, which leaves alone the taints that the node
+// controller adds meanwhile (a node may not change them).
 func setReady(t *testing.T, ctx context.Context, c kubernetes.Interface) {
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := c.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		now := metav1.Now()
-		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: now, LastTransitionTime: now, Reason: "KubeletReady"}}
-		_, err = c.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
+	now := metav1.Now().UTC().Format(time.RFC3339)
+	patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","lastHeartbeatTime":%q,"lastTransitionTime":%q}]}}`, now, now)
+	if _, err := c.CoreV1().Nodes().PatchStatus(ctx, nodeName, []byte(patch)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -19,7 +19,9 @@ import (
 func (e *testEnv) eventsAbout(name string) []v1.Event {
 	e.t.Helper()
 	l, err := e.kube.CoreV1().Events(e.ns).List(e.ctx(), metav1.ListOptions{
-		FieldSelector: fields.Set{"involvedObject.kind": "Service", "involvedObject.name": name}.String(),
+		// The proxier's alone: the control plane's controllers may tell
+		// of the same Service.
+		FieldSelector: fields.Set{"involvedObject.kind": "Service", "involvedObject.name": name, "source": EventSource}.String(),
 	})
 	if err != nil {
 		e.t.Fatalf("list Events about Service %s: %v", name, err)
@@ -76,7 +78,11 @@ func TestUnsupportedServiceFieldGetsAWarningEvent(t *testing.T) {
 			return nil
 		}
 		if len(evs) != 1 {
-			return fmt.Errorf("Service %s has %d Events, want one naming %s", c.svc.Name, len(evs), c.field)
+			var msgs []string
+			for _, ev := range evs {
+				msgs = append(msgs, ev.Message)
+			}
+			return fmt.Errorf("Service %s has %d Events from %s %q, want one naming %s", c.svc.Name, len(evs), EventSource, msgs, c.field)
 		}
 		ev := evs[0]
 		svc, err := e.kube.CoreV1().Services(e.ns).Get(e.ctx(), c.svc.Name, metav1.GetOptions{})
