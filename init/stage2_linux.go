@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cairn-os/cairn/init/internal/boot"
+	"github.com/cairn-os/cairn/internal/containerdconfig"
 	"github.com/cairn-os/cairn/internal/layout"
 	"github.com/cairn-os/cairn/internal/version"
 	"github.com/cairn-os/cairn/machineconfig"
@@ -106,7 +107,8 @@ func stage2() error {
 	n := newNode(realSystem(reaper), boot.InheritTimeline())
 	n.reaper = reaper
 	n.boots = &boots{esp: espPartition{dir: layout.ESPMount}, recordPath: layout.UpgradeRecord, spoolDir: layout.UpgradeSpool,
-		running: version.Version, reboot: func(why string) { n.requestShutdown(unix.LINUX_REBOOT_CMD_RESTART, why) }, note: n.events.add}
+		running: version.Version, reboot: func(why string) { n.requestShutdown(unix.LINUX_REBOOT_CMD_RESTART, why) }, note: n.events.add,
+		pull: pullUKI(containerdconfig.Node.Socket, containerdconfig.Node.HostsDir)}
 	// Ctrl-Alt-Del arrives as SIGINT to PID 1; SIGTERM asks for a power
 	// off. Both are heard from now on, during the boot too.
 	unix.Reboot(unix.LINUX_REBOOT_CMD_CAD_OFF)

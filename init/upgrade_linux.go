@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/init/internal/containers"
 	"github.com/cairn-os/cairn/internal/atomicfile"
 	"github.com/cairn-os/cairn/internal/bootentry"
 )
@@ -67,6 +70,10 @@ type boots struct {
 	recordPath string
 	// spoolDir holds a UKI while it is received and checked (a tmpfs).
 	spoolDir string
+	// pull copies to w the UKI of an OCI artifact in a registry and
+	// returns its size and digest ("sha256:…"); nil where the node has
+	// no containerd to pull with.
+	pull func(ctx context.Context, ref string, w io.Writer) (size int64, digest string, err error)
 	// running is the version this boot runs.
 	running string
 	// reboot asks for a clean reboot.
@@ -402,6 +409,9 @@ func checkHeader(h *machine.UpgradeHeader) error {
 	switch {
 	case h == nil:
 		return errors.New("the first message must be the header")
+	case h.ImageRef != "" && (h.Size != 0 || h.Sha256 != ""):
+		return fmt.Errorf("image ref %s: the registry's manifest gives the size and digest, the header must not", h.ImageRef)
+	case h.ImageRef != "":
 	case h.Size == 0 || h.Size > maxUKISize:
 		return fmt.Errorf("size %d: must be from 1 byte to %d MiB", h.Size, maxUKISize>>20)
 	case len(h.Sha256) != 2*sha256.Size:
@@ -410,6 +420,9 @@ func checkHeader(h *machine.UpgradeHeader) error {
 		return fmt.Errorf("tries %d: at most %d", h.Tries, maxTries)
 	case h.HealthTimeout != nil && h.HealthTimeout.AsDuration() < 10*time.Second:
 		return fmt.Errorf("health timeout %s: at least 10s", h.HealthTimeout.AsDuration())
+	}
+	if h.ImageRef != "" {
+		return nil
 	}
 	_, err := hex.DecodeString(h.Sha256)
 	return err
@@ -431,7 +444,25 @@ func (b *boots) receive(stream grpc.BidiStreamingServer[machine.UpgradeRequest, 
 	defer f.Close()
 	sum := sha256.New()
 	var n uint64
-	for next := uint64(progressEvery); ; {
+	if h.ImageRef != "" {
+		if b.pull == nil {
+			return f.Name(), bootentry.Info{}, refuse(codes.Unimplemented, "this node cannot pull an upgrade from a registry")
+		}
+		counted := &countingWriter{w: io.MultiWriter(f, sum)}
+		size, digest, err := b.pull(stream.Context(), h.ImageRef, counted)
+		if err != nil {
+			return f.Name(), bootentry.Info{}, refuse(codes.Unavailable, "%v", err)
+		}
+		algo, hexSum, _ := strings.Cut(digest, ":")
+		if algo != "sha256" || size <= 0 || size > maxUKISize {
+			return f.Name(), bootentry.Info{}, refuse(codes.InvalidArgument, "%s: a layer of %d bytes, digest %s: want a sha256 digest and at most %d MiB", h.ImageRef, size, digest, maxUKISize>>20)
+		}
+		h.Size, h.Sha256, n = uint64(size), hexSum, counted.n
+		if err := stream.Send(&machine.UpgradeProgress{Step: "received", Message: fmt.Sprintf("pulled %s: %d bytes", h.ImageRef, n), Bytes: n}); err != nil {
+			return f.Name(), bootentry.Info{}, err
+		}
+	}
+	for next := uint64(progressEvery); h.ImageRef == ""; {
 		req, err := stream.Recv()
 		if err == io.EOF {
 			break
@@ -633,4 +664,25 @@ func (p espPartition) mount(writable bool) (string, func() error, error) {
 		}
 		return nil
 	}, nil
+}
+
+// countingWriter counts what it writes on.
+type countingWriter struct {
+	w io.Writer
+	n uint64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += uint64(n)
+	return n, err
+}
+
+// pullUKI pulls UKIs with the containerd at socket, through the registry
+// hosts of hostsDir.
+func pullUKI(socket, hostsDir string) func(ctx context.Context, ref string, w io.Writer) (int64, string, error) {
+	return func(ctx context.Context, ref string, w io.Writer) (int64, string, error) {
+		desc, err := containers.PullBlob(ctx, socket, hostsDir, ref, bootentry.MediaType, w)
+		return desc.Size, desc.Digest.String(), err
+	}
 }

@@ -26,6 +26,8 @@ import (
 	"github.com/cairn-os/cairn/image"
 	"github.com/cairn-os/cairn/internal/bootentry"
 	"github.com/cairn-os/cairn/test/need"
+	"github.com/cairn-os/cairn/test/registry"
+	"github.com/cairn-os/cairn/test/runtime"
 )
 
 // espDir is an ESP that is a directory of the test: mounting it is a
@@ -387,4 +389,63 @@ func TestBlessAndRollBack(t *testing.T) {
 func sha256Hex(data []byte) string {
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:])
+}
+
+// TestUpgradeFromRegistry pushes a UKI to a real registry as an OCI
+// artifact (cairn image push) and upgrades to it by reference: init pulls
+// it with a real containerd, checks it and writes it as it does a UKI sent
+// on the stream. A reference that does not pull is refused, nothing
+// written.
+func TestUpgradeFromRegistry(t *testing.T) {
+	rt := runtime.Start(t)
+	reg := registry.Start(t)
+	if err := rt.AllowHTTP(reg.Addr); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	esp := newESP(t, filepath.Join(dir, "esp"), "cairn-0.1.0.efi")
+	b := newTestBoots(t, esp, dir, "0.1.0")
+	b.pull = pullUKI(rt.Socket, filepath.Join(rt.Dir, "certs.d"))
+	if err := b.check(); err != nil {
+		t.Fatal(err)
+	}
+	c := controlClient(t, &node{boots: b.boots})
+	uki := filepath.Join(t.TempDir(), "node.efi")
+	writeUKI(t, uki, "0.2.0", 1<<20)
+	ctx := context.Background()
+	ref := reg.Addr + "/cairn/node:0.2.0"
+	if _, err := image.PushUKI(ctx, uki, ref, true); err != nil {
+		t.Fatal(err)
+	}
+	upgradeRef := func(h *machine.UpgradeHeader) ([]string, error) {
+		stream, err := c.Upgrade(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var steps []string
+		_, err = client.SendRef(stream, h, func(p *machine.UpgradeProgress) { steps = append(steps, p.Step) })
+		return steps, err
+	}
+
+	if _, err := upgradeRef(&machine.UpgradeHeader{ImageRef: reg.Addr + "/cairn/node:none"}); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "cairn/node:none") {
+		t.Errorf("Upgrade from a reference that is not there = %v, want Unavailable naming it", err)
+	}
+	if _, err := upgradeRef(&machine.UpgradeHeader{ImageRef: ref, Size: 10}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("Upgrade by reference with a size = %v, want InvalidArgument", err)
+	}
+	if got := esp.files(t); !slices.Equal(got, []string{"cairn-0.1.0.efi"}) || len(b.reboots) != 0 {
+		t.Fatalf("refused upgrades left EFI/Linux %v, reboots %v", got, b.reboots)
+	}
+
+	steps, err := upgradeRef(&machine.UpgradeHeader{ImageRef: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"received", "verified", "written", "rebooting"}; !slices.Equal(steps, want) {
+		t.Errorf("upgrade steps %v, want %v", steps, want)
+	}
+	want, _ := os.ReadFile(uki)
+	if got, _ := os.ReadFile(filepath.Join(esp.root, bootentry.Dir, "cairn-0.2.0+3.efi")); !bytes.Equal(got, want) {
+		t.Error("the UKI written differs from the one pushed")
+	}
 }

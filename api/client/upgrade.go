@@ -45,20 +45,8 @@ func SendUKI(stream UpgradeStream, path string, h *machine.UpgradeHeader, progre
 	}
 	done := make(chan result, 1)
 	go func() {
-		var last *machine.UpgradeProgress
-		for {
-			p, err := stream.Recv()
-			if err == io.EOF {
-				done <- result{last, nil}
-				return
-			}
-			if err != nil {
-				done <- result{last, err}
-				return
-			}
-			last = p
-			progress(p)
-		}
+		last, err := follow(stream, progress)
+		done <- result{last, err}
 	}()
 	sendErr := send(stream, f, h)
 	r := <-done
@@ -69,6 +57,34 @@ func SendUKI(stream UpgradeStream, path string, h *machine.UpgradeHeader, progre
 		return r.last, sendErr
 	}
 	return r.last, nil
+}
+
+// SendRef asks on stream for the upgrade that h names by its image_ref,
+// which the node pulls, and follows it as SendUKI does.
+func SendRef(stream UpgradeStream, h *machine.UpgradeHeader, progress func(*machine.UpgradeProgress)) (*machine.UpgradeProgress, error) {
+	// A refusal (EOF on Send) is read from the stream.
+	if err := sendError(stream.Send(&machine.UpgradeRequest{Part: &machine.UpgradeRequest_Header{Header: h}})); err != nil {
+		return nil, err
+	}
+	stream.CloseSend()
+	return follow(stream, progress)
+}
+
+// follow hands each progress message to progress until the node ends the
+// call, and returns the last one, or the node's error.
+func follow(stream UpgradeStream, progress func(*machine.UpgradeProgress)) (*machine.UpgradeProgress, error) {
+	var last *machine.UpgradeProgress
+	for {
+		p, err := stream.Recv()
+		if err == io.EOF {
+			return last, nil
+		}
+		if err != nil {
+			return last, err
+		}
+		last = p
+		progress(p)
+	}
 }
 
 // send sends the header, then the file in chunks, then closes its side.

@@ -3258,7 +3258,13 @@ type UpgradeHeader struct {
 	Drain *DrainOptions `protobuf:"bytes,6,opt,name=drain,proto3" json:"drain,omitempty"`
 	// Set by the agent for init: once verified, wait for proceed before
 	// writing anything (the agent drains the node meanwhile).
-	Hold          bool `protobuf:"varint,7,opt,name=hold,proto3" json:"hold,omitempty"`
+	Hold bool `protobuf:"varint,7,opt,name=hold,proto3" json:"hold,omitempty"`
+	// Instead of the UKI's bytes on the stream: an OCI artifact that the
+	// node's containerd pulls (through the registry hosts of
+	// containerd.registries), whose one layer of media type
+	// application/vnd.cairn.uki.v1 is the UKI (cairn image push --uki).
+	// size and sha256 are then left out: the manifest's are checked.
+	ImageRef      string `protobuf:"bytes,8,opt,name=image_ref,json=imageRef,proto3" json:"image_ref,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3340,6 +3346,13 @@ func (x *UpgradeHeader) GetHold() bool {
 		return x.Hold
 	}
 	return false
+}
+
+func (x *UpgradeHeader) GetImageRef() string {
+	if x != nil {
+		return x.ImageRef
+	}
+	return ""
 }
 
 // DrainOptions say how a node empties itself of its pods, as kubectl
@@ -4527,7 +4540,7 @@ const file_machine_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2%.cairn.machine.v1alpha1.UpgradeHeaderH\x00R\x06header\x12\x16\n" +
 	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunk\x12\x1a\n" +
 	"\aproceed\x18\x03 \x01(\bH\x00R\aproceedB\x06\n" +
-	"\x04part\"\xf9\x01\n" +
+	"\x04part\"\x96\x02\n" +
 	"\rUpgradeHeader\x12\x12\n" +
 	"\x04size\x18\x01 \x01(\x04R\x04size\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x14\n" +
@@ -4535,7 +4548,8 @@ const file_machine_proto_rawDesc = "" +
 	"\x05tries\x18\x04 \x01(\rR\x05tries\x12@\n" +
 	"\x0ehealth_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\rhealthTimeout\x12:\n" +
 	"\x05drain\x18\x06 \x01(\v2$.cairn.machine.v1alpha1.DrainOptionsR\x05drain\x12\x12\n" +
-	"\x04hold\x18\a \x01(\bR\x04hold\"m\n" +
+	"\x04hold\x18\a \x01(\bR\x04hold\x12\x1b\n" +
+	"\timage_ref\x18\b \x01(\tR\bimageRef\"m\n" +
 	"\fDrainOptions\x12\x12\n" +
 	"\x04skip\x18\x01 \x01(\bR\x04skip\x123\n" +
 	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x14\n" +

@@ -1,14 +1,18 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 
-	"github.com/cairn-os/cairn/image/build"
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
+
+	"github.com/cairn-os/cairn/image"
+	"github.com/cairn-os/cairn/image/build"
+	"github.com/cairn-os/cairn/internal/bootentry"
 )
 
 func imageCmd() *cobra.Command {
@@ -57,8 +61,38 @@ func imageCmd() *cobra.Command {
 	b.Flags().StringVar(&size, "size", "", "disk size, e.g. 8GiB (default 2GiB)")
 	b.MarkFlagRequired("config")
 	b.MarkFlagRequired("output")
-	cmd.AddCommand(b)
+	cmd.AddCommand(b, pushCmd())
 	return cmd
+}
+
+// pushCmd is cairn image push: a UKI to a registry, as an OCI artifact.
+func pushCmd() *cobra.Command {
+	var uki string
+	var insecure bool
+	p := &cobra.Command{
+		Use:   "push --uki UKI REF",
+		Short: "Push a UKI (cairn image build --uki) to a registry, for cairn node upgrade --image-ref",
+		Long: `Push sends the UKI to a registry as an OCI artifact REF: one layer of
+media type ` + bootentry.MediaType + `, annotated with the UKI's version.
+A node then pulls it with its own containerd, through the registry hosts of
+its containerd.registries, with cairn node upgrade --image-ref REF.
+Credentials come from the Docker config (~/.docker/config.json).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if uki == "" {
+				return errors.New("name the UKI with --uki FILE (cairn image build --uki writes one)")
+			}
+			digest, err := image.PushUKI(cmd.Context(), uki, args[0], insecure)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "pushed %s as %s@%s\nnext: cairn node upgrade --image-ref %s\n", uki, args[0], digest, args[0])
+			return nil
+		},
+	}
+	p.Flags().StringVar(&uki, "uki", "", "the UKI to push (required)")
+	p.Flags().BoolVar(&insecure, "insecure", false, "the registry serves plain HTTP")
+	return p
 }
 
 // defaultAssets is the directory of the running cairn binary: `make` puts

@@ -27,6 +27,7 @@ func upgradeCmds(f *nodeFlags) []*cobra.Command {
 		maxParallel   int
 		noDrain       bool
 		drainFlags    drainOptions
+		imageRef      string
 	)
 	upgrade := &cobra.Command{
 		Use:   "upgrade --image UKI [--stage] [--max-parallel N]",
@@ -51,22 +52,27 @@ With --nodes, --max-parallel N upgrades N nodes at a time and stops at the
 first wave with a node that did not come back healthy.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if uki == "" {
-				return errors.New("name the UKI with --image FILE (cairn image build --uki writes one)")
+			if (uki == "") == (imageRef == "") {
+				return errors.New("name the UKI with --image FILE (cairn image build --uki writes one), or an artifact in a registry with --image-ref REF (cairn image push)")
 			}
-			info, err := readUKI(uki)
-			if err != nil {
-				return err
+			version := "" // an artifact's: as the node reads it
+			if uki != "" {
+				info, err := readUKI(uki)
+				if err != nil {
+					return err
+				}
+				version = info.Version
 			}
 			d := drainFlags.message()
 			d.Skip = noDrain
-			h := &machine.UpgradeHeader{Stage: stage, Tries: tries, HealthTimeout: durationpb.New(healthTimeout), Drain: d}
+			h := &machine.UpgradeHeader{Stage: stage, Tries: tries, HealthTimeout: durationpb.New(healthTimeout), Drain: d, ImageRef: imageRef}
 			return f.inWaves(cmd, maxParallel, wait, func(ctx context.Context, n *target) error {
-				return upgradeNode(ctx, n, uki, info.Version, h)
+				return upgradeNode(ctx, n, uki, version, h)
 			})
 		},
 	}
 	upgrade.Flags().StringVar(&uki, "image", "", "the UKI to boot (cairn image build --uki)")
+	upgrade.Flags().StringVar(&imageRef, "image-ref", "", "the UKI as an artifact in a registry (cairn image push), pulled by the node's containerd")
 	upgrade.Flags().BoolVar(&stage, "stage", false, "write it now, boot it at the next reboot")
 	upgrade.Flags().Uint32Var(&tries, "tries", bootentry.DefaultTries, "boots the new UKI gets to become healthy")
 	upgrade.Flags().DurationVar(&healthTimeout, "health-timeout", 5*time.Minute, "how long each of its boots has to become healthy")
@@ -148,10 +154,19 @@ func upgradeNode(ctx context.Context, n *target, uki, version string, h *machine
 	}
 	start := time.Now()
 	var rebooting bool
-	_, err = client.SendUKI(stream, uki, &machine.UpgradeHeader{Stage: h.Stage, Tries: h.Tries, HealthTimeout: h.HealthTimeout, Drain: h.Drain}, func(p *machine.UpgradeProgress) {
+	progress := func(p *machine.UpgradeProgress) {
 		fmt.Fprintf(n.Out, "%-9s %s\n", p.Step, p.Message)
 		rebooting = rebooting || p.Step == "rebooting"
-	})
+		if version == "" {
+			version = p.Version // the artifact's, once the node read it
+		}
+	}
+	header := &machine.UpgradeHeader{Stage: h.Stage, Tries: h.Tries, HealthTimeout: h.HealthTimeout, Drain: h.Drain, ImageRef: h.ImageRef}
+	if h.ImageRef != "" {
+		_, err = client.SendRef(stream, header, progress)
+	} else {
+		_, err = client.SendUKI(stream, uki, header, progress)
+	}
 	if err != nil && !rebooting { // once rebooting, the node may go before the call ends
 		return err
 	}

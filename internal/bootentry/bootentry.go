@@ -27,6 +27,10 @@ const Prefix = "cairn-"
 // systemd-boot goes back to the previous one.
 const DefaultTries = 3
 
+// MediaType is the media type of the layer that is a UKI in an OCI
+// artifact, for upgrades pulled from a registry.
+const MediaType = "application/vnd.cairn.uki.v1"
+
 // An Entry is a UKI's file name, parsed.
 type Entry struct {
 	// Version is the name between Prefix and the counter.

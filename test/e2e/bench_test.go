@@ -109,7 +109,7 @@ func BenchmarkBoot(b *testing.B) {
 		b.ReportMetric((ready["cairn-agent"] - initStart).Seconds(), "guest-init-to-api-s")
 		b.ReportMetric(first.BootTimeline[len(first.BootTimeline)-1].Start.AsDuration().Seconds(), "guest-start-services-s")
 		b.ReportMetric(applyLive(b, c, filepath.Join(dir, "machine.yaml")).Seconds()*1000, "apply-live-ms")
-		up := upgradeCycle(b, context.Background(), c, filepath.Join(dir, "cairnconfig"), filepath.Join(dir, "machine.yaml"), nil, "")
+		up := upgradeCycle(b, context.Background(), c, filepath.Join(dir, "cairnconfig"), filepath.Join(dir, "machine.yaml"), nil, "", nil)
 		b.ReportMetric(up.upgraded.Seconds(), "upgrade-to-api-s")
 		b.ReportMetric(up.blessed.Seconds(), "upgrade-to-blessed-s")
 		b.ReportMetric(up.brokenRolledBack.Seconds(), "broken-upgrade-to-old-api-s")

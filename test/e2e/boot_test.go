@@ -252,7 +252,7 @@ func TestBoot(t *testing.T) {
 	t.Run("StagedAfterReboot", func(t *testing.T) { testStagedAfterReboot(t, ctx, c) })
 
 	t.Run("UpgradeAndRollback", func(t *testing.T) {
-		upgradeCycle(t, ctx, c, filepath.Join(dir, "cairnconfig"), config, kc.Client, "e2e-node")
+		upgradeCycle(t, ctx, c, filepath.Join(dir, "cairnconfig"), config, kc.Client, "e2e-node", reg)
 	})
 
 	t.Run("Reset", func(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 	"github.com/cairn-os/cairn/api/client"
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/internal/layout"
+	"github.com/cairn-os/cairn/test/registry"
 )
 
 // upgradeUKIs are the UKIs an upgrade test sends: a good one of a newer
@@ -118,7 +119,9 @@ type upgradeTimes struct {
 //
 // If kc is the node's cluster (the node named nodeName in it), each
 // upgrade drains the node first and the node uncordons its Node once back.
-func upgradeCycle(tb testing.TB, ctx context.Context, c *client.Client, cairnconfig, config string, kc kubernetes.Interface, nodeName string) upgradeTimes {
+// If reg is a registry the node reaches (containerd.registries), the good
+// UKI goes there (cairn image push) and the node pulls it from there.
+func upgradeCycle(tb testing.TB, ctx context.Context, c *client.Client, cairnconfig, config string, kc kubernetes.Interface, nodeName string, reg *registry.Registry) upgradeTimes {
 	tb.Helper()
 	v0, err := c.Version(ctx, &machine.VersionRequest{})
 	if err != nil {
@@ -195,7 +198,15 @@ func upgradeCycle(tb testing.TB, ctx context.Context, c *client.Client, cairncon
 		times.upgraded = time.Since(start)
 		polled <- err
 	}()
-	out, err = cli("upgrade", "--image", u.good, "--wait", "10m")
+	source := []string{"--image", u.good}
+	if reg != nil {
+		repo := "/cairn/node:" + u.version
+		if out, err := cairnCLI(ctx, "image", "push", "--uki", u.good, "--insecure", reg.Addr+repo); err != nil {
+			tb.Fatalf("cairn image push: %v\n%s", err, out)
+		}
+		source = []string{"--image-ref", fmt.Sprintf("%s:%d%s", guestHost, reg.Port(), repo)}
+	}
+	out, err = cli(append([]string{"upgrade", "--wait", "10m"}, source...)...)
 	times.blessed = time.Since(start)
 	if err != nil {
 		stopPolling()
@@ -208,6 +219,9 @@ func upgradeCycle(tb testing.TB, ctx context.Context, c *client.Client, cairncon
 		tb.Fatalf("upgrade to %s: %v", u.version, err)
 	}
 	steps := []string{"received", "verified", "written", "rebooting", "healthy", "blessed   cairn-" + u.version + ".efi"}
+	if reg != nil {
+		steps = append(steps, "pulled "+guestHost)
+	}
 	if kc != nil {
 		steps = append(steps, "cordoned", "drained")
 	}
