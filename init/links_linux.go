@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -274,35 +275,71 @@ func removeUnconfigured(network machineconfig.Network, links []configuredLink) e
 	return errors.Join(errs...)
 }
 
-// reconfigureLinks makes a running node's links go from old to new:
-// applyLinks for what new has (the links old had and new has not are
-// removed there), then each static address and route that old had on a
-// link and new has not is removed from it. Which links the config selects
-// does not change live (a reboot change).
-func reconfigureLinks(old, new machineconfig.Network) ([]configuredLink, error) {
-	links, err := applyLinks(new)
-	errs := []error{err}
-	byPath := map[string]netlink.Link{}
-	for _, l := range links {
-		byPath[l.path] = l.link
-	}
-	for i, was := range old.Interfaces {
-		path := fmt.Sprintf("network.interfaces[%d]", i)
-		var now machineconfig.Interface
-		if i < len(new.Interfaces) {
-			now = new.Interfaces[i]
+// reconfigureLinks makes a running node's links go from old to new,
+// interface by interface, touching only those whose config changed (one
+// that failed at boot, a link not there, is left to fail there): the
+// interface set up again as at boot (applyInterface: new VLANs made,
+// addresses, routes and MTU set), then the static addresses and routes
+// that old had and new has not removed, and the VLANs old had and new has
+// not deleted. Which links the config selects does not change live (a
+// reboot change), so old and new list the same interfaces. It returns the
+// links set up and the names of the VLANs deleted.
+func reconfigureLinks(old, new machineconfig.Network) (links []configuredLink, dropped []string, err error) {
+	var errs []error
+	for i, now := range new.Interfaces {
+		if i >= len(old.Interfaces) || reflect.DeepEqual(old.Interfaces[i], now) {
+			continue
 		}
-		errs = append(errs, dropStale(byPath[path], was.Addresses, now.Addresses, was.Routes, now.Routes))
-		for j, vl := range was.VLANs {
-			// A VLAN of another ID at this place is another link: the
-			// old one is gone with its addresses.
-			if j < len(now.VLANs) && now.VLANs[j].VLANID == vl.VLANID {
+		was := old.Interfaces[i]
+		path := fmt.Sprintf("network.interfaces[%d]", i)
+		set, err := applyInterface(path, now)
+		links = append(links, set...)
+		errs = append(errs, err)
+		byPath := map[string]netlink.Link{}
+		for _, l := range set {
+			byPath[l.path] = l.link
+		}
+		parent := byPath[path]
+		if parent == nil {
+			continue // not found: reported by applyInterface
+		}
+		errs = append(errs, dropStale(parent, was.Addresses, now.Addresses, was.Routes, now.Routes))
+		for _, vl := range was.VLANs {
+			j := slices.IndexFunc(now.VLANs, func(v machineconfig.VLAN) bool { return v.VLANID == vl.VLANID })
+			if j >= 0 {
 				vpath := fmt.Sprintf("%s.vlans[%d]", path, j)
 				errs = append(errs, dropStale(byPath[vpath], vl.Addresses, now.VLANs[j].Addresses, vl.Routes, now.VLANs[j].Routes))
+				continue
 			}
+			name := machineconfig.VLANLinkName(parent.Attrs().Name, vl.VLANID)
+			if err := deleteMade(name); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", path, err))
+				continue
+			}
+			dropped = append(dropped, name)
 		}
 	}
-	return links, errors.Join(errs...)
+	return links, dropped, errors.Join(errs...)
+}
+
+// deleteMade deletes the link name if the node made it (its alias says
+// so); one that is not there is gone already.
+func deleteMade(name string) error {
+	l, err := netlink.LinkByName(name)
+	var notFound netlink.LinkNotFoundError
+	switch {
+	case errors.As(err, &notFound):
+		return nil
+	case err != nil:
+		return err
+	case !strings.HasPrefix(l.Attrs().Alias, madeAlias):
+		return fmt.Errorf("link %s was not made by the node: left alone", name)
+	}
+	if err := netlink.LinkDel(l); err != nil {
+		return fmt.Errorf("remove VLAN %s, no longer in the config: %w", name, err)
+	}
+	slog.Info("link removed: no longer in the config", "link", name)
+	return nil
 }
 
 // dropStale removes from link the addresses and routes that were set and

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -126,17 +127,22 @@ func TestReconfigureLinks(t *testing.T) {
 	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "cairn0"}, PeerName: "cairn1"}); err != nil {
 		t.Fatal(err)
 	}
+	// The second interface matches no link, at boot as now: unchanged, it
+	// does not fail the change.
 	network := func(mtu int, addrs []string, routes ...machineconfig.Route) machineconfig.Network {
-		return machineconfig.Network{Interfaces: []machineconfig.Interface{{Name: "cairn0", MTU: mtu, Addresses: addrs, Routes: routes}}}
+		return machineconfig.Network{Interfaces: []machineconfig.Interface{
+			{Name: "cairn0", MTU: mtu, Addresses: addrs, Routes: routes},
+			{MAC: "02:00:00:00:00:99", Addresses: []string{"192.0.2.99/24"}},
+		}}
 	}
 	old := network(1500, []string{"192.0.2.10/24", "198.51.100.10/24"}, machineconfig.Route{To: "203.0.113.0/24", Via: "192.0.2.1"})
-	if _, err := applyLinks(old); err != nil {
-		t.Fatal(err)
+	if _, err := applyLinks(old); err == nil || !strings.Contains(err.Error(), "network.interfaces[1]") {
+		t.Fatalf("applyLinks() = %v, want network.interfaces[1] reported", err)
 	}
 	next := network(1400, []string{"192.0.2.10/24", "192.0.2.11/24"}, machineconfig.Route{To: "203.0.113.128/25", Via: "192.0.2.1", Metric: 10})
-	links, err := reconfigureLinks(old, next)
-	if err != nil || len(links) != 1 {
-		t.Fatalf("reconfigureLinks() = %v, %v", links, err)
+	links, dropped, err := reconfigureLinks(old, next)
+	if err != nil || len(links) != 1 || len(dropped) != 0 {
+		t.Fatalf("reconfigureLinks() = %v, %v, %v", links, dropped, err)
 	}
 	link, err := netlink.LinkByName("cairn0")
 	if err != nil {

@@ -83,39 +83,42 @@ type liveLinks struct {
 	dhcp map[string]context.CancelFunc // by link name
 }
 
-// Reconfigure makes the links go from old to new (reconfigureLinks).
+// Reconfigure makes the links go from old to new (reconfigureLinks),
+// with a DHCP client on each link set up that asks for one and one less on
+// each VLAN deleted or that no longer asks.
 func (l *liveLinks) Reconfigure(old, new machineconfig.Network) error {
-	links, err := reconfigureLinks(old, new)
+	links, dropped, err := reconfigureLinks(old, new)
 	l.keepLeases(links)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, cl := range links {
+		if !cl.dhcp {
+			dropped = append(dropped, cl.link.Attrs().Name)
+		}
+	}
+	for _, name := range dropped {
+		if cancel := l.dhcp[name]; cancel != nil {
+			cancel()
+			delete(l.dhcp, name)
+		}
+	}
 	return err
 }
 
 // keepLeases starts a DHCP client on each of links that asks for one and
-// has none, and stops those of links no longer among them (a VLAN
-// dropped); it returns the first exchanges of the clients it started.
+// has none; it returns the first exchanges of the clients it started.
 func (l *liveLinks) keepLeases(links []configuredLink) []pendingLease {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	want := map[string]bool{}
 	var leases []pendingLease
 	for _, cl := range links {
 		name := cl.link.Attrs().Name
-		if !cl.dhcp {
-			continue
-		}
-		want[name] = true
-		if l.dhcp[name] != nil {
+		if !cl.dhcp || l.dhcp[name] != nil {
 			continue
 		}
 		ctx, cancel := context.WithCancel(l.ctx)
 		l.dhcp[name] = cancel
 		leases = append(leases, pendingLease{cl.path + " (" + name + ")", l.n.startDHCP(ctx, cl, l.res)})
-	}
-	for name, cancel := range l.dhcp {
-		if !want[name] {
-			cancel()
-			delete(l.dhcp, name)
-		}
 	}
 	return leases
 }
