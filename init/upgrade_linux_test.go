@@ -24,6 +24,7 @@ import (
 	"github.com/cairn-os/cairn/api/client"
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/image"
+	"github.com/cairn-os/cairn/image/oci"
 	"github.com/cairn-os/cairn/internal/bootentry"
 	"github.com/cairn-os/cairn/test/need"
 	"github.com/cairn-os/cairn/test/registry"
@@ -414,7 +415,7 @@ func TestUpgradeFromRegistry(t *testing.T) {
 	writeUKI(t, uki, "0.2.0", 1<<20)
 	ctx := context.Background()
 	ref := reg.Addr + "/cairn/node:0.2.0"
-	if _, err := image.PushUKI(ctx, uki, ref, true); err != nil {
+	if _, err := oci.PushUKI(ctx, uki, ref, true); err != nil {
 		t.Fatal(err)
 	}
 	upgradeRef := func(h *machine.UpgradeHeader) ([]string, error) {

@@ -10,8 +10,8 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
-	"github.com/cairn-os/cairn/image"
 	"github.com/cairn-os/cairn/image/build"
+	"github.com/cairn-os/cairn/image/oci"
 	"github.com/cairn-os/cairn/internal/bootentry"
 )
 
@@ -82,7 +82,7 @@ Credentials come from the Docker config (~/.docker/config.json).`,
 			if uki == "" {
 				return errors.New("name the UKI with --uki FILE (cairn image build --uki writes one)")
 			}
-			digest, err := image.PushUKI(cmd.Context(), uki, args[0], insecure)
+			digest, err := oci.PushUKI(cmd.Context(), uki, args[0], insecure)
 			if err != nil {
 				return err
 			}

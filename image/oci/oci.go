@@ -1,7 +1,8 @@
 // Package oci makes small OCI images from a single static binary, the way
 // Cairn ships its own images (the pod sandbox) and its tests build theirs:
 // one layer, root-owned files, fixed times, so the same binary always gives
-// the same digest.
+// the same digest. It also pushes a UKI to a registry as an OCI artifact,
+// for upgrades that a node pulls.
 package oci
 
 import (
