@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -22,18 +23,13 @@ import (
 // annotated with the UKI's version and file name. insecure allows a
 // registry served over plain HTTP. It returns the manifest's digest.
 func PushUKI(ctx context.Context, path, ref string, insecure bool) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	info, err := bootentry.ReadUKI(f)
-	f.Close()
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", path, err)
-	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return "", err
+	}
+	info, err := bootentry.ReadUKI(bytes.NewReader(data))
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
 	}
 	var opts []name.Option
 	if insecure {
