@@ -32,6 +32,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cairn-os/cairn/agent/api"
+	"github.com/cairn-os/cairn/agent/csi"
 	"github.com/cairn-os/cairn/agent/drain"
 	"github.com/cairn-os/cairn/agent/kubelet"
 	"github.com/cairn-os/cairn/agent/kubelet/cri"
@@ -162,14 +163,25 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, configPath, dir s
 		if cluster == nil {
 			cluster = &machineconfig.Cluster{} // static pods alone
 		}
+		// CSI drivers register from the boot, those of static pods too.
+		plugins, err := csi.New(csi.Config{Dir: dir, NodeName: cfg.Machine.Hostname, Metrics: reg})
+		if err != nil {
+			slog.Error("kubelet part not started", "err", err)
+			return
+		}
 		pods, err := kubelet.New(kubelet.Config{Dir: dir, RuntimeInfo: rt, Pods: kubelet.NewPodConfig(cluster, rt, paths.podLogRoot),
 			NodeName: cfg.Machine.Hostname, StaticPodDir: paths.staticPodDir, Metrics: reg, ProbeMetrics: probeReg,
-			Log: slog.Default().With("component", "kubelet")})
+			CSI: plugins, Log: slog.Default().With("component", "kubelet")})
 		if err != nil {
 			slog.Error("kubelet part not started", "err", err)
 			return
 		}
 		var podsDone sync.WaitGroup
+		podsDone.Go(func() {
+			if err := plugins.Run(ctx); err != nil {
+				slog.Error("CSI drivers cannot register", "err", err)
+			}
+		})
 		podsDone.Go(func() { pods.Run(ctx) })
 		defer podsDone.Wait()
 		if cfg.Cluster == nil {
@@ -183,6 +195,7 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, configPath, dir s
 			{Name: "labels", Run: labels.run},
 			{Name: "drain", Run: drainer.Run},
 			{Name: "kubelet", Run: pods.Join},
+			{Name: "csi", Run: func(ctx context.Context, m *node.Member) error { plugins.SyncCSINode(ctx, m.Client); return nil }},
 			{Name: "proxy", Run: func(ctx context.Context, m *node.Member) error { return runProxy(ctx, cfg.Cluster, m, reg) }},
 			{Name: "cni", Run: func(ctx context.Context, m *node.Member) error { return writePodNetwork(ctx, m, paths) }},
 			{Name: "kubelet-server", Run: func(ctx context.Context, m *node.Member) error {
@@ -208,6 +221,7 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, configPath, dir s
 			// What the kubelet server does (its streams), for the API
 			// server to know.
 			DeclaredFeatures: server.DeclaredFeatures,
+			VolumesInUse:     plugins.InUse,
 		}, components)
 		if err != nil {
 			slog.Error("kubelet part not started", "err", err)

@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/cairn-os/cairn/agent/kubelet/volumes"
 	"github.com/cairn-os/cairn/agent/node"
 )
 
@@ -52,6 +53,9 @@ type Config struct {
 	// StaticPodDir, if set, holds the static pods' manifests (static.go),
 	// layout.StaticPodDir on a node.
 	StaticPodDir string
+	// CSI, if set, mounts the pods' volumes of CSI drivers
+	// (agent/csi.Plugins, whose directory is Dir).
+	CSI volumes.CSI
 	// PodResync is how often each pod is synced when nothing changed: the
 	// runtime's events and relists (pleg) and probe results wake a pod
 	// when something did. 0 means 10 s.

@@ -72,6 +72,10 @@ type Config struct {
 	// from the Node (status.declaredFeatures) to know what the kubelet
 	// server does, e.g. ExtendWebSocketsToKubelet.
 	DeclaredFeatures []string
+	// VolumesInUse, if set, lists the volumes mounted on the node, which
+	// its status reports (status.volumesInUse) for the attach/detach
+	// controller not to detach them.
+	VolumesInUse func() []corev1.UniqueVolumeName
 	// Log receives what happens, the membership's own lines with
 	// component "node" and each component's with its name; nil means
 	// slog.Default().

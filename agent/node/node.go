@@ -37,6 +37,10 @@ const (
 	reservedMemory   = 256<<20 + memoryPressureBelow
 )
 
+// controllerManagedAttachDetach is the annotation by which a node leaves
+// attaching and detaching its volumes to the attach/detach controller.
+const controllerManagedAttachDetach = "volumes.kubernetes.io/controller-managed-attach-detach"
+
 // register creates the Node, or adopts the Node of the same name that a
 // previous run (or the machine's previous life) left: it then brings the
 // labels that the node sets up to date, and leaves everything else to the
@@ -47,8 +51,12 @@ func (j *joiner) register(ctx context.Context) (*corev1.Node, error) {
 	defer cancel()
 	nodes := j.client.CoreV1().Nodes()
 	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: j.cfg.NodeName, Labels: j.labels()},
-		Status:     j.nodeStatus(ctx, nil, metav1.Now()),
+		ObjectMeta: metav1.ObjectMeta{Name: j.cfg.NodeName, Labels: j.labels(), Annotations: map[string]string{
+			// The attach/detach controller attaches the volumes of the
+			// node's pods, as for the kubelet's default.
+			controllerManagedAttachDetach: "true",
+		}},
+		Status: j.nodeStatus(ctx, nil, metav1.Now()),
 	}
 	for _, t := range j.cfg.Cluster.NodeTaints {
 		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
@@ -81,8 +89,13 @@ func (j *joiner) register(ctx context.Context) (*corev1.Node, error) {
 			changed[key] = v
 		}
 	}
-	if len(changed) > 0 {
-		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": changed}})
+	annotate := existing.Annotations[controllerManagedAttachDetach] != "true"
+	if len(changed) > 0 || annotate {
+		meta := map[string]any{"labels": changed}
+		if annotate {
+			meta["annotations"] = node.Annotations
+		}
+		patch, err := json.Marshal(map[string]any{"metadata": meta})
 		if err != nil {
 			return nil, err
 		}

@@ -183,7 +183,16 @@ func (j *joiner) nodeStatus(ctx context.Context, prev []corev1.NodeCondition, no
 			KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(j.cfg.KubeletPort)},
 		},
 		DeclaredFeatures: j.cfg.DeclaredFeatures,
+		VolumesInUse:     j.volumesInUse(),
 	}
+}
+
+// volumesInUse is the status's list of the volumes mounted on the node.
+func (j *joiner) volumesInUse() []corev1.UniqueVolumeName {
+	if j.cfg.VolumesInUse == nil {
+		return nil
+	}
+	return j.cfg.VolumesInUse()
 }
 
 // addresses returns the node's InternalIPs, the configured one or else
@@ -215,7 +224,7 @@ func sameStatus(a, b *corev1.NodeStatus) bool {
 	}
 	eq := apiequality.Semantic.DeepEqual
 	return eq(a.Addresses, b.Addresses) && eq(a.Capacity, b.Capacity) && eq(a.Allocatable, b.Allocatable) &&
-		eq(a.NodeInfo, b.NodeInfo) && eq(a.DaemonEndpoints, b.DaemonEndpoints) && eq(a.DeclaredFeatures, b.DeclaredFeatures) &&
+		eq(a.NodeInfo, b.NodeInfo) && eq(a.DaemonEndpoints, b.DaemonEndpoints) && eq(a.DeclaredFeatures, b.DeclaredFeatures) && eq(a.VolumesInUse, b.VolumesInUse) &&
 		eq(noHeartbeat(a.Conditions), noHeartbeat(b.Conditions))
 }
 
@@ -274,6 +283,7 @@ func (j *joiner) updateStatus(ctx context.Context, nodes corev1client.NodeInterf
 			"nodeInfo":         status.NodeInfo,
 			"daemonEndpoints":  status.DaemonEndpoints,
 			"declaredFeatures": status.DeclaredFeatures,
+			"volumesInUse":     status.VolumesInUse,
 		},
 	})
 	if err != nil {

@@ -29,7 +29,10 @@
 // hostPath type check failed: /run/x.sock is not a socket file, it's a
 // Directory.
 //
-// Not yet here: other volume types (PVCs, CSI…), fsGroup
+// Claims of CSI PersistentVolumes, generic ephemeral volumes and inline
+// CSI volumes are mounted by Manager.CSI through their drivers.
+//
+// Not yet here: other volume types, fsGroup
 // ownership and clusterTrustBundle sources; files live
 // on the node's disk, not in a tmpfs as the kubelet keeps secrets, and an
 // emptyDir of medium Memory is a plain directory too.
@@ -46,6 +49,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -73,6 +77,10 @@ type Manager struct {
 	Resync time.Duration
 	// Now is the clock of token renewals; time.Now if nil.
 	Now func() time.Time
+	// CSI, if set, mounts the volumes of CSI drivers: claims of CSI
+	// PersistentVolumes, generic ephemeral volumes, inline CSI volumes
+	// (agent/csi). Its TearDown runs first in TearDown, on every pod.
+	CSI CSI
 	// Node, if set, returns the Node, whose allocatable a
 	// resourceFieldRef shows for a limit that a container does not set;
 	// without it, such a limit cannot be shown.
@@ -80,6 +88,19 @@ type Manager struct {
 
 	mu   sync.Mutex
 	pods map[types.UID]*podVolumes
+}
+
+// CSI mounts volumes through CSI drivers (agent/csi.Plugins).
+type CSI interface {
+	// SetUp mounts v for pod, through client, and returns its path.
+	SetUp(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, v *corev1.Volume) (string, error)
+	// TearDown unmounts the volumes of the pod uid that SetUp mounted.
+	TearDown(ctx context.Context, uid types.UID) error
+}
+
+// isCSI reports whether v is mounted through a CSI driver.
+func isCSI(v *corev1.Volume) bool {
+	return v.PersistentVolumeClaim != nil || v.Ephemeral != nil || v.CSI != nil
 }
 
 // podVolumes is what the manager knows of one pod's volumes.
@@ -179,6 +200,18 @@ func (m *Manager) write(ctx context.Context, pod *corev1.Pod, pv *podVolumes, no
 			}
 			paths[v.Name] = p
 			continue
+		case isCSI(v) && m.CSI != nil && m.Client != nil:
+			// Mounted once; the driver keeps it.
+			p, ok := pv.paths[v.Name]
+			if !ok {
+				var err error
+				if p, err = m.CSI.SetUp(ctx, m.Client, pod, v); err != nil {
+					errs = append(errs, setupError(v.Name, err))
+					continue
+				}
+			}
+			paths[v.Name] = p
+			continue
 		}
 		plugin, err := pluginOf(v)
 		if err != nil {
@@ -246,13 +279,30 @@ func setupError(name string, err error) error {
 	return fmt.Errorf("MountVolume.SetUp failed for volume %q : %w", name, err)
 }
 
-// TearDown removes the pod's volumes; call it once its containers are
-// gone.
+// TearDown unmounts the pod's CSI volumes and removes its volumes; call
+// it once its containers are gone. A pod's directory where something is
+// still mounted is kept, and the error says what: removing it would
+// remove the files of the volume mounted there.
 func (m *Manager) TearDown(uid types.UID) error {
 	m.mu.Lock()
 	delete(m.pods, uid)
 	m.mu.Unlock()
 	dir := filepath.Join(m.Root, string(uid))
+	if m.CSI != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		err := m.CSI.TearDown(ctx, uid)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("unmount the CSI volumes of pod %s: %w", uid, err)
+		}
+	}
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		return fmt.Errorf("read the mounts: %w", err)
+	}
+	if len(mounts) > 0 {
+		return fmt.Errorf("remove volumes of pod %s: %s is still mounted", uid, mounts[0].Mountpoint)
+	}
 	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove volumes of pod %s: %w", uid, err)
 	}

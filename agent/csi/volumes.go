@@ -1,0 +1,486 @@
+package csi
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/cairn-os/cairn/internal/atomicfile"
+)
+
+// PluginDir is the directory, under a pod's volumes, of its CSI volumes.
+const PluginDir = "kubernetes.io~csi"
+
+// volData is what a volume was mounted with, kept in vol_data.json beside
+// its mount (the pod's) and its staging directory (the node's), so that
+// it can be unmounted whatever happens to the pod or the agent.
+type volData struct {
+	Driver      string `json:"driverName"`
+	Handle      string `json:"volumeHandle"`
+	SpecName    string `json:"specVolID"`
+	StagingPath string `json:"stagingPath,omitempty"`
+}
+
+const volDataFile = "vol_data.json"
+
+// podsDir holds a directory per pod, by UID: the kubelet's pods/, the
+// volumes.Manager's root.
+func (p *Plugins) podsDir() string { return filepath.Join(p.cfg.Dir, "pods") }
+
+// dir is where the pod's CSI volume specName is published from: the
+// driver mounts it at dir/mount.
+func (p *Plugins) dir(uid types.UID, specName string) string {
+	return filepath.Join(p.podsDir(), string(uid), "volumes", PluginDir, specName)
+}
+
+// stagingPath is where the driver stages a volume for the whole node.
+func (p *Plugins) stagingPath(driver, handle string) string {
+	return filepath.Join(p.cfg.Dir, "plugins", "kubernetes.io", "csi", driver,
+		fmt.Sprintf("%x", sha256.Sum256([]byte(handle))), "globalmount")
+}
+
+// source is a CSI volume as a pod mounts it.
+type source struct {
+	driver, handle, specName string
+	readOnly                 bool
+	capability               *csipb.VolumeCapability
+	attributes               map[string]string
+	stageSecret              *corev1.SecretReference
+	publishSecret            *corev1.SecretReference
+	ephemeral                bool // inline: published, never attached nor staged
+}
+
+func (s *source) uniqueName() string { return "kubernetes.io/csi/" + s.driver + "^" + s.handle }
+
+// Handles reports whether v is a volume that SetUp mounts: a claim (of a
+// CSI PersistentVolume, which only the API tells), a generic ephemeral
+// volume or an inline CSI volume.
+func Handles(v *corev1.Volume) bool {
+	return v.PersistentVolumeClaim != nil || v.Ephemeral != nil || v.CSI != nil
+}
+
+// SetUp mounts the volume v of pod through its CSI driver — a
+// PersistentVolumeClaim bound to a CSI PersistentVolume, the claim of a
+// generic ephemeral volume, or an inline CSI volume — and returns the
+// path the pod's containers mount. For a claim it waits for the
+// VolumeAttachment to be attached when the driver needs attaching, stages
+// the volume on the node when the driver stages, then publishes it for
+// the pod. client is the node's; errors are in the kubelet's words, and a
+// later SetUp tries again.
+func (p *Plugins) SetUp(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, v *corev1.Volume) (string, error) {
+	src, err := p.source(ctx, client, pod, v)
+	if err != nil {
+		return "", err
+	}
+	d, err := p.driver(src.driver)
+	if err != nil {
+		return "", err
+	}
+	unique := src.uniqueName()
+	p.mu.Lock()
+	p.inUse[unique]++
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		if p.inUse[unique]--; p.inUse[unique] == 0 {
+			delete(p.inUse, unique)
+		}
+		p.mu.Unlock()
+	}()
+
+	info, err := client.StorageV1().CSIDrivers().Get(ctx, src.driver, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return "", fmt.Errorf("get CSIDriver %s: %w", src.driver, err)
+	}
+	if err != nil {
+		info = nil // no CSIDriver: attach, no pod info, as the kubelet assumes
+	}
+	if info != nil && info.Spec.PodInfoOnMount != nil && *info.Spec.PodInfoOnMount {
+		attrs := map[string]string{
+			"csi.storage.k8s.io/pod.name":            pod.Name,
+			"csi.storage.k8s.io/pod.namespace":       pod.Namespace,
+			"csi.storage.k8s.io/pod.uid":             string(pod.UID),
+			"csi.storage.k8s.io/serviceAccount.name": pod.Spec.ServiceAccountName,
+			"csi.storage.k8s.io/ephemeral":           fmt.Sprint(src.ephemeral),
+		}
+		for k, v := range src.attributes {
+			attrs[k] = v
+		}
+		src.attributes = attrs
+	}
+	var publishContext map[string]string
+	if !src.ephemeral && (info == nil || info.Spec.AttachRequired == nil || *info.Spec.AttachRequired) {
+		if publishContext, err = p.waitAttached(ctx, client, src); err != nil {
+			return "", err
+		}
+	}
+
+	lock := p.volumeLock(unique)
+	lock.Lock()
+	defer lock.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
+	defer cancel()
+	data := volData{Driver: src.driver, Handle: src.handle, SpecName: src.specName}
+	if d.stages && !src.ephemeral {
+		data.StagingPath = p.stagingPath(src.driver, src.handle)
+		if err := os.MkdirAll(data.StagingPath, 0o750); err != nil {
+			return "", err
+		}
+		if err := writeVolData(filepath.Dir(data.StagingPath), data); err != nil {
+			return "", err
+		}
+		secrets, err := secret(ctx, client, src.stageSecret)
+		if err != nil {
+			return "", err
+		}
+		start := time.Now()
+		_, err = d.node.NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
+			VolumeId: src.handle, PublishContext: publishContext, StagingTargetPath: data.StagingPath,
+			VolumeCapability: src.capability, Secrets: secrets, VolumeContext: src.attributes,
+		})
+		p.observe(d.name, "NodeStageVolume", start, err)
+		if err != nil {
+			return "", fmt.Errorf("MountVolume.MountDevice failed: NodeStageVolume: %w", err)
+		}
+	}
+	dir := p.dir(pod.UID, src.specName)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return "", err
+	}
+	// Written first, so that a publish cut short is still undone.
+	if err := writeVolData(dir, data); err != nil {
+		return "", err
+	}
+	secrets, err := secret(ctx, client, src.publishSecret)
+	if err != nil {
+		return "", err
+	}
+	target := filepath.Join(dir, "mount")
+	start := time.Now()
+	_, err = d.node.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
+		VolumeId: src.handle, PublishContext: publishContext, StagingTargetPath: data.StagingPath,
+		TargetPath: target, VolumeCapability: src.capability, Readonly: src.readOnly,
+		Secrets: secrets, VolumeContext: src.attributes,
+	})
+	p.observe(d.name, "NodePublishVolume", start, err)
+	if err != nil {
+		return "", fmt.Errorf("NodePublishVolume: %w", err)
+	}
+	return target, nil
+}
+
+// source finds the driver and handle of v, and how to mount it.
+func (p *Plugins) source(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, v *corev1.Volume) (*source, error) {
+	if v.CSI != nil {
+		src := &source{
+			driver: v.CSI.Driver, specName: v.Name, ephemeral: true,
+			// The kubelet's handle of an inline volume: unique to the pod.
+			handle:     fmt.Sprintf("csi-%x", sha256.Sum256([]byte(string(pod.UID)+v.Name))),
+			readOnly:   v.CSI.ReadOnly != nil && *v.CSI.ReadOnly,
+			attributes: v.CSI.VolumeAttributes,
+			capability: mountCapability(corev1.ReadWriteOnce, ptrValue(v.CSI.FSType), nil),
+		}
+		if r := v.CSI.NodePublishSecretRef; r != nil {
+			src.publishSecret = &corev1.SecretReference{Namespace: pod.Namespace, Name: r.Name}
+		}
+		return src, nil
+	}
+	var claim string
+	readOnly := false
+	switch {
+	case v.PersistentVolumeClaim != nil:
+		claim, readOnly = v.PersistentVolumeClaim.ClaimName, v.PersistentVolumeClaim.ReadOnly
+	case v.Ephemeral != nil:
+		claim = pod.Name + "-" + v.Name
+	default:
+		return nil, errors.New("not a CSI volume")
+	}
+	pvc, err := client.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, claim, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("error processing PVC %s/%s: %w", pod.Namespace, claim, err)
+	}
+	if v.Ephemeral != nil && !metav1.IsControlledBy(pvc, pod) {
+		return nil, fmt.Errorf("error processing PVC %s/%s: PVC was not created for pod %s/%s (pod is not owner)", pod.Namespace, claim, pod.Namespace, pod.Name)
+	}
+	if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName == "" {
+		return nil, fmt.Errorf("error processing PVC %s/%s: PVC is not bound", pod.Namespace, claim)
+	}
+	pv, err := client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get PV %s of PVC %s/%s: %w", pvc.Spec.VolumeName, pod.Namespace, claim, err)
+	}
+	if pv.Spec.CSI == nil {
+		return nil, fmt.Errorf("PV %s: only CSI persistent volumes are supported", pv.Name)
+	}
+	if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock {
+		return nil, fmt.Errorf("PV %s: block volumes are not supported yet", pv.Name)
+	}
+	mode := corev1.ReadWriteOnce
+	if len(pv.Spec.AccessModes) > 0 {
+		mode = pv.Spec.AccessModes[0]
+	}
+	c := pv.Spec.CSI
+	return &source{
+		driver: c.Driver, handle: c.VolumeHandle, specName: pv.Name,
+		readOnly:    readOnly || c.ReadOnly,
+		capability:  mountCapability(mode, c.FSType, pv.Spec.MountOptions),
+		attributes:  c.VolumeAttributes,
+		stageSecret: c.NodeStageSecretRef, publishSecret: c.NodePublishSecretRef,
+	}, nil
+}
+
+func ptrValue(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// mountCapability is the CSI capability of a filesystem volume of the
+// access mode.
+func mountCapability(mode corev1.PersistentVolumeAccessMode, fsType string, flags []string) *csipb.VolumeCapability {
+	m := csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+	switch mode {
+	case corev1.ReadOnlyMany:
+		m = csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
+	case corev1.ReadWriteMany:
+		m = csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
+	case corev1.ReadWriteOncePod:
+		m = csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
+	}
+	return &csipb.VolumeCapability{
+		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{FsType: fsType, MountFlags: flags}},
+		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: m},
+	}
+}
+
+// secret reads the Secret that ref names, as the CSI calls take it.
+func secret(ctx context.Context, client kubernetes.Interface, ref *corev1.SecretReference) (map[string]string, error) {
+	if ref == nil {
+		return nil, nil
+	}
+	s, err := client.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get Secret %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	out := make(map[string]string, len(s.Data))
+	for k, v := range s.Data {
+		out[k] = string(v)
+	}
+	return out, nil
+}
+
+// attachPoll is how often waitAttached reads the VolumeAttachment, and
+// attachWait how long it waits before SetUp fails, to be tried again.
+const (
+	attachPoll = 500 * time.Millisecond
+	attachWait = 30 * time.Second
+)
+
+// waitAttached waits for the attach/detach controller and the driver's
+// external attacher to attach src to the node, and returns the
+// VolumeAttachment's publish context.
+func (p *Plugins) waitAttached(ctx context.Context, client kubernetes.Interface, src *source) (map[string]string, error) {
+	name := fmt.Sprintf("csi-%x", sha256.Sum256([]byte(src.handle+src.driver+p.cfg.NodeName)))
+	deadline := time.Now().Add(attachWait)
+	for {
+		va, err := client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
+		why := "the VolumeAttachment is not made yet"
+		switch {
+		case err == nil && va.Status.Attached:
+			return va.Status.AttachmentMetadata, nil
+		case err == nil && va.Status.AttachError != nil:
+			why = "the driver said: " + va.Status.AttachError.Message
+		case err == nil:
+			why = "not attached yet"
+		case !apierrors.IsNotFound(err):
+			why = err.Error()
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("AttachVolume.Attach of volume %s to the node: timed out waiting for VolumeAttachment %s: %s", src.handle, name, why)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(attachPoll):
+		}
+	}
+}
+
+// volumeLock serializes the staging and unstaging of one volume.
+func (p *Plugins) volumeLock(unique string) *sync.Mutex {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.locks[unique]
+	if l == nil {
+		l = &sync.Mutex{}
+		p.locks[unique] = l
+	}
+	return l
+}
+
+// TearDown unpublishes the CSI volumes of the pod uid, and unstages those
+// no other pod on the node uses. A volume whose driver is not registered
+// or fails stays mounted, and the error says which: the caller keeps the
+// pod's directory and tries again later.
+func (p *Plugins) TearDown(ctx context.Context, uid types.UID) error {
+	root := filepath.Join(p.podsDir(), string(uid), "volumes", PluginDir)
+	ents, err := os.ReadDir(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		if err := p.tearDown(ctx, uid, filepath.Join(root, e.Name())); err != nil {
+			errs = append(errs, fmt.Errorf("UnmountVolume.TearDown failed for volume %q pod %q: %w", e.Name(), uid, err))
+		}
+	}
+	if len(errs) == 0 {
+		if err := os.Remove(root); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// tearDown unpublishes the volume published from dir, then unstages it if
+// no other pod uses it.
+func (p *Plugins) tearDown(ctx context.Context, uid types.UID, dir string) error {
+	data, err := readVolData(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		// Never published: SetUp stopped before it wrote vol_data.json.
+		return removeEmpty(filepath.Join(dir, "mount"), dir)
+	}
+	if err != nil {
+		return err
+	}
+	d, err := p.driver(data.Driver)
+	if err != nil {
+		return err
+	}
+	unique := "kubernetes.io/csi/" + data.Driver + "^" + data.Handle
+	lock := p.volumeLock(unique)
+	lock.Lock()
+	defer lock.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
+	defer cancel()
+	start := time.Now()
+	_, err = d.node.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: data.Handle, TargetPath: filepath.Join(dir, "mount")})
+	p.observe(d.name, "NodeUnpublishVolume", start, err)
+	if err != nil {
+		return fmt.Errorf("NodeUnpublishVolume: %w", err)
+	}
+	if err := removeEmpty(filepath.Join(dir, volDataFile)); err != nil {
+		return err
+	}
+	if err := removeEmpty(filepath.Join(dir, "mount"), dir); err != nil {
+		return err
+	}
+	if data.StagingPath == "" {
+		return nil
+	}
+	if used, err := p.publishedElsewhere(data, uid); err != nil || used {
+		return err
+	}
+	start = time.Now()
+	_, err = d.node.NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{VolumeId: data.Handle, StagingTargetPath: data.StagingPath})
+	p.observe(d.name, "NodeUnstageVolume", start, err)
+	if err != nil {
+		return fmt.Errorf("UnmountDevice: NodeUnstageVolume: %w", err)
+	}
+	parent := filepath.Dir(data.StagingPath)
+	return removeEmpty(data.StagingPath, filepath.Join(parent, volDataFile), parent)
+}
+
+// publishedElsewhere reports whether a pod other than uid has the volume
+// of data published.
+func (p *Plugins) publishedElsewhere(data volData, uid types.UID) (bool, error) {
+	files, err := filepath.Glob(filepath.Join(p.podsDir(), "*", "volumes", PluginDir, "*", volDataFile))
+	if err != nil {
+		return false, err
+	}
+	for _, f := range files {
+		if filepath.Base(filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(f))))) == string(uid) {
+			continue
+		}
+		other, err := readVolData(filepath.Dir(f))
+		if err == nil && other.Driver == data.Driver && other.Handle == data.Handle {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// InUse lists the volumes mounted, or being mounted, on the node by their
+// unique names, as the Node reports them in status.volumesInUse for the
+// attach/detach controller not to detach them.
+func (p *Plugins) InUse() []corev1.UniqueVolumeName {
+	seen := map[string]bool{}
+	p.mu.Lock()
+	for u := range p.inUse {
+		seen[u] = true
+	}
+	p.mu.Unlock()
+	files, _ := filepath.Glob(filepath.Join(p.podsDir(), "*", "volumes", PluginDir, "*", volDataFile))
+	for _, f := range files {
+		if d, err := readVolData(filepath.Dir(f)); err == nil {
+			seen["kubernetes.io/csi/"+d.Driver+"^"+d.Handle] = true
+		}
+	}
+	out := make([]corev1.UniqueVolumeName, 0, len(seen))
+	for _, u := range slices.Sorted(maps.Keys(seen)) {
+		out = append(out, corev1.UniqueVolumeName(u))
+	}
+	return out
+}
+
+func writeVolData(dir string, d volData) error {
+	b, err := json.Marshal(d)
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(filepath.Join(dir, volDataFile), b, 0o600)
+}
+
+func readVolData(dir string) (volData, error) {
+	var d volData
+	b, err := os.ReadFile(filepath.Join(dir, volDataFile))
+	if err != nil {
+		return d, err
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		return d, fmt.Errorf("%s: %w", filepath.Join(dir, volDataFile), err)
+	}
+	return d, nil
+}
+
+// removeEmpty removes each path, a file or an empty directory, in turn;
+// one already gone is no error. It never removes what a directory still
+// holds: a mount the driver left stays, and says so.
+func removeEmpty(paths ...string) error {
+	for _, path := range paths {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
