@@ -53,6 +53,18 @@ conformance-suite: cluster $(CONFORMANCE_SUITE)
 $(CONFORMANCE_SUITE) &: test/cluster/go.mod test/cluster/go.sum hack/build-conformance.sh hack/build-busybox.sh
 	GO=$(GO) ./hack/build-conformance.sh $(CONFORMANCE_BIN)
 
+# The upstream CSI sidecars that the CSI tests run beside their driver
+# (see hack/build-csi.sh); rebuilt only when the script, which pins them,
+# changes.
+CSI_BIN := $(OUT)/csi/bin
+CSI_SIDECARS := $(addprefix $(CSI_BIN)/,csi-provisioner csi-attacher)
+
+.PHONY: csi-sidecars
+csi-sidecars: $(CSI_SIDECARS)
+
+$(CSI_SIDECARS) &: hack/build-csi.sh
+	GO=$(GO) ./hack/build-csi.sh $(CSI_BIN)
+
 build: components
 	$(GO) build $(GOFLAGS_NODE) -ldflags '$(LDFLAGS)' -o $(BIN)/cairn ./cmd/cairn
 	$(GO) build $(GOFLAGS_NODE) -ldflags '$(LDFLAGS)' -o $(BIN)/init ./init
@@ -83,9 +95,9 @@ $(GOTESTSUM):
 	mv $(OUT)/tools/gotestsum $@
 
 TEST_ENV := CAIRN_NO_SKIP=1 CAIRN_CLUSTER_BIN=$(abspath $(CLUSTER_BIN)) CAIRN_BIN=$(abspath $(BIN)) \
-  CAIRN_CONFORMANCE_BIN=$(abspath $(CONFORMANCE_BIN))
+  CAIRN_CONFORMANCE_BIN=$(abspath $(CONFORMANCE_BIN)) CAIRN_CSI_BIN=$(abspath $(CSI_BIN))
 
-test: deps cluster components conformance-suite $(GOTESTSUM)
+test: deps cluster components conformance-suite csi-sidecars $(GOTESTSUM)
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e/
 	$(GO) vet -tags bench ./test/bench/

@@ -73,6 +73,12 @@ func testConfig(t *testing.T, c *kube.Cluster, name, dir string) testNode {
 // unless cfg has one) until the test ends or stop.
 func start(t *testing.T, cfg testNode) *agent {
 	t.Helper()
+	return startWith(t, cfg)
+}
+
+// startWith is start with more of the node's components.
+func startWith(t *testing.T, cfg testNode, more ...node.Component) *agent {
+	t.Helper()
 	if cfg.RuntimeInfo == nil && cfg.RuntimeStatus == nil {
 		cfg.RuntimeInfo, cfg.RuntimeStatus = readyRuntime{}, readyRuntime{}
 	}
@@ -90,7 +96,7 @@ func start(t *testing.T, cfg testNode) *agent {
 	a := &agent{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(a.done)
-		if err := node.Run(ctx, join, []node.Component{pods}); err != nil {
+		if err := node.Run(ctx, join, append([]node.Component{pods}, more...)); err != nil {
 			t.Errorf("node.Run() = %v", err)
 		}
 	}()

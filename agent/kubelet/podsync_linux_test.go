@@ -60,7 +60,12 @@ func TestPodSync(t *testing.T) {
 // test images, and returns them with the config of a node called node
 // that runs its pods there.
 func newPodEnv(t *testing.T, node string) (*podEnv, testNode) {
-	c := kube.Start(t, kube.Options{})
+	return newPodEnvWith(t, node, kube.Options{})
+}
+
+// newPodEnvWith is newPodEnv with a control plane of opts.
+func newPodEnvWith(t *testing.T, node string, opts kube.Options) (*podEnv, testNode) {
+	c := kube.Start(t, opts)
 	rt := runtime.Start(t)
 	reg := registry.Start(t)
 	if err := rt.AllowHTTP(reg.Addr); err != nil {

@@ -1,0 +1,477 @@
+package kubelet
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/utils/ptr"
+
+	"github.com/cairn-os/cairn/agent/csi"
+	"github.com/cairn-os/cairn/agent/node"
+	"github.com/cairn-os/cairn/test/kube"
+	"github.com/cairn-os/cairn/test/need"
+	"github.com/cairn-os/cairn/test/poll"
+	"github.com/cairn-os/cairn/test/registry"
+)
+
+// csiDriverName is test/images/hostpathcsi's name, its topology key the
+// one it reports.
+const (
+	csiDriverName  = "hostpath.csi.cairn.test"
+	csiTopologyKey = "topology.hostpath.csi.cairn.test/node"
+)
+
+// csiEnv is a node running a CSI driver deployed as a DaemonSet (the test
+// driver and registrar of test/images), with the upstream
+// external-provisioner and external-attacher running against it.
+type csiEnv struct {
+	*podEnv
+	dir     string // the kubelet directory
+	dataDir string // the driver's volumes
+}
+
+// TestCSIVolumes proves the CSI node plugin on a node of a real control
+// plane (with the scheduler, the attach/detach controller) running its
+// pods on a real containerd: a CSI driver deployed as a DaemonSet
+// registers through plugins_registry and is listed in the CSINode; a PVC
+// provisioned by the upstream external-provisioner and attached by the
+// upstream external-attacher is staged once and published for each pod;
+// what one pod writes, the next reads; the volume is unpublished for a
+// pod that goes and unstaged when the last one does; a claim that never
+// binds keeps its pod waiting with the reason.
+func TestCSIVolumes(t *testing.T) {
+	need.Root(t, "mounts volumes")
+	e := startCSIEnv(t)
+
+	t.Run("driver registered", e.testRegistered)
+	t.Run("PVC provisioned, attached, staged, published", e.testPersistentVolume)
+	t.Run("claim that never binds", e.testUnboundClaim)
+}
+
+func startCSIEnv(t *testing.T) *csiEnv {
+	pe, cfg := newPodEnvWith(t, "csi-1", kube.Options{Scheduler: true})
+	e := &csiEnv{podEnv: pe, dir: cfg.Dir, dataDir: t.TempDir()}
+	// A node's / is a shared mount, so that a driver's mounts made in its
+	// container (Bidirectional) reach the node; this host's is not: the
+	// kubelet directory is made a shared mount of its own.
+	if err := unix.Mount("cairn-csi-test", e.dir, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(e.dir, unix.MNT_DETACH) })
+	if err := unix.Mount("", e.dir, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
+	plugins, err := csi.New(csi.Config{Dir: e.dir, NodeName: e.node, Log: cfg.Log, Metrics: e.metrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.CSI = plugins
+	cfg.join.VolumesInUse = plugins.InUse
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		plugins.Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	startWith(t, cfg, node.Component{Name: "csi", Run: func(ctx context.Context, m *node.Member) error {
+		plugins.SyncCSINode(ctx, m.Client)
+		return nil
+	}})
+	e.podEnv.testNodeReady(t)
+	e.deployDriver(t)
+	return e
+}
+
+// deployDriver deploys the driver and its registrar as a DaemonSet, as
+// the upstream manifests deploy csi-driver-host-path, with its CSIDriver
+// and a StorageClass, and runs the upstream external-provisioner and
+// external-attacher on the host against the driver's socket.
+func (e *csiEnv) deployDriver(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var images [2]string
+	for i, pkg := range []string{"hostpathcsi", "csiregistrar"} {
+		if _, err := registry.BuildAndPush(ctx, e.reg, "./test/images/"+pkg, "cairn-test/"+pkg+":v1"); err != nil {
+			t.Fatal(err)
+		}
+		images[i] = e.reg.Addr + "/cairn-test/" + pkg + ":v1"
+	}
+	cs := e.c.Client
+	if _, err := cs.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{
+		ObjectMeta: metav1.ObjectMeta{Name: csiDriverName},
+		Spec:       storagev1.CSIDriverSpec{AttachRequired: ptr.To(true), PodInfoOnMount: ptr.To(true)},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "hostpath"}, Provisioner: csiDriverName,
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingImmediate), ReclaimPolicy: ptr.To(corev1.PersistentVolumeReclaimDelete),
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pluginDir := filepath.Join(e.dir, "plugins", csiDriverName)
+	sock := filepath.Join(pluginDir, "csi.sock")
+	hostPath := func(name, path string, typ corev1.HostPathType) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &typ}}}
+	}
+	labels := map[string]string{"app": "csi-hostpath"}
+	grace := int64(1)
+	ds := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "csi-hostpath", Namespace: "default"},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					AutomountServiceAccountToken:  new(bool),
+					TerminationGracePeriodSeconds: &grace,
+					Containers: []corev1.Container{{
+						Name: "hostpath", Image: images[0], ImagePullPolicy: corev1.PullIfNotPresent,
+						Args:            []string{"-endpoint", sock, "-nodeid", "$(NODE)", "-data-dir", e.dataDir},
+						Env:             []corev1.EnvVar{{Name: "NODE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
+						SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
+						VolumeMounts: []corev1.VolumeMount{
+							{Name: "kubelet-dir", MountPath: e.dir, MountPropagation: ptr.To(corev1.MountPropagationBidirectional)},
+							{Name: "data-dir", MountPath: e.dataDir},
+						},
+					}, {
+						Name: "registrar", Image: images[1], ImagePullPolicy: corev1.PullIfNotPresent,
+						Args: []string{"-csi-address", "/csi/csi.sock", "-kubelet-registration-path", sock, "-registration-dir", "/registration"},
+						VolumeMounts: []corev1.VolumeMount{
+							{Name: "plugin-dir", MountPath: "/csi"},
+							{Name: "registration-dir", MountPath: "/registration"},
+						},
+					}},
+					Volumes: []corev1.Volume{
+						hostPath("kubelet-dir", e.dir, corev1.HostPathDirectory),
+						hostPath("data-dir", e.dataDir, corev1.HostPathDirectoryOrCreate),
+						hostPath("plugin-dir", pluginDir, corev1.HostPathDirectoryOrCreate),
+						hostPath("registration-dir", filepath.Join(e.dir, "plugins_registry"), corev1.HostPathDirectory),
+					},
+				},
+			},
+		},
+	}
+	if _, err := cs.AppsV1().DaemonSets("default").Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bin := os.Getenv("CAIRN_CSI_BIN")
+	if bin == "" {
+		bin = "../../_out/csi/bin"
+	}
+	for _, name := range []string{"csi-provisioner", "csi-attacher"} {
+		path, err := filepath.Abs(filepath.Join(bin, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		need.Built(t, path, "csi-sidecars", "CAIRN_CSI_BIN")
+		e.runSidecar(t, path, "--csi-address="+sock, "--kubeconfig="+e.c.AdminKubeconfig, "--leader-election=false", "--v=3")
+	}
+}
+
+// runSidecar runs an upstream CSI sidecar on the host until the test
+// ends, its output in the test's log when it fails.
+func (e *csiEnv) runSidecar(t *testing.T, path string, args ...string) {
+	log, err := os.Create(filepath.Join(t.TempDir(), filepath.Base(path)+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		log.Close()
+		if t.Failed() {
+			if b, err := os.ReadFile(log.Name()); err == nil {
+				t.Logf("%s's output:\n%s", filepath.Base(path), lastLines(string(b), 60))
+			}
+		}
+	})
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// testRegistered waits for the driver to be in the CSINode with what its
+// NodeGetInfo said, and its topology on the Node's labels.
+func (e *csiEnv) testRegistered(t *testing.T) {
+	poll.Until(t, 2*time.Minute, "the driver in the CSINode", func() error {
+		n, err := e.c.Client.StorageV1().CSINodes().Get(context.Background(), e.node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(n.Spec.Drivers) != 1 {
+			return fmt.Errorf("drivers %+v, want %s", n.Spec.Drivers, csiDriverName)
+		}
+		d := n.Spec.Drivers[0]
+		if d.Name != csiDriverName || d.NodeID != e.node || !slices.Equal(d.TopologyKeys, []string{csiTopologyKey}) ||
+			d.Allocatable == nil || d.Allocatable.Count == nil || *d.Allocatable.Count != 100 {
+			return fmt.Errorf("driver %+v, want %s on node %s with topology key %s and 100 volumes", d, csiDriverName, e.node, csiTopologyKey)
+		}
+		if len(n.OwnerReferences) != 1 || n.OwnerReferences[0].Kind != "Node" || n.OwnerReferences[0].Name != e.node {
+			return fmt.Errorf("owners %+v, want the Node", n.OwnerReferences)
+		}
+		return nil
+	})
+	n, err := e.c.Client.CoreV1().Nodes().Get(context.Background(), e.node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Labels[csiTopologyKey]; got != e.node {
+		t.Errorf("Node label %s = %q, want %q", csiTopologyKey, got, e.node)
+	}
+	if got := n.Annotations["volumes.kubernetes.io/controller-managed-attach-detach"]; got != "true" {
+		t.Errorf("Node annotation controller-managed-attach-detach = %q, want true", got)
+	}
+}
+
+// testPersistentVolume has a pod write a file in a provisioned volume and
+// another read it back, and follows the volume through the node: one
+// VolumeAttachment, one staging mount for both pods, one publication per
+// pod, and every mount gone once the last pod is.
+func (e *csiEnv) testPersistentVolume(t *testing.T) {
+	ctx := context.Background()
+	cs := e.c.Client
+	pvc, err := cs.CoreV1().PersistentVolumeClaims("default").Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "data"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: ptr.To("hostpath"),
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pvName string
+	poll.Until(t, 2*time.Minute, "the PVC bound by the external-provisioner", func() error {
+		c, err := cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, pvc.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if c.Status.Phase != corev1.ClaimBound {
+			return fmt.Errorf("phase %s", c.Status.Phase)
+		}
+		pvName = c.Spec.VolumeName
+		return nil
+	})
+	pv, err := cs.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handle := pv.Spec.CSI.VolumeHandle
+	volumeDir := filepath.Join(e.dataDir, handle)
+	staging := filepath.Join(e.dir, "plugins", "kubernetes.io", "csi", csiDriverName)
+
+	writer := e.claimPod(t, "writer", pvc.Name, []corev1.EnvVar{{Name: "TOUCH_FILE", Value: "/data/written"}, {Name: "TOUCH_AFTER", Value: "0"}})
+	poll.Until(t, 30*time.Second, "the writer's file in the driver's volume", func() error {
+		_, err := os.Stat(filepath.Join(volumeDir, "written"))
+		return err
+	})
+	unique := corev1.UniqueVolumeName("kubernetes.io/csi/" + csiDriverName + "^" + handle)
+	poll.Until(t, 30*time.Second, "the volume in use and attached in the Node's status", func() error {
+		n, err := cs.CoreV1().Nodes().Get(ctx, e.node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(n.Status.VolumesInUse, unique) {
+			return fmt.Errorf("volumesInUse %v, want %s", n.Status.VolumesInUse, unique)
+		}
+		if !slices.ContainsFunc(n.Status.VolumesAttached, func(a corev1.AttachedVolume) bool { return a.Name == unique }) {
+			return fmt.Errorf("volumesAttached %v, want %s", n.Status.VolumesAttached, unique)
+		}
+		return nil
+	})
+	if got := e.csiMounts(t, staging); len(got) != 1 {
+		t.Errorf("staging mounts %v, want one", got)
+	}
+
+	reader := e.claimPod(t, "reader", pvc.Name, nil)
+	if got := e.csiMounts(t, staging); len(got) != 1 {
+		t.Errorf("staging mounts with two pods %v, want still one", got)
+	}
+	e.deletePod(t, writer)
+	poll.Until(t, 30*time.Second, "the writer's publication gone", func() error {
+		if got := e.csiMounts(t, filepath.Join(e.dir, "pods", string(writer.UID))); len(got) > 0 {
+			return fmt.Errorf("mounts %v", got)
+		}
+		if _, err := os.Stat(filepath.Join(e.dir, "pods", string(writer.UID))); !os.IsNotExist(err) {
+			return fmt.Errorf("the writer's directory is still there (%v)", err)
+		}
+		return nil
+	})
+	if got := e.csiMounts(t, staging); len(got) != 1 {
+		t.Errorf("staging mounts while the reader runs %v, want one", got)
+	}
+	id := strings.TrimPrefix(reader.Status.ContainerStatuses[0].ContainerID, "containerd://")
+	if out, code := e.exec(t, id, "check", "/data/written"); code != 0 {
+		t.Errorf("the reader does not see the writer's file: %s (exit %d)", out, code)
+	}
+
+	e.deletePod(t, reader)
+	poll.Until(t, 30*time.Second, "the volume unpublished and unstaged", func() error {
+		if got := e.csiMounts(t, e.dir); len(got) > 0 {
+			return fmt.Errorf("mounts left %v", got)
+		}
+		if ents, _ := os.ReadDir(staging); len(ents) > 0 {
+			return fmt.Errorf("%s still holds %s", staging, ents[0].Name())
+		}
+		return nil
+	})
+	poll.Until(t, 30*time.Second, "the volume no longer in use in the Node's status", func() error {
+		n, err := cs.CoreV1().Nodes().Get(ctx, e.node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if slices.Contains(n.Status.VolumesInUse, unique) {
+			return fmt.Errorf("volumesInUse %v", n.Status.VolumesInUse)
+		}
+		return nil
+	})
+	if _, err := os.Stat(filepath.Join(volumeDir, "written")); err != nil {
+		t.Errorf("the volume's data after its pods went: %v", err)
+	}
+	for _, method := range []string{"NodeStageVolume", "NodePublishVolume", "NodeUnpublishVolume", "NodeUnstageVolume"} {
+		if n := e.csiCalls(t, method, "OK"); n < 1 {
+			t.Errorf("csi_operations_seconds counts %v %s calls that ended OK, want at least 1", n, method)
+		}
+	}
+}
+
+// claimPod runs a pod of the probee image with the claim mounted at
+// /data, and waits for it to run.
+func (e *csiEnv) claimPod(t *testing.T, name, claim string, env []corev1.EnvVar) *corev1.Pod {
+	grace := int64(1)
+	pod := e.createPod(t, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{
+				Name: "probee", Image: e.probee, ImagePullPolicy: corev1.PullIfNotPresent, Env: env,
+				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+			}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim},
+			}}},
+		},
+	})
+	return waitPod(t, e.c.Client, "default", pod.Name, 2*time.Minute, "Running", func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].ContainerID != ""
+	})
+}
+
+// csiMounts lists the host's mount points under dir but dir itself.
+func (e *csiEnv) csiMounts(t *testing.T, dir string) []string {
+	t.Helper()
+	ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, m := range ms {
+		if m.Mountpoint != dir && m.Mountpoint != e.dir {
+			out = append(out, m.Mountpoint)
+		}
+	}
+	return out
+}
+
+// csiCalls counts the node's calls to the driver of method that ended
+// with code, from its metrics.
+func (e *csiEnv) csiCalls(t *testing.T, method, code string) uint64 {
+	fams, err := e.metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, f := range fams {
+		if f.GetName() != "csi_operations_seconds" {
+			continue
+		}
+		for _, m := range f.Metric {
+			labels := map[string]string{}
+			for _, l := range m.Label {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["method_name"] == method && labels["grpc_status_code"] == code && labels["driver_name"] == csiDriverName {
+				n += m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	return n
+}
+
+// testUnboundClaim runs a pod whose claim's StorageClass does not exist:
+// it stays Pending, its container waiting, with a FailedMount event that
+// says the claim is not bound.
+func (e *csiEnv) testUnboundClaim(t *testing.T) {
+	ctx := context.Background()
+	if _, err := e.c.Client.CoreV1().PersistentVolumeClaims("default").Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "never"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: ptr.To("no-such-class"),
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := e.createPod(t, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "unbound", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "probee", Image: e.probee, ImagePullPolicy: corev1.PullIfNotPresent,
+				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "never"},
+			}}},
+		},
+	})
+	want := `MountVolume.SetUp failed for volume "data" : error processing PVC default/never: PVC is not bound`
+	poll.Until(t, 60*time.Second, "a FailedMount event saying the claim is not bound", func() error {
+		list, err := e.c.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{
+			FieldSelector: fields.Set{"involvedObject.uid": string(pod.UID), "reason": "FailedMount"}.String(),
+		})
+		if err != nil {
+			return err
+		}
+		for _, ev := range list.Items {
+			if ev.Message == want {
+				return nil
+			}
+		}
+		return fmt.Errorf("no event %q among %d", want, len(list.Items))
+	})
+	p, err := e.c.Client.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Status.Phase != corev1.PodPending {
+		t.Errorf("phase %s, want Pending", p.Status.Phase)
+	}
+	e.deletePod(t, pod)
+}

@@ -1,0 +1,222 @@
+// Command hostpathcsi is a CSI driver for tests, in the manner of the
+// upstream csi-driver-host-path (whose module the Go proxy here does not
+// serve): each volume is a directory under -data-dir, bind-mounted at the
+// staging path by NodeStageVolume and from there at the target path by
+// NodePublishVolume. Its controller service creates and deletes those
+// directories and "attaches" by answering ControllerPublishVolume, so
+// that the upstream external-provisioner and external-attacher drive it.
+// It serves every service on one socket, -endpoint, and logs each call.
+//
+// Run privileged in a pod, with the kubelet directory mounted at the same
+// path with Bidirectional propagation, for its mounts to reach the node.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"log"
+	"net"
+	"os"
+	"path/filepath"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func main() {
+	name := flag.String("name", "hostpath.csi.cairn.test", "the driver's name")
+	endpoint := flag.String("endpoint", "", "the socket to serve on")
+	nodeID := flag.String("nodeid", "", "the node's ID")
+	dataDir := flag.String("data-dir", "/csi-data-dir", "where the volumes' directories are")
+	flag.Parse()
+	if err := run(*name, *endpoint, *nodeID, *dataDir); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(name, endpoint, nodeID, dataDir string) error {
+	if endpoint == "" || nodeID == "" {
+		return errors.New("-endpoint and -nodeid are needed")
+	}
+	if err := os.MkdirAll(filepath.Dir(endpoint), 0o750); err != nil {
+		return err
+	}
+	os.Remove(endpoint)
+	l, err := net.Listen("unix", endpoint)
+	if err != nil {
+		return err
+	}
+	d := &driver{name: name, nodeID: nodeID, dataDir: dataDir}
+	s := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		resp, err := h(ctx, req)
+		log.Printf("%s %v: err=%v", info.FullMethod, req, err)
+		return resp, err
+	}))
+	csipb.RegisterIdentityServer(s, d)
+	csipb.RegisterControllerServer(s, d)
+	csipb.RegisterNodeServer(s, d)
+	log.Printf("driver %s on node %s serving %s", name, nodeID, endpoint)
+	return s.Serve(l)
+}
+
+type driver struct {
+	csipb.UnimplementedIdentityServer
+	csipb.UnimplementedControllerServer
+	csipb.UnimplementedNodeServer
+	name, nodeID, dataDir string
+}
+
+// topologyKey is the driver's topology: each node its own segment.
+const topologyKey = "topology.hostpath.csi.cairn.test/node"
+
+func (d *driver) GetPluginInfo(context.Context, *csipb.GetPluginInfoRequest) (*csipb.GetPluginInfoResponse, error) {
+	return &csipb.GetPluginInfoResponse{Name: d.name, VendorVersion: "0.1.0"}, nil
+}
+
+func (d *driver) GetPluginCapabilities(context.Context, *csipb.GetPluginCapabilitiesRequest) (*csipb.GetPluginCapabilitiesResponse, error) {
+	return &csipb.GetPluginCapabilitiesResponse{Capabilities: []*csipb.PluginCapability{{
+		Type: &csipb.PluginCapability_Service_{Service: &csipb.PluginCapability_Service{Type: csipb.PluginCapability_Service_CONTROLLER_SERVICE}},
+	}}}, nil
+}
+
+func (d *driver) Probe(context.Context, *csipb.ProbeRequest) (*csipb.ProbeResponse, error) {
+	return &csipb.ProbeResponse{}, nil
+}
+
+func (d *driver) volumeDir(id string) (string, error) {
+	if !filepath.IsLocal(id) || filepath.Base(id) != id {
+		return "", status.Errorf(codes.InvalidArgument, "volume ID %q", id)
+	}
+	return filepath.Join(d.dataDir, id), nil
+}
+
+func (d *driver) CreateVolume(_ context.Context, req *csipb.CreateVolumeRequest) (*csipb.CreateVolumeResponse, error) {
+	dir, err := d.volumeDir(req.Name)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &csipb.CreateVolumeResponse{Volume: &csipb.Volume{VolumeId: req.Name, CapacityBytes: req.GetCapacityRange().GetRequiredBytes()}}, nil
+}
+
+func (d *driver) DeleteVolume(_ context.Context, req *csipb.DeleteVolumeRequest) (*csipb.DeleteVolumeResponse, error) {
+	dir, err := d.volumeDir(req.VolumeId)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &csipb.DeleteVolumeResponse{}, nil
+}
+
+func (d *driver) ControllerPublishVolume(_ context.Context, req *csipb.ControllerPublishVolumeRequest) (*csipb.ControllerPublishVolumeResponse, error) {
+	if req.NodeId != d.nodeID {
+		return nil, status.Errorf(codes.NotFound, "node %q: this driver knows only %q", req.NodeId, d.nodeID)
+	}
+	return &csipb.ControllerPublishVolumeResponse{PublishContext: map[string]string{"attachedTo": req.NodeId}}, nil
+}
+
+func (d *driver) ControllerUnpublishVolume(context.Context, *csipb.ControllerUnpublishVolumeRequest) (*csipb.ControllerUnpublishVolumeResponse, error) {
+	return &csipb.ControllerUnpublishVolumeResponse{}, nil
+}
+
+func (d *driver) ValidateVolumeCapabilities(_ context.Context, req *csipb.ValidateVolumeCapabilitiesRequest) (*csipb.ValidateVolumeCapabilitiesResponse, error) {
+	return &csipb.ValidateVolumeCapabilitiesResponse{Confirmed: &csipb.ValidateVolumeCapabilitiesResponse_Confirmed{VolumeCapabilities: req.VolumeCapabilities}}, nil
+}
+
+func (d *driver) ControllerGetCapabilities(context.Context, *csipb.ControllerGetCapabilitiesRequest) (*csipb.ControllerGetCapabilitiesResponse, error) {
+	rpc := func(t csipb.ControllerServiceCapability_RPC_Type) *csipb.ControllerServiceCapability {
+		return &csipb.ControllerServiceCapability{Type: &csipb.ControllerServiceCapability_Rpc{Rpc: &csipb.ControllerServiceCapability_RPC{Type: t}}}
+	}
+	return &csipb.ControllerGetCapabilitiesResponse{Capabilities: []*csipb.ControllerServiceCapability{
+		rpc(csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME),
+		rpc(csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME),
+	}}, nil
+}
+
+// bind bind-mounts from at to, unless to is mounted already, read-only if
+// asked.
+func bind(from, to string, readOnly bool) error {
+	if err := os.MkdirAll(to, 0o750); err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	if mounted, err := mountinfo.Mounted(to); err != nil || mounted {
+		return err
+	}
+	if err := unix.Mount(from, to, "", unix.MS_BIND, ""); err != nil {
+		return status.Errorf(codes.Internal, "bind %s at %s: %v", from, to, err)
+	}
+	if readOnly {
+		if err := unix.Mount("", to, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+			return status.Errorf(codes.Internal, "remount %s read-only: %v", to, err)
+		}
+	}
+	return nil
+}
+
+// unbind unmounts path if it is mounted, and removes it.
+func unbind(path string) error {
+	mounted, err := mountinfo.Mounted(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	if mounted {
+		if err := unix.Unmount(path, 0); err != nil {
+			return status.Errorf(codes.Internal, "unmount %s: %v", path, err)
+		}
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return status.Error(codes.Internal, err.Error())
+	}
+	return nil
+}
+
+func (d *driver) NodeStageVolume(_ context.Context, req *csipb.NodeStageVolumeRequest) (*csipb.NodeStageVolumeResponse, error) {
+	dir, err := d.volumeDir(req.VolumeId)
+	if err != nil {
+		return nil, err
+	}
+	if req.PublishContext["attachedTo"] != d.nodeID {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not attached to %s: publish context %v", req.VolumeId, d.nodeID, req.PublishContext)
+	}
+	return &csipb.NodeStageVolumeResponse{}, bind(dir, req.StagingTargetPath, false)
+}
+
+func (d *driver) NodeUnstageVolume(_ context.Context, req *csipb.NodeUnstageVolumeRequest) (*csipb.NodeUnstageVolumeResponse, error) {
+	return &csipb.NodeUnstageVolumeResponse{}, unbind(req.StagingTargetPath)
+}
+
+func (d *driver) NodePublishVolume(_ context.Context, req *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
+	if mounted, err := mountinfo.Mounted(req.StagingTargetPath); err != nil || !mounted {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s (%v)", req.VolumeId, req.StagingTargetPath, err)
+	}
+	return &csipb.NodePublishVolumeResponse{}, bind(req.StagingTargetPath, req.TargetPath, req.Readonly)
+}
+
+func (d *driver) NodeUnpublishVolume(_ context.Context, req *csipb.NodeUnpublishVolumeRequest) (*csipb.NodeUnpublishVolumeResponse, error) {
+	return &csipb.NodeUnpublishVolumeResponse{}, unbind(req.TargetPath)
+}
+
+func (d *driver) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilitiesRequest) (*csipb.NodeGetCapabilitiesResponse, error) {
+	return &csipb.NodeGetCapabilitiesResponse{Capabilities: []*csipb.NodeServiceCapability{{
+		Type: &csipb.NodeServiceCapability_Rpc{Rpc: &csipb.NodeServiceCapability_RPC{Type: csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME}},
+	}}}, nil
+}
+
+func (d *driver) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*csipb.NodeGetInfoResponse, error) {
+	return &csipb.NodeGetInfoResponse{
+		NodeId: d.nodeID, MaxVolumesPerNode: 100,
+		AccessibleTopology: &csipb.Topology{Segments: map[string]string{topologyKey: d.nodeID}},
+	}, nil
+}
