@@ -50,6 +50,7 @@ func main() {
 	initSocket := flag.String("init-socket", layout.InitSocket, "init's control socket")
 	kubeletDir := flag.String("kubelet-dir", layout.KubeletDir, "the kubelet part's state: client and serving certificates")
 	paths := nodePaths{}
+	flag.StringVar(&paths.kubeletRoot, "kubelet-root-dir", layout.KubeletRootDir, "the pods' volumes and the CSI drivers' sockets, where drivers expect them")
 	flag.StringVar(&paths.criSocket, "cri-socket", layout.ContainerdSocket, "containerd's socket, for its CRI")
 	flag.StringVar(&paths.podLogRoot, "pod-log-root", layout.PodLogRoot, "the pods' container logs, which the management API reads back")
 	flag.StringVar(&paths.staticPodDir, "static-pod-dir", layout.StaticPodDir, "the static pods' manifests, which init writes from the machine config")
@@ -74,6 +75,7 @@ const drainMarker = "drain.json"
 // node's paths; the pod startup benchmark (test/bench) runs the agent on a
 // host beside a containerd of its own.
 type nodePaths struct {
+	kubeletRoot           string
 	criSocket, podLogRoot string
 	staticPodDir          string
 	cniBinDir, cniConfDir string
@@ -164,12 +166,12 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, configPath, dir s
 			cluster = &machineconfig.Cluster{} // static pods alone
 		}
 		// CSI drivers register from the boot, those of static pods too.
-		plugins, err := csi.New(csi.Config{Dir: dir, NodeName: cfg.Machine.Hostname, Metrics: reg})
+		plugins, err := csi.New(csi.Config{Dir: paths.kubeletRoot, NodeName: cfg.Machine.Hostname, Metrics: reg})
 		if err != nil {
 			slog.Error("kubelet part not started", "err", err)
 			return
 		}
-		pods, err := kubelet.New(kubelet.Config{Dir: dir, RuntimeInfo: rt, Pods: kubelet.NewPodConfig(cluster, rt, paths.podLogRoot),
+		pods, err := kubelet.New(kubelet.Config{Dir: paths.kubeletRoot, RuntimeInfo: rt, Pods: kubelet.NewPodConfig(cluster, rt, paths.podLogRoot),
 			NodeName: cfg.Machine.Hostname, StaticPodDir: paths.staticPodDir, Metrics: reg, ProbeMetrics: probeReg,
 			CSI: plugins, Log: slog.Default().With("component", "kubelet")})
 		if err != nil {
@@ -201,7 +203,7 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, configPath, dir s
 			{Name: "kubelet-server", Run: func(ctx context.Context, m *node.Member) error {
 				return runKubeletServer(ctx, cfg.Cluster, m, server.Config{Runtime: rt.Runtime, PodLogRoot: paths.podLogRoot,
 					CertFile: filepath.Join(dir, layout.KubeletServingCert), Metrics: reg, ProbeMetrics: probeReg,
-					Stats: stats.New(stats.Config{NodeName: m.Name, Runtime: rt.Runtime, Images: rt.Images, RootDir: dir, PodLogRoot: paths.podLogRoot})})
+					Stats: stats.New(stats.Config{NodeName: m.Name, Runtime: rt.Runtime, Images: rt.Images, RootDir: paths.kubeletRoot, PodLogRoot: paths.podLogRoot})})
 			}},
 		}
 		var nodeIP netip.Addr

@@ -254,6 +254,11 @@ func (n *node) listenPowerButton() error {
 }
 
 func mountSystem() error {
+	// Every mount shared, as systemd makes them: a CSI driver's mounts in
+	// its container (Bidirectional) then reach the node and the pods.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SHARED, ""); err != nil {
+		return fmt.Errorf("make / a shared mount: %w", err)
+	}
 	// Tools such as resize2fs look for mounts in /etc/mtab.
 	if err := os.Symlink("/proc/self/mounts", "/etc/mtab"); err != nil && !os.IsExist(err) {
 		return err

@@ -105,6 +105,7 @@ var ownedPaths = []struct{ path, owner string }{
 	{layout.CNIConfDir, "the agent (the pod network)"},
 	{layout.ContainerdRoot, "containerd"},
 	{path.Dir(layout.KubeletDir), "the agent"},
+	{layout.KubeletRootDir, "the agent (pods' volumes, CSI drivers)"},
 	{layout.PodLogRoot, "the agent (pods' logs)"},
 }
 

@@ -16,6 +16,7 @@ import (
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -111,6 +112,9 @@ func (p *Plugins) SetUp(ctx context.Context, client kubernetes.Interface, pod *c
 	if err != nil {
 		info = nil // no CSIDriver: attach, no pod info, as the kubelet assumes
 	}
+	if err := lifecycleModeSupported(info, src); err != nil {
+		return "", err
+	}
 	if info != nil && info.Spec.PodInfoOnMount != nil && *info.Spec.PodInfoOnMount {
 		attrs := map[string]string{
 			"csi.storage.k8s.io/pod.name":            pod.Name,
@@ -183,6 +187,28 @@ func (p *Plugins) SetUp(ctx context.Context, client kubernetes.Interface, pod *c
 		return "", fmt.Errorf("NodePublishVolume: %w", err)
 	}
 	return target, nil
+}
+
+// lifecycleModeSupported checks that the driver of info, nil if it has no
+// CSIDriver, supports src's lifecycle: an inline volume needs a CSIDriver
+// that says Ephemeral, a persistent one a driver that does not leave
+// Persistent out.
+func lifecycleModeSupported(info *storagev1.CSIDriver, src *source) error {
+	mode := storagev1.VolumeLifecyclePersistent
+	if src.ephemeral {
+		mode = storagev1.VolumeLifecycleEphemeral
+	}
+	var modes []storagev1.VolumeLifecycleMode
+	if info != nil {
+		modes = info.Spec.VolumeLifecycleModes
+	}
+	if len(modes) == 0 {
+		modes = []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}
+	}
+	if !slices.Contains(modes, mode) {
+		return fmt.Errorf("volume mode %q not supported by driver %s (only supports %v)", mode, src.driver, modes)
+	}
+	return nil
 }
 
 // source finds the driver and handle of v, and how to mount it.

@@ -2,6 +2,7 @@ package kubelet
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"os/exec"
@@ -60,6 +61,9 @@ func TestCSIVolumes(t *testing.T) {
 
 	t.Run("driver registered", e.testRegistered)
 	t.Run("PVC provisioned, attached, staged, published", e.testPersistentVolume)
+	t.Run("generic ephemeral volume", e.testGenericEphemeral)
+	t.Run("inline CSI volume", e.testInline)
+	t.Run("driver that fails or hangs", e.testDriverFailures)
 	t.Run("claim that never binds", e.testUnboundClaim)
 }
 
@@ -76,7 +80,8 @@ func startCSIEnv(t *testing.T) *csiEnv {
 	if err := unix.Mount("", e.dir, "", unix.MS_SHARED, ""); err != nil {
 		t.Fatal(err)
 	}
-	plugins, err := csi.New(csi.Config{Dir: e.dir, NodeName: e.node, Log: cfg.Log, Metrics: e.metrics})
+	// Calls time out soon, for the hanging driver's test.
+	plugins, err := csi.New(csi.Config{Dir: e.dir, NodeName: e.node, Log: cfg.Log, Metrics: e.metrics, CallTimeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +120,8 @@ func (e *csiEnv) deployDriver(t *testing.T) {
 	cs := e.c.Client
 	if _, err := cs.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{
 		ObjectMeta: metav1.ObjectMeta{Name: csiDriverName},
-		Spec:       storagev1.CSIDriverSpec{AttachRequired: ptr.To(true), PodInfoOnMount: ptr.To(true)},
+		Spec: storagev1.CSIDriverSpec{AttachRequired: ptr.To(true), PodInfoOnMount: ptr.To(true),
+			VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -366,8 +372,16 @@ func (e *csiEnv) testPersistentVolume(t *testing.T) {
 // claimPod runs a pod of the probee image with the claim mounted at
 // /data, and waits for it to run.
 func (e *csiEnv) claimPod(t *testing.T, name, claim string, env []corev1.EnvVar) *corev1.Pod {
+	return e.waitRunning(t, e.dataPod(t, name, corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim},
+	}, env))
+}
+
+// dataPod creates a pod of the probee image with the volume of src
+// mounted at /data.
+func (e *csiEnv) dataPod(t *testing.T, name string, src corev1.VolumeSource, env []corev1.EnvVar) *corev1.Pod {
 	grace := int64(1)
-	pod := e.createPod(t, &corev1.Pod{
+	return e.createPod(t, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: &grace,
@@ -375,13 +389,134 @@ func (e *csiEnv) claimPod(t *testing.T, name, claim string, env []corev1.EnvVar)
 				Name: "probee", Image: e.probee, ImagePullPolicy: corev1.PullIfNotPresent, Env: env,
 				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
 			}},
-			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
-				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim},
-			}}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: src}},
 		},
 	})
+}
+
+// waitRunning waits for pod's container to run.
+func (e *csiEnv) waitRunning(t *testing.T, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
 	return waitPod(t, e.c.Client, "default", pod.Name, 2*time.Minute, "Running", func(p *corev1.Pod) bool {
 		return p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].ContainerID != ""
+	})
+}
+
+// writeEnv has probee create /data/written as it starts.
+var writeEnv = []corev1.EnvVar{{Name: "TOUCH_FILE", Value: "/data/written"}, {Name: "TOUCH_AFTER", Value: "0"}}
+
+// testGenericEphemeral runs a pod with a generic ephemeral volume: the
+// claim the ephemeral volume controller makes for it is provisioned,
+// mounted, written to, unmounted when the pod goes, and deleted with it.
+func (e *csiEnv) testGenericEphemeral(t *testing.T) {
+	pod := e.waitRunning(t, e.dataPod(t, "scratch", corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
+		VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: ptr.To("hostpath"),
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}},
+		}},
+	}}, writeEnv))
+	ctx := context.Background()
+	claim, err := e.c.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, "scratch-data", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !metav1.IsControlledBy(claim, pod) {
+		t.Errorf("claim %s owned by %+v, want the pod", claim.Name, claim.OwnerReferences)
+	}
+	pv, err := e.c.Client.CoreV1().PersistentVolumes().Get(ctx, claim.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 30*time.Second, "the pod's file in its ephemeral claim's volume", func() error {
+		_, err := os.Stat(filepath.Join(e.dataDir, pv.Spec.CSI.VolumeHandle, "written"))
+		return err
+	})
+	e.deletePod(t, pod)
+	poll.Until(t, 30*time.Second, "the volume unmounted and the claim deleted with the pod", func() error {
+		if got := e.csiMounts(t, e.dir); len(got) > 0 {
+			return fmt.Errorf("mounts left %v", got)
+		}
+		if _, err := e.c.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, claim.Name, metav1.GetOptions{}); err == nil {
+			return fmt.Errorf("claim %s still there", claim.Name)
+		}
+		return nil
+	})
+}
+
+// testInline runs a pod with an inline CSI volume, published for the pod
+// alone (neither attached nor staged) and removed with it.
+func (e *csiEnv) testInline(t *testing.T) {
+	pod := e.waitRunning(t, e.dataPod(t, "inline", corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: csiDriverName}}, writeEnv))
+	// The kubelet's handle of an inline volume.
+	dir := filepath.Join(e.dataDir, "ephemeral", fmt.Sprintf("csi-%x", sha256.Sum256([]byte(string(pod.UID)+"data"))))
+	poll.Until(t, 30*time.Second, "the pod's file in its inline volume", func() error {
+		_, err := os.Stat(filepath.Join(dir, "written"))
+		return err
+	})
+	if got := e.csiMounts(t, filepath.Join(e.dir, "plugins")); len(got) > 0 {
+		t.Errorf("staging mounts of an inline volume: %v", got)
+	}
+	e.deletePod(t, pod)
+	poll.Until(t, 30*time.Second, "the inline volume unpublished and removed", func() error {
+		if got := e.csiMounts(t, e.dir); len(got) > 0 {
+			return fmt.Errorf("mounts left %v", got)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			return fmt.Errorf("%s still there (%v)", dir, err)
+		}
+		return nil
+	})
+}
+
+// testDriverFailures runs a pod whose volume the driver fails to publish
+// and one whose publication hangs, beside one whose volume is fine: the
+// first two wait with FailedMount events (the driver's error, the call's
+// timeout), retried, while the third runs.
+func (e *csiEnv) testDriverFailures(t *testing.T) {
+	inline := func(attrs map[string]string) corev1.VolumeSource {
+		return corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: csiDriverName, VolumeAttributes: attrs}}
+	}
+	fails := e.dataPod(t, "fails", inline(map[string]string{"fail": "true"}), nil)
+	hangs := e.dataPod(t, "hangs", inline(map[string]string{"hang": "true"}), nil)
+	fine := e.waitRunning(t, e.dataPod(t, "fine", inline(nil), nil))
+	want := map[string]string{
+		fails.Name: `MountVolume.SetUp failed for volume "data" : NodePublishVolume: rpc error: code = Internal desc = told to fail`,
+		hangs.Name: `MountVolume.SetUp failed for volume "data" : NodePublishVolume: rpc error: code = DeadlineExceeded desc = context deadline exceeded`,
+	}
+	for _, pod := range []*corev1.Pod{fails, hangs} {
+		poll.Until(t, 90*time.Second, pod.Name+": FailedMount, retried", func() error {
+			list, err := e.c.Client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{
+				FieldSelector: fields.Set{"involvedObject.uid": string(pod.UID), "reason": "FailedMount"}.String(),
+			})
+			if err != nil {
+				return err
+			}
+			var got []string
+			for _, ev := range list.Items {
+				if ev.Message == want[pod.Name] && ev.Count >= 2 {
+					return nil
+				}
+				got = append(got, fmt.Sprintf("%q ×%d", ev.Message, ev.Count))
+			}
+			return fmt.Errorf("no %q twice among %v", want[pod.Name], got)
+		})
+		p, err := e.c.Client.CoreV1().Pods("default").Get(context.Background(), pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Status.Phase != corev1.PodPending {
+			t.Errorf("%s: phase %s, want Pending", pod.Name, p.Status.Phase)
+		}
+	}
+	for _, pod := range []*corev1.Pod{fails, hangs, fine} {
+		e.deletePod(t, pod)
+	}
+	poll.Until(t, 30*time.Second, "no mounts left", func() error {
+		if got := e.csiMounts(t, e.dir); len(got) > 0 {
+			return fmt.Errorf("mounts left %v", got)
+		}
+		return nil
 	})
 }
 

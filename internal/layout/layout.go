@@ -50,9 +50,14 @@ const (
 	InitSocket = "/run/cairn/init.sock"
 	// AgentBinary is the node agent.
 	AgentBinary = "/usr/bin/cairn-agent"
-	// KubeletDir is the kubelet part's state: client certificate, pods'
-	// volumes.
+	// KubeletDir is the kubelet part's own state: its client and serving
+	// certificates.
 	KubeletDir = "/var/lib/cairn/kubelet"
+	// KubeletRootDir is where CSI drivers deployed with upstream
+	// manifests expect the kubelet: pods/ (the pods' volumes),
+	// plugins/ (the drivers' sockets, the volumes staged on the node) and
+	// plugins_registry/ (their registration sockets).
+	KubeletRootDir = "/var/lib/kubelet"
 	// KubeletServingCert is where the kubelet server's certificate from
 	// the cluster and its key are stored, relative to KubeletDir.
 	KubeletServingCert = "pki/kubelet-server.pem"

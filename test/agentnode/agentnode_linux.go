@@ -171,6 +171,7 @@ func New(tb testing.TB, c *kube.Cluster, rt *runtime.Runtime, opts Options) *Age
 		"-config", config,
 		"-init-socket", initSocket,
 		"-kubelet-dir", filepath.Join(dir, "kubelet"),
+		"-kubelet-root-dir", filepath.Join(dir, "kubelet-root"),
 		"-cri-socket", rt.Socket,
 		"-pod-log-root", filepath.Join(dir, "pods"),
 		"-cni-bin-dir", opts.CNIBin,

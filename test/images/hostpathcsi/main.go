@@ -7,6 +7,11 @@
 // that the upstream external-provisioner and external-attacher drive it.
 // It serves every service on one socket, -endpoint, and logs each call.
 //
+// Inline (ephemeral) volumes are directories under -data-dir/ephemeral,
+// made by NodePublishVolume and removed by NodeUnpublishVolume. Their
+// volume attributes make the driver misbehave, for tests: fail=true
+// fails NodePublishVolume, hang=true holds it until the caller gives up.
+//
 // Run privileged in a pod, with the kubelet directory mounted at the same
 // path with Bidirectional propagation, for its mounts to reach the node.
 package main
@@ -197,7 +202,10 @@ func (d *driver) NodeUnstageVolume(_ context.Context, req *csipb.NodeUnstageVolu
 	return &csipb.NodeUnstageVolumeResponse{}, unbind(req.StagingTargetPath)
 }
 
-func (d *driver) NodePublishVolume(_ context.Context, req *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
+func (d *driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
+	if req.VolumeContext["csi.storage.k8s.io/ephemeral"] == "true" {
+		return d.publishEphemeral(ctx, req)
+	}
 	if mounted, err := mountinfo.Mounted(req.StagingTargetPath); err != nil || !mounted {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s (%v)", req.VolumeId, req.StagingTargetPath, err)
 	}
@@ -205,7 +213,39 @@ func (d *driver) NodePublishVolume(_ context.Context, req *csipb.NodePublishVolu
 }
 
 func (d *driver) NodeUnpublishVolume(_ context.Context, req *csipb.NodeUnpublishVolumeRequest) (*csipb.NodeUnpublishVolumeResponse, error) {
-	return &csipb.NodeUnpublishVolumeResponse{}, unbind(req.TargetPath)
+	if err := unbind(req.TargetPath); err != nil {
+		return nil, err
+	}
+	dir, err := d.volumeDir(req.VolumeId)
+	if err != nil {
+		return nil, err
+	}
+	ephemeral := filepath.Join(d.dataDir, "ephemeral", filepath.Base(dir))
+	if err := os.RemoveAll(ephemeral); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &csipb.NodeUnpublishVolumeResponse{}, nil
+}
+
+// publishEphemeral makes an inline volume's directory and mounts it at
+// the target path, or misbehaves as its attributes say.
+func (d *driver) publishEphemeral(ctx context.Context, req *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
+	switch {
+	case req.VolumeContext["fail"] == "true":
+		return nil, status.Error(codes.Internal, "told to fail")
+	case req.VolumeContext["hang"] == "true":
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	dir, err := d.volumeDir(req.VolumeId)
+	if err != nil {
+		return nil, err
+	}
+	dir = filepath.Join(d.dataDir, "ephemeral", filepath.Base(dir))
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &csipb.NodePublishVolumeResponse{}, bind(dir, req.TargetPath, req.Readonly)
 }
 
 func (d *driver) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilitiesRequest) (*csipb.NodeGetCapabilitiesResponse, error) {
