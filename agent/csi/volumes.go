@@ -25,6 +25,10 @@ import (
 	"github.com/cairn-os/cairn/internal/atomicfile"
 )
 
+// MountedMessage is the message of the line logged for each volume
+// mounted for a pod, with the durations of its stage and publish calls.
+const MountedMessage = "mounted CSI volume"
+
 // PluginDir is the directory, under a pod's volumes, of its CSI volumes.
 const PluginDir = "kubernetes.io~csi"
 
@@ -141,6 +145,7 @@ func (p *Plugins) SetUp(ctx context.Context, client kubernetes.Interface, pod *c
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
 	defer cancel()
 	data := volData{Driver: src.driver, Handle: src.handle, SpecName: src.specName}
+	var staged time.Duration
 	if d.stages && !src.ephemeral {
 		data.StagingPath = p.stagingPath(src.driver, src.handle)
 		if err := os.MkdirAll(data.StagingPath, 0o750); err != nil {
@@ -158,6 +163,7 @@ func (p *Plugins) SetUp(ctx context.Context, client kubernetes.Interface, pod *c
 			VolumeId: src.handle, PublishContext: publishContext, StagingTargetPath: data.StagingPath,
 			VolumeCapability: src.capability, Secrets: secrets, VolumeContext: src.attributes,
 		})
+		staged = time.Since(start)
 		p.observe(d.name, "NodeStageVolume", start, err)
 		if err != nil {
 			return "", fmt.Errorf("MountVolume.MountDevice failed: NodeStageVolume: %w", err)
@@ -182,10 +188,13 @@ func (p *Plugins) SetUp(ctx context.Context, client kubernetes.Interface, pod *c
 		TargetPath: target, VolumeCapability: src.capability, Readonly: src.readOnly,
 		Secrets: secrets, VolumeContext: src.attributes,
 	})
+	published := time.Since(start)
 	p.observe(d.name, "NodePublishVolume", start, err)
 	if err != nil {
 		return "", fmt.Errorf("NodePublishVolume: %w", err)
 	}
+	p.log.Info(MountedMessage, "driver", d.name, "volume", src.handle, "pod", pod.Namespace+"/"+pod.Name,
+		"stage", staged, "publish", published)
 	return target, nil
 }
 

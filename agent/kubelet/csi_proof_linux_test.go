@@ -3,12 +3,15 @@ package kubelet
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,7 +60,7 @@ type csiEnv struct {
 // binds keeps its pod waiting with the reason.
 func TestCSIVolumes(t *testing.T) {
 	need.Root(t, "mounts volumes")
-	e := startCSIEnv(t)
+	e := startCSIEnv(t, nil)
 
 	t.Run("driver registered", e.testRegistered)
 	t.Run("PVC provisioned, attached, staged, published", e.testPersistentVolume)
@@ -67,8 +70,12 @@ func TestCSIVolumes(t *testing.T) {
 	t.Run("claim that never binds", e.testUnboundClaim)
 }
 
-func startCSIEnv(t *testing.T) *csiEnv {
+// startCSIEnv starts the node of csiEnv, logging to log if not nil.
+func startCSIEnv(t testing.TB, log *slog.Logger) *csiEnv {
 	pe, cfg := newPodEnvWith(t, "csi-1", kube.Options{Scheduler: true})
+	if log != nil {
+		cfg.Log = log
+	}
 	e := &csiEnv{podEnv: pe, dir: cfg.Dir, dataDir: t.TempDir()}
 	// A node's / is a shared mount, so that a driver's mounts made in its
 	// container (Bidirectional) reach the node; this host's is not: the
@@ -107,7 +114,7 @@ func startCSIEnv(t *testing.T) *csiEnv {
 // the upstream manifests deploy csi-driver-host-path, with its CSIDriver
 // and a StorageClass, and runs the upstream external-provisioner and
 // external-attacher on the host against the driver's socket.
-func (e *csiEnv) deployDriver(t *testing.T) {
+func (e *csiEnv) deployDriver(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var images [2]string
@@ -193,7 +200,7 @@ func (e *csiEnv) deployDriver(t *testing.T) {
 
 // runSidecar runs an upstream CSI sidecar on the host until the test
 // ends, its output in the test's log when it fails.
-func (e *csiEnv) runSidecar(t *testing.T, path string, args ...string) {
+func (e *csiEnv) runSidecar(t testing.TB, path string, args ...string) {
 	log, err := os.Create(filepath.Join(t.TempDir(), filepath.Base(path)+".log"))
 	if err != nil {
 		t.Fatal(err)
@@ -371,7 +378,7 @@ func (e *csiEnv) testPersistentVolume(t *testing.T) {
 
 // claimPod runs a pod of the probee image with the claim mounted at
 // /data, and waits for it to run.
-func (e *csiEnv) claimPod(t *testing.T, name, claim string, env []corev1.EnvVar) *corev1.Pod {
+func (e *csiEnv) claimPod(t testing.TB, name, claim string, env []corev1.EnvVar) *corev1.Pod {
 	return e.waitRunning(t, e.dataPod(t, name, corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim},
 	}, env))
@@ -379,7 +386,7 @@ func (e *csiEnv) claimPod(t *testing.T, name, claim string, env []corev1.EnvVar)
 
 // dataPod creates a pod of the probee image with the volume of src
 // mounted at /data.
-func (e *csiEnv) dataPod(t *testing.T, name string, src corev1.VolumeSource, env []corev1.EnvVar) *corev1.Pod {
+func (e *csiEnv) dataPod(t testing.TB, name string, src corev1.VolumeSource, env []corev1.EnvVar) *corev1.Pod {
 	grace := int64(1)
 	return e.createPod(t, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
@@ -395,7 +402,7 @@ func (e *csiEnv) dataPod(t *testing.T, name string, src corev1.VolumeSource, env
 }
 
 // waitRunning waits for pod's container to run.
-func (e *csiEnv) waitRunning(t *testing.T, pod *corev1.Pod) *corev1.Pod {
+func (e *csiEnv) waitRunning(t testing.TB, pod *corev1.Pod) *corev1.Pod {
 	t.Helper()
 	return waitPod(t, e.c.Client, "default", pod.Name, 2*time.Minute, "Running", func(p *corev1.Pod) bool {
 		return p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].ContainerID != ""
@@ -521,7 +528,7 @@ func (e *csiEnv) testDriverFailures(t *testing.T) {
 }
 
 // csiMounts lists the host's mount points under dir but dir itself.
-func (e *csiEnv) csiMounts(t *testing.T, dir string) []string {
+func (e *csiEnv) csiMounts(t testing.TB, dir string) []string {
 	t.Helper()
 	ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
 	if err != nil {
@@ -538,7 +545,7 @@ func (e *csiEnv) csiMounts(t *testing.T, dir string) []string {
 
 // csiCalls counts the node's calls to the driver of method that ended
 // with code, from its metrics.
-func (e *csiEnv) csiCalls(t *testing.T, method, code string) uint64 {
+func (e *csiEnv) csiCalls(t testing.TB, method, code string) uint64 {
 	fams, err := e.metrics.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -609,4 +616,162 @@ func (e *csiEnv) testUnboundClaim(t *testing.T) {
 		t.Errorf("phase %s, want Pending", p.Status.Phase)
 	}
 	e.deletePod(t, pod)
+}
+
+// BenchmarkCSI prints the node's CSI figures on the driver of
+// TestCSIVolumes: the stage and publish latency (p50, p99) of 20 pods
+// started at once, each with its own provisioned claim, as the node logs
+// them (csi.MountedMessage), and how long after each pod's deletion its
+// volume is unmounted from the node.
+func BenchmarkCSI(b *testing.B) {
+	need.Root(b, "mounts volumes")
+	mounted := &mountLog{}
+	e := startCSIEnv(b, slog.New(mounted))
+	poll.Until(b, 2*time.Minute, "the driver registered", func() error {
+		n, err := e.c.Client.StorageV1().CSINodes().Get(context.Background(), e.node, metav1.GetOptions{})
+		if err != nil || len(n.Spec.Drivers) == 0 {
+			return fmt.Errorf("no driver in the CSINode (%v)", err)
+		}
+		return nil
+	})
+	const n = 20
+	ctx := context.Background()
+	for b.Loop() {
+		mounted.reset()
+		var claims, pods []string
+		for i := range n {
+			name := fmt.Sprintf("bench-%d", i)
+			if _, err := e.c.Client.CoreV1().PersistentVolumeClaims("default").Create(ctx, &corev1.PersistentVolumeClaim{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec: corev1.PersistentVolumeClaimSpec{
+					StorageClassName: ptr.To("hostpath"),
+					AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}},
+				},
+			}, metav1.CreateOptions{}); err != nil {
+				b.Fatal(err)
+			}
+			claims = append(claims, name)
+		}
+		poll.Until(b, 2*time.Minute, "the claims bound", func() error {
+			for _, c := range claims {
+				pvc, err := e.c.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, c, metav1.GetOptions{})
+				if err != nil || pvc.Status.Phase != corev1.ClaimBound {
+					return fmt.Errorf("%s not bound (%v)", c, err)
+				}
+			}
+			return nil
+		})
+		var created []*corev1.Pod
+		for _, c := range claims {
+			created = append(created, e.dataPod(b, c, corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c},
+			}, nil))
+			pods = append(pods, c)
+		}
+		for _, p := range created {
+			e.waitRunning(b, p)
+		}
+		stage, publish := mounted.durations()
+		if len(stage) != n || len(publish) != n {
+			b.Fatalf("%d stage and %d publish durations logged, want %d each", len(stage), len(publish), n)
+		}
+		// Each pod deleted at once; its volume's mount watched from then.
+		targets := map[string]time.Time{}
+		deleted := time.Now()
+		for _, p := range created {
+			pvc, err := e.c.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, p.Name, metav1.GetOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			targets[filepath.Join(e.dir, "pods", string(p.UID), "volumes", csi.PluginDir, pvc.Spec.VolumeName, "mount")] = time.Time{}
+			if err := e.c.Client.CoreV1().Pods("default").Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		poll.Until(b, 2*time.Minute, "every volume unmounted", func() error {
+			left := 0
+			for path, at := range targets {
+				if !at.IsZero() {
+					continue
+				}
+				if m, err := mountinfo.Mounted(path); err == nil && m {
+					left++
+					continue
+				}
+				targets[path] = time.Now()
+			}
+			if left > 0 {
+				return fmt.Errorf("%d still mounted", left)
+			}
+			return nil
+		})
+		var unmounted []time.Duration
+		for _, at := range targets {
+			unmounted = append(unmounted, at.Sub(deleted))
+		}
+		b.Logf("CSI stage, %d pods:   p50 %v  p99 %v", n, percentile(stage, 50), percentile(stage, 99))
+		b.Logf("CSI publish, %d pods: p50 %v  p99 %v", n, percentile(publish, 50), percentile(publish, 99))
+		b.Logf("pod deleted → volume unmounted (%d at once): p50 %v  p99 %v", n, percentile(unmounted, 50), percentile(unmounted, 99))
+		b.ReportMetric(float64(percentile(stage, 50)+percentile(publish, 50))/1e6, "stage+publish-p50-ms")
+		b.ReportMetric(float64(percentile(unmounted, 50))/1e6, "delete-to-unmounted-p50-ms")
+		for _, p := range pods {
+			poll.Until(b, time.Minute, "pod "+p+" gone", func() error {
+				if _, err := e.c.Client.CoreV1().Pods("default").Get(ctx, p, metav1.GetOptions{}); err == nil {
+					return errors.New("still there")
+				}
+				return nil
+			})
+			e.c.Client.CoreV1().PersistentVolumeClaims("default").Delete(ctx, p, metav1.DeleteOptions{})
+		}
+	}
+}
+
+// percentile is the p-th percentile of ds, nearest rank.
+func percentile(ds []time.Duration, p int) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	return s[max(i-1, 0)].Round(100 * time.Microsecond)
+}
+
+// mountLog is a log handler that keeps the stage and publish durations
+// of the node's csi.MountedMessage lines and drops the rest.
+type mountLog struct {
+	mu             sync.Mutex
+	stage, publish []time.Duration
+}
+
+func (m *mountLog) Enabled(context.Context, slog.Level) bool { return true }
+func (m *mountLog) WithAttrs([]slog.Attr) slog.Handler       { return m }
+func (m *mountLog) WithGroup(string) slog.Handler            { return m }
+
+func (m *mountLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != csi.MountedMessage {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "stage":
+			m.stage = append(m.stage, a.Value.Duration())
+		case "publish":
+			m.publish = append(m.publish, a.Value.Duration())
+		}
+		return true
+	})
+	return nil
+}
+
+func (m *mountLog) reset() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.stage, m.publish = nil, nil
+}
+
+func (m *mountLog) durations() (stage, publish []time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.stage), slices.Clone(m.publish)
 }

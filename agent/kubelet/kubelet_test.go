@@ -50,7 +50,7 @@ func (a *agent) stop() {
 // testConfig returns the config of a node called name that joins c with
 // the bootstrap token, keeping its state in dir, and renews and reports
 // every 200 ms.
-func testConfig(t *testing.T, c *kube.Cluster, name, dir string) testNode {
+func testConfig(t testing.TB, c *kube.Cluster, name, dir string) testNode {
 	return testNode{
 		Config: Config{
 			Dir: dir,
@@ -77,7 +77,7 @@ func start(t *testing.T, cfg testNode) *agent {
 }
 
 // startWith is start with more of the node's components.
-func startWith(t *testing.T, cfg testNode, more ...node.Component) *agent {
+func startWith(t testing.TB, cfg testNode, more ...node.Component) *agent {
 	t.Helper()
 	if cfg.RuntimeInfo == nil && cfg.RuntimeStatus == nil {
 		cfg.RuntimeInfo, cfg.RuntimeStatus = readyRuntime{}, readyRuntime{}
@@ -104,7 +104,7 @@ func startWith(t *testing.T, cfg testNode, more ...node.Component) *agent {
 	return a
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))

@@ -64,7 +64,7 @@ func newPodEnv(t *testing.T, node string) (*podEnv, testNode) {
 }
 
 // newPodEnvWith is newPodEnv with a control plane of opts.
-func newPodEnvWith(t *testing.T, node string, opts kube.Options) (*podEnv, testNode) {
+func newPodEnvWith(t testing.TB, node string, opts kube.Options) (*podEnv, testNode) {
 	c := kube.Start(t, opts)
 	rt := runtime.Start(t)
 	reg := registry.Start(t)
@@ -98,7 +98,7 @@ func newPodEnvWith(t *testing.T, node string, opts kube.Options) (*podEnv, testN
 	return e, cfg
 }
 
-func (e *podEnv) testNodeReady(t *testing.T) {
+func (e *podEnv) testNodeReady(t testing.TB) {
 	poll.Until(t, 60*time.Second, "Node Ready", func() error {
 		node, err := e.c.Client.CoreV1().Nodes().Get(context.Background(), e.node, metav1.GetOptions{})
 		if err != nil {
@@ -121,7 +121,7 @@ func (e *podEnv) testNodeReady(t *testing.T) {
 
 // createPod creates pod on the node, retrying while the namespace's
 // default ServiceAccount is not yet made.
-func (e *podEnv) createPod(t *testing.T, pod *corev1.Pod) *corev1.Pod {
+func (e *podEnv) createPod(t testing.TB, pod *corev1.Pod) *corev1.Pod {
 	t.Helper()
 	pod.Spec.NodeName = e.node
 	pod.Spec.AutomountServiceAccountToken = new(bool)
@@ -134,7 +134,7 @@ func (e *podEnv) createPod(t *testing.T, pod *corev1.Pod) *corev1.Pod {
 }
 
 // waitPod watches the Pod until ok accepts it and returns it.
-func waitPod(t *testing.T, cs kubernetes.Interface, ns, name string, timeout time.Duration, what string, ok func(*corev1.Pod) bool) *corev1.Pod {
+func waitPod(t testing.TB, cs kubernetes.Interface, ns, name string, timeout time.Duration, what string, ok func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -276,7 +276,7 @@ func (e *podEnv) testRunDelete(t *testing.T) {
 
 // wantNoSandboxes waits up to 10 s for the runtime to have no sandbox
 // and no container of the pod.
-func (e *podEnv) wantNoSandboxes(t *testing.T, uid string) {
+func (e *podEnv) wantNoSandboxes(t testing.TB, uid string) {
 	t.Helper()
 	ctx := context.Background()
 	poll.Until(t, 10*time.Second, "pod's sandboxes and containers removed", func() error {

@@ -25,7 +25,7 @@ func podCondition(p *corev1.Pod, t corev1.PodConditionType) corev1.ConditionStat
 }
 
 // deletePod deletes a Pod and waits for its object and sandboxes to go.
-func (e *podEnv) deletePod(t *testing.T, pod *corev1.Pod) {
+func (e *podEnv) deletePod(t testing.TB, pod *corev1.Pod) {
 	t.Helper()
 	ctx := context.Background()
 	if err := e.c.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -224,8 +225,8 @@ func sameStatus(a, b *corev1.NodeStatus) bool {
 	}
 	eq := apiequality.Semantic.DeepEqual
 	return eq(a.Addresses, b.Addresses) && eq(a.Capacity, b.Capacity) && eq(a.Allocatable, b.Allocatable) &&
-		eq(a.NodeInfo, b.NodeInfo) && eq(a.DaemonEndpoints, b.DaemonEndpoints) && eq(a.DeclaredFeatures, b.DeclaredFeatures) && eq(a.VolumesInUse, b.VolumesInUse) &&
-		eq(noHeartbeat(a.Conditions), noHeartbeat(b.Conditions))
+		eq(a.NodeInfo, b.NodeInfo) && eq(a.DaemonEndpoints, b.DaemonEndpoints) && eq(a.DeclaredFeatures, b.DeclaredFeatures) &&
+		eq(a.VolumesInUse, b.VolumesInUse) && eq(noHeartbeat(a.Conditions), noHeartbeat(b.Conditions))
 }
 
 // reportStatus measures the node every StatusInterval and patches the
@@ -241,6 +242,13 @@ func (j *joiner) reportStatus(ctx context.Context) {
 		if err != nil {
 			if ctx.Err() != nil {
 				return
+			}
+			if apierrors.IsConflict(err) {
+				// The attach/detach controller (volumesAttached) or an
+				// operator changed the Node meanwhile: read it again soon.
+				j.log.Debug("the Node changed while its status was patched; again", "err", err)
+				wait = 50 * time.Millisecond
+				continue
 			}
 			wait = b.Next()
 			j.log.Warn("cannot update the node status; retrying", "err", err, "in", wait.Round(time.Millisecond))

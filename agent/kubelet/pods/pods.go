@@ -604,38 +604,53 @@ func (w *Worker) status(ctx context.Context, name, id string) (ContainerStatus, 
 }
 
 // Terminate stops every container of pod, running preStop hooks and
-// giving each grace to exit after SIGTERM before SIGKILL, then stops and
-// removes its sandboxes, which removes the containers, their logs'
-// handles and the pod's network, and last removes the pod's volumes and
-// termination message files.
+// giving each grace to exit after SIGTERM before SIGKILL; once they have
+// stopped it removes the pod's volumes, as the kubelet unmounts them
+// then, before the network goes; then it stops and removes the pod's
+// sandboxes, which removes the containers, their logs' handles and the
+// pod's network, and last its termination message files. If a container
+// would not stop, its volumes are removed only once its sandbox is: the
+// runtime removes a sandbox's containers with it, forcibly.
 func (w *Worker) Terminate(ctx context.Context, pod *corev1.Pod, grace time.Duration) error {
-	if err := w.kill(ctx, pod, grace); err != nil {
-		return fmt.Errorf("kill: %w", err)
-	}
-	if w.cfg.Volumes != nil {
-		if err := w.cfg.Volumes.TearDown(pod.UID); err != nil {
-			return err
-		}
-	}
-	return w.removePodFiles(pod.UID)
-}
-
-// kill stops and removes pod's containers and sandboxes, as Terminate.
-func (w *Worker) kill(ctx context.Context, pod *corev1.Pod, grace time.Duration) error {
 	sandboxes, err := w.sandboxes(ctx, pod)
 	if err != nil {
-		return err
+		return fmt.Errorf("kill: %w", err)
 	}
 	w.forget(pod)
 	w.forgetResized(pod)
 	var errs []error
 	for _, sb := range sandboxes {
-		// Removed even if a container would not stop: the runtime
-		// removes a sandbox's containers with it, forcibly.
-		errs = append(errs, w.stopSandbox(ctx, pod, sb, grace))
+		errs = append(errs, w.stopContainers(ctx, pod, sb, grace))
+	}
+	stopped := errors.Join(errs...) == nil
+	var errVolumes error
+	if stopped {
+		errVolumes = w.tearDownVolumes(pod)
+	}
+	for _, sb := range sandboxes {
+		if _, err := w.cfg.Runtime.StopPodSandbox(ctx, &criv1.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+			errs = append(errs, fmt.Errorf("stop sandbox %s of pod %s/%s: %w", sb.Id, pod.Namespace, pod.Name, err))
+		}
 		if _, err := w.cfg.Runtime.RemovePodSandbox(ctx, &criv1.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
 			errs = append(errs, fmt.Errorf("remove sandbox %s of pod %s/%s: %w", sb.Id, pod.Namespace, pod.Name, err))
 		}
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("kill: %w", err)
+	}
+	if !stopped {
+		errVolumes = w.tearDownVolumes(pod)
+	}
+	if errVolumes != nil {
+		return errVolumes
+	}
+	return w.removePodFiles(pod.UID)
+}
+
+// tearDownVolumes removes pod's volumes, if the worker keeps volumes.
+func (w *Worker) tearDownVolumes(pod *corev1.Pod) error {
+	if w.cfg.Volumes == nil {
+		return nil
+	}
+	return w.cfg.Volumes.TearDown(pod.UID)
 }

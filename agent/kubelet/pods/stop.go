@@ -31,6 +31,16 @@ func (w *Worker) Stop(ctx context.Context, pod *corev1.Pod, grace time.Duration)
 // stopSandbox stops the running containers of sb, one of pod's
 // sandboxes, in order and within grace, and then sb itself.
 func (w *Worker) stopSandbox(ctx context.Context, pod *corev1.Pod, sb *criv1.PodSandbox, grace time.Duration) error {
+	errStop := w.stopContainers(ctx, pod, sb, grace)
+	if _, err := w.cfg.Runtime.StopPodSandbox(ctx, &criv1.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+		return errors.Join(errStop, fmt.Errorf("stop sandbox %s of pod %s/%s: %w", sb.Id, pod.Namespace, pod.Name, err))
+	}
+	return errStop
+}
+
+// stopContainers stops the running containers of sb, one of pod's
+// sandboxes, in order and within grace.
+func (w *Worker) stopContainers(ctx context.Context, pod *corev1.Pod, sb *criv1.PodSandbox, grace time.Duration) error {
 	resp, err := w.cfg.Runtime.ListContainers(ctx, &criv1.ListContainersRequest{
 		Filter: &criv1.ContainerFilter{PodSandboxId: sb.Id},
 	})
@@ -41,9 +51,5 @@ func (w *Worker) stopSandbox(ctx context.Context, pod *corev1.Pod, sb *criv1.Pod
 	if sb.State == criv1.PodSandboxState_SANDBOX_READY {
 		ip, _ = w.podIP(ctx, pod, sb.Id)
 	}
-	errStop := w.stopInOrder(ctx, pod, resp.Containers, ip, grace)
-	if _, err := w.cfg.Runtime.StopPodSandbox(ctx, &criv1.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
-		return errors.Join(errStop, fmt.Errorf("stop sandbox %s of pod %s/%s: %w", sb.Id, pod.Namespace, pod.Name, err))
-	}
-	return errStop
+	return w.stopInOrder(ctx, pod, resp.Containers, ip, grace)
 }
