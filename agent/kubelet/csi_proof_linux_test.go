@@ -17,7 +17,6 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -27,17 +26,16 @@ import (
 
 	"github.com/cairn-os/cairn/agent/csi"
 	"github.com/cairn-os/cairn/agent/node"
+	"github.com/cairn-os/cairn/test/csitest"
 	"github.com/cairn-os/cairn/test/kube"
 	"github.com/cairn-os/cairn/test/need"
 	"github.com/cairn-os/cairn/test/poll"
-	"github.com/cairn-os/cairn/test/registry"
 )
 
-// csiDriverName is test/images/hostpathcsi's name, its topology key the
-// one it reports.
+// The driver's name and topology key, for short.
 const (
-	csiDriverName  = "hostpath.csi.cairn.test"
-	csiTopologyKey = "topology.hostpath.csi.cairn.test/node"
+	csiDriverName  = csitest.Driver
+	csiTopologyKey = csitest.TopologyKey
 )
 
 // csiEnv is a node running a CSI driver deployed as a DaemonSet (the test
@@ -111,77 +109,24 @@ func startCSIEnv(t testing.TB, log *slog.Logger) *csiEnv {
 }
 
 // deployDriver deploys the driver and its registrar as a DaemonSet, as
-// the upstream manifests deploy csi-driver-host-path, with its CSIDriver
-// and a StorageClass, and runs the upstream external-provisioner and
+// the upstream manifests deploy csi-driver-host-path (csitest), with a
+// StorageClass, and runs the upstream external-provisioner and
 // external-attacher on the host against the driver's socket.
 func (e *csiEnv) deployDriver(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var images [2]string
-	for i, pkg := range []string{"hostpathcsi", "csiregistrar"} {
-		if _, err := registry.BuildAndPush(ctx, e.reg, "./test/images/"+pkg, "cairn-test/"+pkg+":v1"); err != nil {
-			t.Fatal(err)
-		}
-		images[i] = e.reg.Addr + "/cairn-test/" + pkg + ":v1"
-	}
-	cs := e.c.Client
-	if _, err := cs.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{
-		ObjectMeta: metav1.ObjectMeta{Name: csiDriverName},
-		Spec: storagev1.CSIDriverSpec{AttachRequired: ptr.To(true), PodInfoOnMount: ptr.To(true),
-			VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral}},
-	}, metav1.CreateOptions{}); err != nil {
+	driver, registrar, err := csitest.Images(ctx, e.reg, e.reg.Addr)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cs.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
-		ObjectMeta: metav1.ObjectMeta{Name: "hostpath"}, Provisioner: csiDriverName,
+	d := &csitest.Deployment{DriverImage: driver, RegistrarImage: registrar, KubeletDir: e.dir, DataDir: e.dataDir, AttachRequired: true}
+	if err := d.Create(ctx, e.c.Client, "default"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Client.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "hostpath"}, Provisioner: csitest.Driver,
 		VolumeBindingMode: ptr.To(storagev1.VolumeBindingImmediate), ReclaimPolicy: ptr.To(corev1.PersistentVolumeReclaimDelete),
 	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pluginDir := filepath.Join(e.dir, "plugins", csiDriverName)
-	sock := filepath.Join(pluginDir, "csi.sock")
-	hostPath := func(name, path string, typ corev1.HostPathType) corev1.Volume {
-		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &typ}}}
-	}
-	labels := map[string]string{"app": "csi-hostpath"}
-	grace := int64(1)
-	ds := &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "csi-hostpath", Namespace: "default"},
-		Spec: appsv1.DaemonSetSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					AutomountServiceAccountToken:  new(bool),
-					TerminationGracePeriodSeconds: &grace,
-					Containers: []corev1.Container{{
-						Name: "hostpath", Image: images[0], ImagePullPolicy: corev1.PullIfNotPresent,
-						Args:            []string{"-endpoint", sock, "-nodeid", "$(NODE)", "-data-dir", e.dataDir},
-						Env:             []corev1.EnvVar{{Name: "NODE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
-						SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
-						VolumeMounts: []corev1.VolumeMount{
-							{Name: "kubelet-dir", MountPath: e.dir, MountPropagation: ptr.To(corev1.MountPropagationBidirectional)},
-							{Name: "data-dir", MountPath: e.dataDir},
-						},
-					}, {
-						Name: "registrar", Image: images[1], ImagePullPolicy: corev1.PullIfNotPresent,
-						Args: []string{"-csi-address", "/csi/csi.sock", "-kubelet-registration-path", sock, "-registration-dir", "/registration"},
-						VolumeMounts: []corev1.VolumeMount{
-							{Name: "plugin-dir", MountPath: "/csi"},
-							{Name: "registration-dir", MountPath: "/registration"},
-						},
-					}},
-					Volumes: []corev1.Volume{
-						hostPath("kubelet-dir", e.dir, corev1.HostPathDirectory),
-						hostPath("data-dir", e.dataDir, corev1.HostPathDirectoryOrCreate),
-						hostPath("plugin-dir", pluginDir, corev1.HostPathDirectoryOrCreate),
-						hostPath("registration-dir", filepath.Join(e.dir, "plugins_registry"), corev1.HostPathDirectory),
-					},
-				},
-			},
-		},
-	}
-	if _, err := cs.AppsV1().DaemonSets("default").Create(ctx, ds, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	bin := os.Getenv("CAIRN_CSI_BIN")
@@ -194,7 +139,7 @@ func (e *csiEnv) deployDriver(t testing.TB) {
 			t.Fatal(err)
 		}
 		need.Built(t, path, "csi-sidecars", "CAIRN_CSI_BIN")
-		e.runSidecar(t, path, "--csi-address="+sock, "--kubeconfig="+e.c.AdminKubeconfig, "--leader-election=false", "--v=3")
+		e.runSidecar(t, path, "--csi-address="+d.Socket(), "--kubeconfig="+e.c.AdminKubeconfig, "--leader-election=false", "--v=3")
 	}
 }
 

@@ -65,7 +65,8 @@ func TestBoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	guestRegistry := fmt.Sprintf("%s:%d", guestHost, reg.Port())
-	kc := kube.Start(t, kube.Options{PodCIDR: podNetwork, ServingIPs: []net.IP{net.ParseIP(guestHost)}})
+	// The scheduler places the CSI driver's DaemonSet pod (testCSI).
+	kc := kube.Start(t, kube.Options{PodCIDR: podNetwork, ServingIPs: []net.IP{net.ParseIP(guestHost)}, Scheduler: true})
 	cairn(t, "config", "gen", "--out", dir, "--hostname", "e2e-node", "--interface", "eth0", "--endpoint", endpoint)
 	config := filepath.Join(dir, "machine.yaml")
 	editConfig(t, config, func(cfg *machineconfig.Config) {
@@ -224,6 +225,8 @@ func TestBoot(t *testing.T) {
 	t.Run("Pod", func(t *testing.T) {
 		testPod(t, ctx, kc, c, filepath.Join(dir, "cairnconfig"), guestRegistry+"/cairn-test/hello:v1", metricsPort, start)
 	})
+
+	t.Run("CSI", func(t *testing.T) { testCSI(t, kc, c, reg, guestRegistry) })
 
 	t.Run("Services", func(t *testing.T) { testServices(t, ctx, c, cfg) })
 

@@ -38,13 +38,14 @@ func main() {
 	endpoint := flag.String("endpoint", "", "the socket to serve on")
 	nodeID := flag.String("nodeid", "", "the node's ID")
 	dataDir := flag.String("data-dir", "/csi-data-dir", "where the volumes' directories are")
+	attach := flag.Bool("attach-required", true, "whether volumes are attached (ControllerPublishVolume) before they are staged, as the driver's CSIDriver says")
 	flag.Parse()
-	if err := run(*name, *endpoint, *nodeID, *dataDir); err != nil {
+	if err := run(*name, *endpoint, *nodeID, *dataDir, *attach); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(name, endpoint, nodeID, dataDir string) error {
+func run(name, endpoint, nodeID, dataDir string, attach bool) error {
 	if endpoint == "" || nodeID == "" {
 		return errors.New("-endpoint and -nodeid are needed")
 	}
@@ -56,7 +57,7 @@ func run(name, endpoint, nodeID, dataDir string) error {
 	if err != nil {
 		return err
 	}
-	d := &driver{name: name, nodeID: nodeID, dataDir: dataDir}
+	d := &driver{name: name, nodeID: nodeID, dataDir: dataDir, attach: attach}
 	s := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		resp, err := h(ctx, req)
 		log.Printf("%s %v: err=%v", info.FullMethod, req, err)
@@ -74,6 +75,7 @@ type driver struct {
 	csipb.UnimplementedControllerServer
 	csipb.UnimplementedNodeServer
 	name, nodeID, dataDir string
+	attach                bool
 }
 
 // topologyKey is the driver's topology: each node its own segment.
@@ -192,8 +194,15 @@ func (d *driver) NodeStageVolume(_ context.Context, req *csipb.NodeStageVolumeRe
 	if err != nil {
 		return nil, err
 	}
-	if req.PublishContext["attachedTo"] != d.nodeID {
+	// Attached first, when its CSIDriver says so: the publish context is
+	// ControllerPublishVolume's.
+	if d.attach && req.PublishContext["attachedTo"] != d.nodeID {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not attached to %s: publish context %v", req.VolumeId, d.nodeID, req.PublishContext)
+	}
+	// A pre-provisioned volume (a PersistentVolume made by hand) is made
+	// when first staged.
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
 	}
 	return &csipb.NodeStageVolumeResponse{}, bind(dir, req.StagingTargetPath, false)
 }
