@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -50,6 +51,7 @@ func main() {
 	initSocket := flag.String("init-socket", layout.InitSocket, "init's control socket")
 	kubeletDir := flag.String("kubelet-dir", layout.KubeletDir, "the kubelet part's state: client and serving certificates")
 	paths := nodePaths{}
+	flag.StringVar(&paths.shutdownMarker, "shutdown-marker", layout.ShutdownMarker, "the file init writes when the node shuts down: the pods end before the agent")
 	flag.StringVar(&paths.kubeletRoot, "kubelet-root-dir", layout.KubeletRootDir, "the pods' volumes and the CSI drivers' sockets, where drivers expect them")
 	flag.StringVar(&paths.criSocket, "cri-socket", layout.ContainerdSocket, "containerd's socket, for its CRI")
 	flag.StringVar(&paths.podLogRoot, "pod-log-root", layout.PodLogRoot, "the pods' container logs, which the management API reads back")
@@ -76,6 +78,7 @@ const drainMarker = "drain.json"
 // host beside a containerd of its own.
 type nodePaths struct {
 	kubeletRoot           string
+	shutdownMarker        string
 	criSocket, podLogRoot string
 	staticPodDir          string
 	cniBinDir, cniConfDir string
@@ -111,8 +114,19 @@ func run(configPath, initSocket, kubeletDir string, paths nodePaths) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", metricsAddr, err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	signaled, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ending := &podsEnding{}
+	go func() {
+		<-signaled.Done()
+		// The node shuts down: the pods end before everything else.
+		if _, err := os.Stat(paths.shutdownMarker); err == nil {
+			ending.run(ctx, cfg.Machine.Shutdown)
+		}
+		cancel()
+	}()
 	reg := newRegistry()
 	go func() {
 		if err := serveMetrics(ctx, creds, reg, ml); err != nil {
@@ -124,7 +138,7 @@ func run(configPath, initSocket, kubeletDir string, paths nodePaths) error {
 			slog.Error("machine.api credentials no longer follow the running config", "err", err)
 		}
 	}()
-	nodeDone := startNode(ctx, cfg, configPath, kubeletDir, paths, reg, drainer)
+	nodeDone := startNode(ctx, cfg, configPath, kubeletDir, paths, reg, drainer, ending)
 	go func() {
 		<-ctx.Done()
 		slog.Info("stopping: finishing calls in flight")
@@ -137,11 +151,36 @@ func run(configPath, initSocket, kubeletDir string, paths nodePaths) error {
 	return err
 }
 
+// podsEnding ends the pods when the node shuts down, once the pod loop
+// runs.
+type podsEnding struct {
+	mu  sync.Mutex
+	end func(ctx context.Context, grace, critical time.Duration)
+}
+
+func (p *podsEnding) set(end func(ctx context.Context, grace, critical time.Duration)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.end = end
+}
+
+// run ends the pods within the grace periods of s, if the pod loop runs.
+func (p *podsEnding) run(ctx context.Context, s machineconfig.Shutdown) {
+	p.mu.Lock()
+	end := p.end
+	p.mu.Unlock()
+	if end == nil {
+		return
+	}
+	grace, critical := s.Periods()
+	end(ctx, grace, critical)
+}
+
 // startNode runs the static pods, joins the node to the cluster if cfg has a cluster section, and runs the node's components
 // until ctx ends; the channel closes when it has stopped. It retries what
 // fails on its own and only logs. configPath is cfg's file, which init
 // rewrites when a config is applied live.
-func startNode(ctx context.Context, cfg *machineconfig.Config, configPath, dir string, paths nodePaths, reg *prometheus.Registry, drainer *drain.Drainer) <-chan struct{} {
+func startNode(ctx context.Context, cfg *machineconfig.Config, configPath, dir string, paths nodePaths, reg *prometheus.Registry, drainer *drain.Drainer, ending *podsEnding) <-chan struct{} {
 	done := make(chan struct{})
 	// The pod loop runs even with no static pods and no cluster: a config
 	// applied live may add static pods.
@@ -178,6 +217,7 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, configPath, dir s
 			slog.Error("kubelet part not started", "err", err)
 			return
 		}
+		ending.set(pods.Shutdown)
 		var podsDone sync.WaitGroup
 		podsDone.Go(func() {
 			if err := plugins.Run(ctx); err != nil {

@@ -52,7 +52,7 @@ func TestStaticPodsWithoutCluster(t *testing.T) {
 	}
 	cfg := &machineconfig.Config{Machine: machineconfig.Machine{Hostname: "alone-1", StaticPods: []machineconfig.StaticPod{podJSON}}}
 	paths := nodePaths{criSocket: rt.Socket, podLogRoot: filepath.Join(t.TempDir(), "pods"),
-		staticPodDir: filepath.Join(t.TempDir(), "static-pods")}
+		staticPodDir: filepath.Join(t.TempDir(), "static-pods"), kubeletRoot: t.TempDir()}
 	// As init writes it.
 	if err := os.Mkdir(paths.staticPodDir, 0o700); err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestStaticPodsWithoutCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	nctx, stop := context.WithCancel(context.Background())
-	done := startNode(nctx, cfg, "", t.TempDir(), paths, prometheus.NewRegistry(), drain.New(filepath.Join(t.TempDir(), drainMarker), slog.Default()))
+	done := startNode(nctx, cfg, "", t.TempDir(), paths, prometheus.NewRegistry(), drain.New(filepath.Join(t.TempDir(), drainMarker), slog.Default()), &podsEnding{})
 	defer func() {
 		stop()
 		<-done

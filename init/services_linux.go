@@ -138,9 +138,14 @@ func nodeServices(cfg *machineconfig.Config, varErr error) ([]supervisor.Service
 		containerd.Path, containerd.Args = "", nil
 		containerd.Launcher = unavailable{fmt.Errorf("EPHEMERAL is not mounted on %s: %w", varDir, varErr)}
 	}
+	grace, _ := cfg.Machine.Shutdown.Periods()
 	services := []supervisor.Service{containerd, {
 		Name:        "cairn-agent",
 		Path:        layout.AgentBinary,
+		// At a node's shutdown the agent ends the pods, within the
+		// shutdown's grace period, before containerd stops.
+		StopBefore:  []string{"containerd"},
+		StopTimeout: grace + agentStopTimeout,
 		Ready:       supervisor.TCPProbe(fmt.Sprintf("127.0.0.1:%d", cfg.Machine.API.Port)),
 		OOMScoreAdj: &systemOOMScore,
 		Args:        []string{"--config", layout.RunningConfig, "--init-socket", layout.InitSocket},
@@ -157,6 +162,10 @@ func nodeServices(cfg *machineconfig.Config, varErr error) ([]supervisor.Service
 	}
 	return services, images
 }
+
+// agentStopTimeout is how long the agent gets to stop, besides the time
+// the pods get at a node's shutdown.
+const agentStopTimeout = 15 * time.Second
 
 // imageService is the supervisor's service of an image-backed service of
 // the machine config, run by containerd.

@@ -109,8 +109,13 @@ func TestShutdownStopsServices(t *testing.T) {
 	fs := newFakeSystem()
 	n := newNode(fs.system(), nil)
 	n.services, n.disks = sup, []string{"/nonexistent/var", "/nonexistent/state"}
+	n.shutdownMarker = filepath.Join(t.TempDir(), "shutting-down")
 	n.requestShutdown(unix.LINUX_REBOOT_CMD_POWER_OFF, "test")
 	fs.wantReboot(t, unix.LINUX_REBOOT_CMD_POWER_OFF, 30*time.Second)
+	// The agent, stopped next, finds it and ends the pods first.
+	if b, err := os.ReadFile(n.shutdownMarker); err != nil || string(b) != "power off\n" {
+		t.Errorf("shutdown marker %q (%v), want %q", b, err, "power off\n")
+	}
 	// The shutdown is in the timeline, step by step, up to the power off
 	// (which does not return to be recorded).
 	var steps []string
@@ -120,7 +125,7 @@ func TestShutdownStopsServices(t *testing.T) {
 			t.Errorf("shutdown step %q failed: %s", r.Name, r.Err)
 		}
 	}
-	if diff := cmp.Diff([]string{"stop the boot", "stop services", "end processes", "sync", "unmount disks"}, steps); diff != "" {
+	if diff := cmp.Diff([]string{"stop the boot", "tell the agent", "stop services", "end processes", "sync", "unmount disks"}, steps); diff != "" {
 		t.Errorf("timeline (-want +got):\n%s", diff)
 	}
 	if s := state(sup, "sleeper"); s != supervisor.StateStopped {

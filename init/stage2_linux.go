@@ -62,6 +62,9 @@ type node struct {
 	resetting *resetPlan
 	// events is what happened on the node, for the Events call.
 	events *eventLog
+	// shutdownMarker is where the shutdown tells the agent; empty
+	// outside a node.
+	shutdownMarker string
 }
 
 func newNode(sys system, timeline []boot.Record) *node {
@@ -106,14 +109,16 @@ func stage2() error {
 	reaper := supervisor.NewReaper()
 	n := newNode(realSystem(reaper), boot.InheritTimeline())
 	n.reaper = reaper
+	n.shutdownMarker = layout.ShutdownMarker
 	n.boots = &boots{esp: espPartition{dir: layout.ESPMount}, recordPath: layout.UpgradeRecord, spoolDir: layout.UpgradeSpool,
 		running: version.Version, reboot: func(why string) { n.requestShutdown(unix.LINUX_REBOOT_CMD_RESTART, why) }, note: n.events.add,
 		pull: pullUKI(containerdconfig.Node.Socket, containerdconfig.Node.HostsDir)}
 	// Ctrl-Alt-Del arrives as SIGINT to PID 1; SIGTERM asks for a power
-	// off. Both are heard from now on, during the boot too.
+	// off, and so does SIGPWR (a UPS daemon's, a container runtime's
+	// power button). They are heard from now on, during the boot too.
 	unix.Reboot(unix.LINUX_REBOOT_CMD_CAD_OFF)
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGPWR)
 
 	booted := n.startBoot(n.bootSequence())
 	for {
@@ -406,7 +411,8 @@ func (n *node) shutdownSequence(cmd int) boot.Sequence {
 	)
 	steps := []boot.Step{
 		{Name: "stop the boot", Run: func() (err error) { sup, disks, err = n.stopBoot(shutdownWait); return err }},
-		{Name: "stop services", Run: func() error { return stopServices(sup) }},
+		{Name: "tell the agent", Run: func() error { return n.markShutdown(cmd) }},
+		{Name: "stop services", Run: func() error { return stopServices(sup, n.shutdownGrace()) }},
 		{Name: "end processes", Run: n.endProcesses},
 		{Name: "sync", Run: func() error { n.sys.sync(); return nil }},
 		{Name: "unmount disks", Run: func() error { n.unmountDisks(disks); return nil }},
@@ -442,12 +448,35 @@ func (n *node) stopBoot(wait time.Duration) (*supervisor.Supervisor, []string, e
 	return n.services, slices.Clone(n.disks), nil
 }
 
-// stopServices stops every service, each after those that depend on it.
-func stopServices(sup *supervisor.Supervisor) error {
+// markShutdown writes the shutdown marker, which tells the agent, as it
+// is stopped, that the node shuts down: it then ends the pods first.
+func (n *node) markShutdown(cmd int) error {
+	if n.shutdownMarker == "" {
+		return nil // outside a node
+	}
+	return os.WriteFile(n.shutdownMarker, []byte(shutdownWhat(cmd)+"\n"), 0o644)
+}
+
+// shutdownGrace is how long the pods get to end at the node's shutdown,
+// as the running config says.
+func (n *node) shutdownGrace() time.Duration {
+	n.mu.Lock()
+	c := n.configs
+	n.mu.Unlock()
+	if c == nil {
+		return 0
+	}
+	grace, _ := c.running().cfg.Machine.Shutdown.Periods()
+	return grace
+}
+
+// stopServices stops every service, each after those that depend on it,
+// within a minute and grace, the time the pods get to end.
+func stopServices(sup *supervisor.Supervisor, grace time.Duration) error {
 	if sup == nil {
 		return nil // the boot started none
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute+grace)
 	defer cancel()
 	if err := sup.Stop(ctx); err != nil {
 		return fmt.Errorf("services did not stop in time: %w", err)

@@ -49,6 +49,10 @@ type Service struct {
 	// DependsOn names the services that must be Ready before this one
 	// starts; they are stopped after it.
 	DependsOn []string
+	// StopBefore names services that Stop stops only once this one has
+	// stopped, though this one does not wait for them to start: the
+	// agent ends the pods of containerd before containerd goes.
+	StopBefore []string
 	// Ready is polled after each start until it succeeds; nil means Ready
 	// as soon as Running.
 	Ready Probe

@@ -355,7 +355,7 @@ func (s *Supervisor) Stop(ctx context.Context) error {
 
 	dependents := make(map[string][]*service)
 	for _, sv := range svcs {
-		for _, d := range sv.spec.DependsOn {
+		for _, d := range slices.Concat(sv.spec.DependsOn, sv.spec.StopBefore) {
 			dependents[d] = append(dependents[d], sv)
 		}
 	}

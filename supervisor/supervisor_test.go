@@ -134,6 +134,42 @@ func TestDependencies(t *testing.T) {
 	}
 }
 
+// TestStopBefore stops a service that says it stops before another only
+// after it, though neither waited for the other to start.
+func TestStopBefore(t *testing.T) {
+	s := New(Options{Log: quietLog()})
+	events, cancel := s.Subscribe()
+	defer cancel()
+	for _, svc := range []Service{
+		{Name: "runtime", Path: "/bin/sleep", Args: []string{"60"}},
+		// Slow to stop: it ignores SIGTERM, so it is killed after
+		// StopTimeout.
+		{Name: "agent", Path: "/bin/sh", Args: []string{"-c", `trap "" TERM; sleep 60 & wait`}, StopBefore: []string{"runtime"}, StopTimeout: 500 * time.Millisecond},
+	} {
+		if err := s.Add(svc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both running", func() bool {
+		st := s.Status()
+		return len(st) == 2 && st[0].State == StateReady && st[1].State == StateReady
+	})
+	stop(t, s)
+	var all []string
+	for e := range events {
+		all = append(all, e.Service+" "+string(e.State))
+		if e.Service == "runtime" && e.State == StateStopped {
+			break
+		}
+	}
+	if i, j := slices.Index(all, "agent Stopped"), slices.Index(all, "runtime Stopping"); i < 0 || i > j {
+		t.Errorf("agent Stopped at %d, runtime Stopping at %d, want the agent stopped first; events: %q", i, j, all)
+	}
+}
+
 func TestStartRejectsBadDependencies(t *testing.T) {
 	tests := []struct {
 		name     string

@@ -39,6 +39,7 @@ type testNode struct {
 type agent struct {
 	cancel context.CancelFunc
 	done   chan struct{}
+	k      *Kubelet // startStatic's
 }
 
 // stop stops the agent and waits until everything it started returned.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -89,6 +90,9 @@ type podSyncer struct {
 	// changed.
 	mirrorWake chan struct{}
 
+	// shutdown is the node's shutdown once it began (shutdown.go).
+	shutdown atomic.Pointer[nodeShutdown]
+
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker // until the pod is gone
 	static  map[types.UID]*corev1.Pod
@@ -122,6 +126,10 @@ type podWorker struct {
 	// admitted says the pod passed the node's admission (admit.go),
 	// which is done once; only the pod's goroutine uses it.
 	admitted bool
+	// ended is closed once the node ended the pod (podEnd) or its
+	// goroutine returned.
+	ended     chan struct{}
+	endedOnce sync.Once
 
 	mu    sync.Mutex
 	pod   *corev1.Pod // latest seen
@@ -322,7 +330,7 @@ func (s *podSyncer) see(ctx context.Context, pod *corev1.Pod, removed bool) {
 		if ctx.Err() != nil {
 			return
 		}
-		w = &podWorker{uid: pod.UID, seen: time.Now(), wake: make(chan struct{}, 1)}
+		w = &podWorker{uid: pod.UID, seen: time.Now(), wake: make(chan struct{}, 1), ended: make(chan struct{})}
 		s.workers[pod.UID] = w
 		wctx, cancel := context.WithCancel(ctx)
 		s.wg.Go(func() {
@@ -377,6 +385,9 @@ func (s *podSyncer) killed(w *podWorker) {
 		}
 	}
 }
+
+// markEnded says the pod ended for good, or its goroutine returned.
+func (w *podWorker) markEnded() { w.endedOnce.Do(func() { close(w.ended) }) }
 
 func (w *podWorker) poke() {
 	select {
@@ -437,6 +448,7 @@ func newerOrSame(a, b string) bool {
 // runWorker syncs one pod while it is syncing and kills it once it is
 // terminating, until it is killed or ctx ends.
 func (s *podSyncer) runWorker(ctx context.Context, w *podWorker) {
+	defer w.markEnded()
 	defer s.probes.Remove(w.uid)
 	defer s.k.metrics.podGone(w.uid)
 	log := s.k.log
@@ -558,9 +570,9 @@ func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod,
 	}
 	var st *pods.Status
 	var syncErr error
-	overdue := pastDeadline(pod, time.Now())
-	if overdue {
-		st, syncErr = s.stopOverdue(sctx, pod, log)
+	end := s.endOf(pod)
+	if end != nil {
+		st, syncErr = s.stopEnded(sctx, pod, end, log)
 	} else {
 		st, syncErr = s.worker.Sync(sctx, pod)
 	}
@@ -581,15 +593,20 @@ func (s *podSyncer) syncOnce(ctx context.Context, w *podWorker, pod *corev1.Pod,
 		// and the probes go on until the runtime answers again.
 		return timedWake{}, syncErr
 	}
-	if overdue && syncErr != nil {
+	if end != nil && syncErr != nil {
 		return timedWake{}, syncErr // not stopped yet: it is not over
 	}
 	status := s.podStatus(pod, st, metav1.Now())
-	if overdue {
-		status.Phase, status.Reason, status.Message = corev1.PodFailed, deadlineReason, deadlineMessage
+	if end != nil {
+		status.Phase, status.Reason, status.Message = corev1.PodFailed, end.reason, end.message
+		if c := end.condition; c != nil {
+			c.LastTransitionTime = metav1.Now()
+			status.Conditions = append(slices.DeleteFunc(status.Conditions, func(o corev1.PodCondition) bool { return o.Type == c.Type }), *c)
+		}
+		defer w.markEnded() // stopped; its status written if it can be
 	}
 	next := timedWake{at: st.RetryAt(), source: wakeBackoff}
-	if d := deadline(pod, status.StartTime); !d.IsZero() && !overdue && (next.at.IsZero() || d.Before(next.at)) {
+	if d := deadline(pod, status.StartTime); !d.IsZero() && end == nil && (next.at.IsZero() || d.Before(next.at)) {
 		next = timedWake{at: d, source: wakeDeadline}
 	}
 	var running []probe.Running
@@ -673,13 +690,13 @@ func pastDeadline(pod *corev1.Pod, now time.Time) bool {
 	return !d.IsZero() && !now.Before(d)
 }
 
-// stopOverdue stops the containers and sandbox of pod, which ran past its
-// deadline, with its grace period, and returns what the runtime then
-// holds: their ends, for the pod's Failed status.
-func (s *podSyncer) stopOverdue(ctx context.Context, pod *corev1.Pod, log *slog.Logger) (*pods.Status, error) {
-	log.Info("pod past its deadline: stopping it", "activeDeadlineSeconds", *pod.Spec.ActiveDeadlineSeconds)
-	s.worker.Event(pod, "", corev1.EventTypeNormal, deadlineReason, deadlineMessage)
-	stopErr := s.worker.Stop(ctx, pod, pods.GracePeriod(pod))
+// stopEnded stops the containers and sandbox of pod, which the node ends
+// for good as end says, and returns what the runtime then holds: their
+// ends, for the pod's Failed status.
+func (s *podSyncer) stopEnded(ctx context.Context, pod *corev1.Pod, end *podEnd, log *slog.Logger) (*pods.Status, error) {
+	log.Info("ending the pod", "reason", end.reason, "grace", end.grace)
+	s.worker.Event(pod, "", corev1.EventTypeNormal, end.reason, "%s", end.message)
+	stopErr := s.worker.Stop(ctx, pod, end.grace)
 	st, err := s.worker.Observe(ctx, pod)
 	if err != nil {
 		return nil, errors.Join(stopErr, err)

@@ -34,7 +34,7 @@ func startStatic(t *testing.T, cfg testNode) *agent {
 	join.RuntimeInfo, join.RuntimeStatus = cfg.RuntimeInfo, cfg.RuntimeStatus
 	join.Dir, join.Log, join.Metrics = cfg.Dir, cfg.Log, cfg.Metrics
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &agent{cancel: cancel, done: make(chan struct{})}
+	a := &agent{cancel: cancel, done: make(chan struct{}), k: k}
 	var wg sync.WaitGroup
 	wg.Go(func() { k.Run(ctx) })
 	wg.Go(func() {

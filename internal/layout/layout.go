@@ -48,6 +48,11 @@ const (
 	UpgradeSpool = "/run/cairn/upgrade"
 	// InitSocket is PID 1's control socket, which the agent calls.
 	InitSocket = "/run/cairn/init.sock"
+	// ShutdownMarker is written by init when the node shuts down (a
+	// power off, a reboot, an upgrade's), before it stops the services:
+	// the agent then ends the pods first (graceful node shutdown), where
+	// a plain stop of the agent leaves them running.
+	ShutdownMarker = "/run/cairn/shutting-down"
 	// AgentBinary is the node agent.
 	AgentBinary = "/usr/bin/cairn-agent"
 	// KubeletDir is the kubelet part's own state: its client and serving

@@ -61,8 +61,13 @@ func TestBoot(t *testing.T) {
 	port := freePort(t)
 	endpoint := fmt.Sprintf("127.0.0.1:%d", port)
 	reg := registry.Start(t)
-	if _, err := registry.BuildAndPush(context.Background(), reg, "./test/images/hello", "cairn-test/hello:v1"); err != nil {
-		t.Fatal(err)
+	for _, img := range []struct{ pkg, tag string }{
+		{"./test/images/hello", "cairn-test/hello:v1"},
+		{"./agent/kubelet/testdata/probee", "cairn-test/probee:v1"},
+	} {
+		if _, err := registry.BuildAndPush(context.Background(), reg, img.pkg, img.tag); err != nil {
+			t.Fatal(err)
+		}
 	}
 	guestRegistry := fmt.Sprintf("%s:%d", guestHost, reg.Port())
 	// The scheduler places the CSI driver's DaemonSet pod (testCSI).
@@ -105,7 +110,7 @@ func TestBoot(t *testing.T) {
 	metricsPort := freePort(t)
 	vm := bootVM(t, qemu.Options{Disk: filepath.Join(dir, "node.raw"), APIPort: port, MetricsPort: metricsPort, IsolatedNIC: true})
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	if err := vm.WaitReady(ctx, "the API", func(ctx context.Context) error {
 		_, err := c.Version(ctx, &machine.VersionRequest{})
@@ -235,6 +240,7 @@ func TestBoot(t *testing.T) {
 	})
 
 	t.Run("Reboot", func(t *testing.T) {
+		prestop := startPreStopPod(t, ctx, kc, guestRegistry+"/cairn-test/probee:v1")
 		asked := time.Now()
 		if _, err := c.Reboot(ctx, &machine.RebootRequest{}); err != nil {
 			t.Fatal(err)
@@ -250,6 +256,7 @@ func TestBoot(t *testing.T) {
 		if v2.Uptime.AsDuration() >= v.Uptime.AsDuration()+time.Since(start) || v2.Hostname != "e2e-node" {
 			t.Errorf("after Reboot: uptime %s, hostname %q; want a fresh boot of e2e-node", v2.Uptime.AsDuration(), v2.Hostname)
 		}
+		prestop.check(t, ctx, c)
 	})
 
 	t.Run("StagedAfterReboot", func(t *testing.T) { testStagedAfterReboot(t, ctx, c) })

@@ -35,10 +35,7 @@ func testCSI(t *testing.T, kc *kube.Cluster, c *client.Client, reg *registry.Reg
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := registry.BuildAndPush(ctx, reg, "./agent/kubelet/testdata/probee", "cairn-test/probee:v1"); err != nil {
-		t.Fatal(err)
-	}
-	probee := guestRegistry + "/cairn-test/probee:v1"
+	probee := guestRegistry + "/cairn-test/probee:v1" // pushed by TestBoot
 	d := &csitest.Deployment{DriverImage: driver, RegistrarImage: registrar, KubeletDir: "/var/lib/kubelet", DataDir: "/var/lib/csi-hostpath"}
 	if err := d.Create(ctx, kc.Client, ns); err != nil {
 		t.Fatal(err)
