@@ -140,8 +140,8 @@ func nodeServices(cfg *machineconfig.Config, varErr error) ([]supervisor.Service
 	}
 	grace, _ := cfg.Machine.Shutdown.Periods()
 	services := []supervisor.Service{containerd, {
-		Name:        "cairn-agent",
-		Path:        layout.AgentBinary,
+		Name: "cairn-agent",
+		Path: layout.AgentBinary,
 		// At a node's shutdown the agent ends the pods, within the
 		// shutdown's grace period, before containerd stops.
 		StopBefore:  []string{"containerd"},

@@ -55,7 +55,9 @@ type Deployment struct {
 }
 
 // Socket is the driver's socket on the node.
-func (d *Deployment) Socket() string { return filepath.Join(d.KubeletDir, "plugins", Driver, "csi.sock") }
+func (d *Deployment) Socket() string {
+	return filepath.Join(d.KubeletDir, "plugins", Driver, "csi.sock")
+}
 
 // Create creates the CSIDriver and the DaemonSet in namespace ns.
 func (d *Deployment) Create(ctx context.Context, cs kubernetes.Interface, ns string) error {
