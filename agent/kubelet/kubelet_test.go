@@ -10,6 +10,7 @@ import (
 	"github.com/cairn-os/cairn/agent/node"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/test/kube"
+	"github.com/cairn-os/cairn/test/mounts"
 )
 
 // readyRuntime is a container runtime that is ready, as far as the
@@ -52,6 +53,7 @@ func (a *agent) stop() {
 // the bootstrap token, keeping its state in dir, and renews and reports
 // every 200 ms.
 func testConfig(t testing.TB, c *kube.Cluster, name, dir string) testNode {
+	mounts.UnmountAtEnd(t, dir) // the volumes of the pods left running
 	return testNode{
 		Config: Config{
 			Dir: dir,

@@ -20,6 +20,7 @@ import (
 	resourcehelper "k8s.io/component-helpers/resource"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cairn-os/cairn/agent/kubelet/imagegc"
 	"github.com/cairn-os/cairn/agent/kubelet/logrotate"
 	"github.com/cairn-os/cairn/agent/kubelet/pods"
 	"github.com/cairn-os/cairn/agent/kubelet/probe"
@@ -215,6 +216,8 @@ func (k *Kubelet) Run(ctx context.Context) {
 	s.wg.Go(func() { p.run(ctx) })
 	rotator := &logrotate.Rotator{Runtime: k.cfg.Pods.Runtime, Log: k.log}
 	s.wg.Go(func() { rotator.Run(ctx) })
+	images := imagegc.New(imagegc.Config{Runtime: k.cfg.Pods.Runtime, Images: k.cfg.Pods.Images, Log: k.log.With("part", "image gc")})
+	s.wg.Go(func() { images.Run(ctx) })
 	<-ctx.Done()
 	s.wg.Wait()
 	s.probes.RemoveAll()

@@ -14,20 +14,9 @@ import (
 // The status of a pod ended by the node's shutdown, in the kubelet's
 // words.
 const (
-	shutdownReason          = "Terminated"
-	shutdownMessage         = "Pod was terminated in response to imminent node shutdown."
-	shutdownConditionReason = "TerminationByKubelet"
+	shutdownReason  = "Terminated"
+	shutdownMessage = "Pod was terminated in response to imminent node shutdown."
 )
-
-// podEnd is why the node ends a pod for good, stopping its containers
-// within grace: its activeDeadlineSeconds passed, or the node shuts down.
-type podEnd struct {
-	reason, message string
-	grace           time.Duration
-	// condition, if set, is added to the pod's status: the node
-	// shutdown's DisruptionTarget.
-	condition *corev1.PodCondition
-}
 
 // nodeShutdown is the node's shutdown under way: the pods that are not
 // critical end first, within grace-critical, then the critical ones
@@ -61,22 +50,8 @@ func (n *nodeShutdown) endOf(pod *corev1.Pod) *podEnd {
 	return &podEnd{
 		reason: shutdownReason, message: shutdownMessage, grace: min(grace, pods.GracePeriod(pod)),
 		condition: &corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
-			Reason: shutdownConditionReason, Message: shutdownMessage},
+			Reason: terminationByKubelet, Message: shutdownMessage},
 	}
-}
-
-// endOf is how the node ends pod now, if it does: the node's shutdown
-// first, else pod's deadline.
-func (s *podSyncer) endOf(pod *corev1.Pod) *podEnd {
-	if n := s.shutdown.Load(); n != nil {
-		if e := n.endOf(pod); e != nil {
-			return e
-		}
-	}
-	if pastDeadline(pod, time.Now()) {
-		return &podEnd{reason: deadlineReason, message: deadlineMessage, grace: pods.GracePeriod(pod)}
-	}
-	return nil
 }
 
 // Shutdown ends the node's pods because the node shuts down, as the

@@ -63,7 +63,7 @@ func NewPodConfig(cluster *machineconfig.Cluster, rt *cri.Client, logRoot string
 func (k *Kubelet) newPodWorker(results *probe.Results) (w *pods.Worker, stop func(), err error) {
 	pc := k.cfg.Pods
 	k.refs = &joinedRefs{}
-	k.volumes = &podVolumes{static: &volumes.Manager{Root: k.podsDir(), Now: pc.volumeClock, Node: k.refs.Node, CSI: k.cfg.CSI}}
+	k.volumes = &podVolumes{static: &volumes.Manager{Root: k.podsDir(), Now: pc.volumeClock, Node: k.refs.Node, CSI: k.cfg.CSI, Tmpfs: true}}
 	b := record.NewBroadcasterWithCorrelatorOptions(record.CorrelatorOptions{SpamKeyFunc: spamKey})
 	k.events = b
 	w, err = pods.New(pods.Config{
@@ -90,7 +90,7 @@ func (k *Kubelet) join(m *node.Member) (stop func()) {
 	services := m.Informers.Core().V1().Services()
 	k.refs.cur.Store(&nodeRefs{client: m.Client, node: m.Node,
 		services: services.Lister(), servicesSynced: services.Informer().HasSynced})
-	k.volumes.api.Store(&volumes.Manager{Root: k.podsDir(), Client: m.Client, Now: k.cfg.Pods.volumeClock, Node: k.refs.Node, CSI: k.cfg.CSI})
+	k.volumes.api.Store(&volumes.Manager{Root: k.podsDir(), Client: m.Client, Now: k.cfg.Pods.volumeClock, Node: k.refs.Node, CSI: k.cfg.CSI, Tmpfs: true})
 	k.member.Store(m)
 	sink := k.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: m.Client.CoreV1().Events("")})
 	return sink.Stop

@@ -24,6 +24,7 @@ import (
 	"github.com/cairn-os/cairn/internal/version"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/test/kube"
+	"github.com/cairn-os/cairn/test/mounts"
 	"github.com/cairn-os/cairn/test/repo"
 	"github.com/cairn-os/cairn/test/runtime"
 )
@@ -165,6 +166,8 @@ func New(tb testing.TB, c *kube.Cluster, rt *runtime.Runtime, opts Options) *Age
 	if err := os.Mkdir(cniConf, 0o755); err != nil {
 		tb.Fatal(err)
 	}
+	// The volumes of the pods the agent leaves running.
+	mounts.UnmountAtEnd(tb, filepath.Join(dir, "kubelet-root"))
 	initSocket := filepath.Join(dir, "init.sock")
 	serveInit(tb, initSocket)
 	cmd := exec.Command(opts.Bin,

@@ -30,6 +30,7 @@ import (
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/test/agentnode"
 	"github.com/cairn-os/cairn/test/kube"
+	"github.com/cairn-os/cairn/test/mounts"
 	"github.com/cairn-os/cairn/test/registry"
 	"github.com/cairn-os/cairn/test/repo"
 	"github.com/cairn-os/cairn/test/runtime"
@@ -144,6 +145,7 @@ func startPodAgent(b *testing.B, c *kube.Cluster, rt *runtime.Runtime, bin, dir,
 	}
 	args := []string{"-cri-socket", rt.Socket, "-node-name", node, "-cluster", clusterFile,
 		"-dir", filepath.Join(dir, "state"), "-log-root", filepath.Join(dir, "pods")}
+	mounts.UnmountAtEnd(b, filepath.Join(dir, "state")) // the volumes of the pods left running
 	if profile != "" {
 		args = append(args, "-cpuprofile", profile)
 	}

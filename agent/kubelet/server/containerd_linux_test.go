@@ -20,6 +20,7 @@ import (
 	"github.com/cairn-os/cairn/agent/node"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/test/kube"
+	"github.com/cairn-os/cairn/test/mounts"
 	"github.com/cairn-os/cairn/test/poll"
 	"github.com/cairn-os/cairn/test/registry"
 	"github.com/cairn-os/cairn/test/runtime"
@@ -69,6 +70,7 @@ func startCRINode(t *testing.T) *criNode {
 	cluster := machineconfig.Cluster{Server: c.URL, CA: string(c.CAPEM), BootstrapToken: c.BootstrapToken,
 		ClusterDomain: machineconfig.DefaultClusterDomain}
 	dir, logRoot := t.TempDir(), filepath.Join(t.TempDir(), "pods")
+	mounts.UnmountAtEnd(t, dir) // the volumes of the pods left running
 	podConfig := kubelet.NewPodConfig(&cluster, client, logRoot)
 	components := []node.Component{
 		{Name: "kubelet", Run: func(ctx context.Context, m *node.Member) error {

@@ -32,10 +32,14 @@
 // Claims of CSI PersistentVolumes, generic ephemeral volumes and inline
 // CSI volumes are mounted by Manager.CSI through their drivers.
 //
-// Not yet here: other volume types, fsGroup
-// ownership and clusterTrustBundle sources; files live
-// on the node's disk, not in a tmpfs as the kubelet keeps secrets, and an
-// emptyDir of medium Memory is a plain directory too.
+// With Tmpfs, secret and projected volumes and emptyDirs of medium Memory
+// are each a tmpfs, never on the node's disk.
+//
+// A pod's fsGroup owns the files of its emptyDir, configMap, secret,
+// downwardAPI and projected volumes, as the kubelet gives them to it.
+//
+// Not yet here: other volume types, fsGroup on CSI volumes and
+// clusterTrustBundle sources.
 package volumes
 
 import (
@@ -49,7 +53,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/moby/sys/mountinfo"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -77,6 +80,11 @@ type Manager struct {
 	Resync time.Duration
 	// Now is the clock of token renewals; time.Now if nil.
 	Now func() time.Time
+	// Tmpfs keeps the volumes that the kubelet keeps in memory on a
+	// tmpfs of their own: secret and projected volumes, emptyDirs of
+	// medium Memory (of at most their sizeLimit). Without it (tests as a
+	// user) they are directories on the node's disk.
+	Tmpfs bool
 	// CSI, if set, mounts the volumes of CSI drivers: claims of CSI
 	// PersistentVolumes, generic ephemeral volumes, inline CSI volumes
 	// (agent/csi). Its TearDown runs first in TearDown, on every pod.
@@ -219,21 +227,41 @@ func (m *Manager) write(ctx context.Context, pod *corev1.Pod, pv *podVolumes, no
 			continue
 		}
 		dir := filepath.Join(m.Root, string(pod.UID), "volumes", plugin, v.Name)
-		if v.EmptyDir != nil {
-			// 0777 as the kubelet makes it: any user of the pod writes.
-			if err := os.MkdirAll(dir, 0o777); err == nil {
-				err = os.Chmod(dir, 0o777)
+		if m.Tmpfs && inMemory(v) {
+			var size int64
+			if v.EmptyDir != nil && v.EmptyDir.SizeLimit != nil {
+				size = v.EmptyDir.SizeLimit.Value()
 			}
-			if err != nil {
+			if err := mountTmpfs(dir, size); err != nil {
 				errs = append(errs, setupError(v.Name, err))
 				continue
+			}
+		}
+		if v.EmptyDir != nil {
+			if _, ok := pv.paths[v.Name]; !ok {
+				// 0777 as the kubelet makes it: any user of the pod
+				// writes; the fsGroup's once, before the pod has written.
+				err := os.MkdirAll(dir, 0o777)
+				if err == nil {
+					err = os.Chmod(dir, 0o777)
+				}
+				if err == nil {
+					err = setOwnership(dir, pod, false)
+				}
+				if err != nil {
+					errs = append(errs, setupError(v.Name, err))
+					continue
+				}
 			}
 			paths[v.Name] = dir
 			continue
 		}
 		files, due, err := m.files(ctx, pod, v, pv, now)
 		if err == nil {
-			_, err = writeAtomic(dir, files)
+			var written bool
+			if written, err = writeAtomic(dir, files); err == nil && written {
+				err = setOwnership(dir, pod, true)
+			}
 		}
 		if err != nil {
 			errs = append(errs, setupError(v.Name, err))
@@ -296,12 +324,8 @@ func (m *Manager) TearDown(uid types.UID) error {
 			return fmt.Errorf("unmount the CSI volumes of pod %s: %w", uid, err)
 		}
 	}
-	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
-	if err != nil {
-		return fmt.Errorf("read the mounts: %w", err)
-	}
-	if len(mounts) > 0 {
-		return fmt.Errorf("remove volumes of pod %s: %s is still mounted", uid, mounts[0].Mountpoint)
+	if err := unmountTmpfs(dir); err != nil {
+		return fmt.Errorf("remove volumes of pod %s: %w", uid, err)
 	}
 	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove volumes of pod %s: %w", uid, err)

@@ -14,8 +14,8 @@
 // Otherwise it runs until SIGTERM, printing "probee started" and then
 // "bye" when it ends (with IGNORE_TERM=1 it prints "SIGTERM ignored" and
 // runs on until SIGKILL), and:
-//   - creates $TOUCH_FILE (if set) $TOUCH_AFTER seconds after its start,
-//     printing "touched PATH";
+//   - creates $TOUCH_FILE (if set), of $TOUCH_SIZE zero bytes (default
+//     none), $TOUCH_AFTER seconds after its start, printing "touched PATH";
 //   - serves HTTP on $LISTEN (such as ":8080", if set), printing
 //     "http GET /path" as each request arrives. /sleep/N answers 200
 //     after N seconds; /script/PATTERN answers its n-th request as the
@@ -57,8 +57,9 @@ func main() {
 	fmt.Println("probee started")
 	if f := os.Getenv("TOUCH_FILE"); f != "" {
 		after, _ := strconv.Atoi(os.Getenv("TOUCH_AFTER"))
+		size, _ := strconv.Atoi(os.Getenv("TOUCH_SIZE"))
 		time.AfterFunc(time.Duration(after)*time.Second, func() {
-			if err := os.WriteFile(f, nil, 0o644); err != nil {
+			if err := os.WriteFile(f, make([]byte, size), 0o644); err != nil {
 				fmt.Println(err)
 				return
 			}
