@@ -29,12 +29,16 @@ type podEnd struct {
 }
 
 // endOf is how the node ends pod now, if it does: the node's shutdown
-// first, else pod's deadline, else an emptyDir past its sizeLimit.
+// first, else an eviction under pressure, else pod's deadline, else an
+// emptyDir past its sizeLimit.
 func (s *podSyncer) endOf(pod *corev1.Pod) *podEnd {
 	if n := s.shutdown.Load(); n != nil {
 		if e := n.endOf(pod); e != nil {
 			return e
 		}
+	}
+	if e, ok := s.evicted.Load(pod.UID); ok {
+		return e.(*podEnd)
 	}
 	if pastDeadline(pod, time.Now()) {
 		return &podEnd{reason: deadlineReason, message: deadlineMessage, grace: pods.GracePeriod(pod)}

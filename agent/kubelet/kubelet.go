@@ -56,6 +56,9 @@ type Config struct {
 	// CSI, if set, mounts the pods' volumes of CSI drivers
 	// (agent/csi.Plugins, whose directory is Dir).
 	CSI volumes.CSI
+	// Thresholds are the hard eviction thresholds: crossing one, the
+	// node evicts pods; zero fields take node.DefaultThresholds'.
+	Thresholds node.Thresholds
 	// PodResync is how often each pod is synced when nothing changed: the
 	// runtime's events and relists (pleg) and probe results wake a pod
 	// when something did. 0 means 10 s.
@@ -77,6 +80,9 @@ type Config struct {
 	// staticResync is how often the static pods' directory is read again
 	// besides when it tells of a change: 0 means 20 s.
 	staticResync time.Duration
+	// evictionInterval is how often the node looks for pressure: 0 means
+	// evictionInterval.
+	evictionInterval time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -88,6 +94,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.staticResync == 0 {
 		c.staticResync = 20 * time.Second
+	}
+	if c.evictionInterval == 0 {
+		c.evictionInterval = evictionInterval
 	}
 }
 

@@ -93,6 +93,10 @@ type podSyncer struct {
 
 	// shutdown is the node's shutdown once it began (shutdown.go).
 	shutdown atomic.Pointer[nodeShutdown]
+	// evicted holds the podEnd of each pod evicted under pressure, by
+	// UID; lastEvicted is the last one, which watchPressure alone uses.
+	evicted     sync.Map
+	lastEvicted types.UID
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker // until the pod is gone
@@ -216,6 +220,7 @@ func (k *Kubelet) Run(ctx context.Context) {
 	s.wg.Go(func() { p.run(ctx) })
 	rotator := &logrotate.Rotator{Runtime: k.cfg.Pods.Runtime, Log: k.log}
 	s.wg.Go(func() { rotator.Run(ctx) })
+	s.wg.Go(func() { s.watchPressure(ctx) })
 	images := imagegc.New(imagegc.Config{Runtime: k.cfg.Pods.Runtime, Images: k.cfg.Pods.Images, Log: k.log.With("part", "image gc")})
 	s.wg.Go(func() { images.Run(ctx) })
 	<-ctx.Done()

@@ -72,6 +72,9 @@ type Config struct {
 	// from the Node (status.declaredFeatures) to know what the kubelet
 	// server does, e.g. ExtendWebSocketsToKubelet.
 	DeclaredFeatures []string
+	// Thresholds are the hard eviction thresholds, below which the node
+	// reports pressure; zero fields take DefaultThresholds'.
+	Thresholds Thresholds
 	// VolumesInUse, if set, lists the volumes mounted on the node, which
 	// its status reports (status.volumesInUse) for the attach/detach
 	// controller not to detach them.

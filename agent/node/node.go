@@ -27,14 +27,14 @@ const maxPods = 110
 // init, containerd, cairn-agent and the kernel, so that pods cannot starve
 // them.
 //   - cpu: 100m.
-//   - memory: 256 MiB, plus the memory pressure threshold (100 MiB), so
-//     that pods using all they are allocated do not put the node under
-//     pressure.
-//   - ephemeral-storage: the disk pressure threshold, 10 % of the
-//     filesystem, for the same reason.
+//   - memory: 256 MiB, plus the memory.available threshold (100 MiB by
+//     default), so that pods using all they are allocated do not put the
+//     node under pressure.
+//   - ephemeral-storage: the nodefs.available threshold, 10 % of the
+//     filesystem by default, for the same reason.
 const (
 	reservedMilliCPU = 100
-	reservedMemory   = 256<<20 + memoryPressureBelow
+	reservedMemory   = 256 << 20
 )
 
 // controllerManagedAttachDetach is the annotation by which a node leaves
@@ -198,17 +198,18 @@ func capacity(cpus int, mem *host.Memory, disk *host.Filesystem) corev1.Resource
 	return c
 }
 
-// allocatable returns capacity less the system reservation, never below 0.
-func allocatable(capacity corev1.ResourceList) corev1.ResourceList {
+// allocatable returns capacity less the system reservation and the
+// eviction thresholds t, never below 0.
+func allocatable(capacity corev1.ResourceList, t Thresholds) corev1.ResourceList {
 	a := corev1.ResourceList{}
 	for name, q := range capacity {
 		switch name {
 		case corev1.ResourceCPU:
 			a[name] = *resource.NewMilliQuantity(max(q.MilliValue()-reservedMilliCPU, 0), resource.DecimalSI)
 		case corev1.ResourceMemory:
-			a[name] = *resource.NewQuantity(max(q.Value()-reservedMemory, 0), resource.BinarySI)
+			a[name] = *resource.NewQuantity(max(q.Value()-reservedMemory-int64(t.MemoryAvailable), 0), resource.BinarySI)
 		case corev1.ResourceEphemeralStorage:
-			a[name] = *resource.NewQuantity(q.Value()-q.Value()*diskPressurePercent/100, resource.BinarySI)
+			a[name] = *resource.NewQuantity(q.Value()-q.Value()*int64(t.NodefsAvailable)/100, resource.BinarySI)
 		default:
 			a[name] = q
 		}

@@ -42,7 +42,7 @@ func TestCapacityAllocatable(t *testing.T) {
 			if diff := cmp.Diff(tt.wantCapacity, quantities(c)); diff != "" {
 				t.Errorf("capacity() mismatch (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(tt.wantAllo, quantities(allocatable(c))); diff != "" {
+			if diff := cmp.Diff(tt.wantAllo, quantities(allocatable(c, DefaultThresholds))); diff != "" {
 				t.Errorf("allocatable() mismatch (-want +got):\n%s", diff)
 			}
 		})

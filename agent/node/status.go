@@ -20,15 +20,6 @@ import (
 	"github.com/cairn-os/cairn/internal/backoff"
 )
 
-// Thresholds of the pressure conditions. Memory and disk are the
-// kubelet's default hard eviction thresholds.
-const (
-	memoryPressureBelow  = 100 << 20 // bytes of available memory
-	diskPressurePercent  = 10        // free space of the state's filesystem
-	inodePressurePercent = 5         // free inodes of it
-	pidPressurePercent   = 10        // process IDs left of kernel.pid_max
-)
-
 // observation is one look at what the conditions report.
 type observation struct {
 	runtimeReady, networkReady bool
@@ -41,6 +32,8 @@ type observation struct {
 	diskErr   error
 	pids      host.PIDs
 	pidsErr   error
+
+	thresholds Thresholds
 }
 
 func (j *joiner) observe(ctx context.Context) observation {
@@ -49,6 +42,7 @@ func (j *joiner) observe(ctx context.Context) observation {
 	o.memory, o.memoryErr = host.ReadMemory()
 	o.disk, o.diskErr = host.StatFS(j.cfg.Dir)
 	o.pids, o.pidsErr = host.ReadPIDs()
+	o.thresholds = j.cfg.Thresholds.WithDefaults()
 	return o
 }
 
@@ -123,40 +117,33 @@ func networkCondition(o *observation) corev1.NodeCondition {
 
 func memoryCondition(o *observation) corev1.NodeCondition {
 	const t = corev1.NodeMemoryPressure
-	switch {
-	case o.memoryErr != nil:
+	if o.memoryErr != nil {
 		return condition(t, corev1.ConditionUnknown, "MemoryNotMeasured", o.memoryErr.Error())
-	case o.memory.Available < memoryPressureBelow:
-		return condition(t, corev1.ConditionTrue, "KubeletHasInsufficientMemory",
-			fmt.Sprintf("available memory is below %d MiB", memoryPressureBelow>>20))
+	}
+	if s := o.thresholds.Memory(o.memory); s != nil {
+		return condition(t, corev1.ConditionTrue, "KubeletHasInsufficientMemory", s.Message)
 	}
 	return condition(t, corev1.ConditionFalse, "KubeletHasSufficientMemory", "node has sufficient memory available")
 }
 
 func diskCondition(o *observation) corev1.NodeCondition {
 	const t = corev1.NodeDiskPressure
-	d := &o.disk
-	switch {
-	case o.diskErr != nil:
+	if o.diskErr != nil {
 		return condition(t, corev1.ConditionUnknown, "DiskNotMeasured", o.diskErr.Error())
-	case d.Free < d.Size/100*diskPressurePercent:
-		return condition(t, corev1.ConditionTrue, "KubeletHasDiskPressure",
-			fmt.Sprintf("free space of the node's filesystem is below %d %%", diskPressurePercent))
-	case d.Inodes > 0 && d.InodesFree < d.Inodes/100*inodePressurePercent:
-		return condition(t, corev1.ConditionTrue, "KubeletHasDiskPressure",
-			fmt.Sprintf("free inodes of the node's filesystem are below %d %%", inodePressurePercent))
+	}
+	if s := o.thresholds.Nodefs(o.disk); s != nil {
+		return condition(t, corev1.ConditionTrue, "KubeletHasDiskPressure", s.Message)
 	}
 	return condition(t, corev1.ConditionFalse, "KubeletHasNoDiskPressure", "node has no disk pressure")
 }
 
 func pidCondition(o *observation) corev1.NodeCondition {
 	const t = corev1.NodePIDPressure
-	switch {
-	case o.pidsErr != nil:
+	if o.pidsErr != nil {
 		return condition(t, corev1.ConditionUnknown, "PIDsNotMeasured", o.pidsErr.Error())
-	case o.pids.Max-min(o.pids.Used, o.pids.Max) < o.pids.Max/100*pidPressurePercent:
-		return condition(t, corev1.ConditionTrue, "KubeletHasInsufficientPID",
-			fmt.Sprintf("process IDs left are below %d %% of kernel.pid_max", pidPressurePercent))
+	}
+	if s := o.thresholds.PIDs(o.pids); s != nil {
+		return condition(t, corev1.ConditionTrue, "KubeletHasInsufficientPID", s.Message)
 	}
 	return condition(t, corev1.ConditionFalse, "KubeletHasSufficientPID", "node has sufficient PID available")
 }
@@ -176,7 +163,7 @@ func (j *joiner) nodeStatus(ctx context.Context, prev []corev1.NodeCondition, no
 	c := capacity(runtime.NumCPU(), mem, disk)
 	return corev1.NodeStatus{
 		Capacity:    c,
-		Allocatable: allocatable(c),
+		Allocatable: allocatable(c, o.thresholds),
 		Conditions:  conditions(prev, &o, now),
 		Addresses:   j.addresses(),
 		NodeInfo:    j.nodeInfo(ctx),

@@ -20,6 +20,8 @@ func healthy() observation {
 		memory: host.Memory{Total: 8 << 30, Available: 4 << 30},
 		disk:   host.Filesystem{Size: 100 << 30, Free: 50 << 30, Inodes: 1000, InodesFree: 900},
 		pids:   host.PIDs{Used: 300, Max: 32768},
+
+		thresholds: DefaultThresholds,
 	}
 }
 
@@ -169,7 +171,7 @@ func TestSameStatus(t *testing.T) {
 	o := healthy()
 	status := func(now metav1.Time, cpus int) corev1.NodeStatus {
 		c := capacity(cpus, &o.memory, &o.disk)
-		return corev1.NodeStatus{Capacity: c, Allocatable: allocatable(c), Conditions: conditions(nil, &o, now)}
+		return corev1.NodeStatus{Capacity: c, Allocatable: allocatable(c, DefaultThresholds), Conditions: conditions(nil, &o, now)}
 	}
 	a, b := status(t0, 2), status(t0, 2)
 	for i := range b.Conditions {

@@ -16,6 +16,8 @@
 // runs on until SIGKILL), and:
 //   - creates $TOUCH_FILE (if set), of $TOUCH_SIZE zero bytes (default
 //     none), $TOUCH_AFTER seconds after its start, printing "touched PATH";
+//   - holds $HOLD_BYTES (if set) of memory it wrote to, printing "holding
+//     N bytes": a memory hog;
 //   - serves HTTP on $LISTEN (such as ":8080", if set), printing
 //     "http GET /path" as each request arrives. /sleep/N answers 200
 //     after N seconds; /script/PATTERN answers its n-th request as the
@@ -46,6 +48,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
+// held is the memory HOLD_BYTES asks to hold.
+var held []byte
+
 func main() {
 	if len(os.Args) >= 2 {
 		if code, ok := command(os.Args[1], os.Args[2:]); ok {
@@ -55,6 +60,13 @@ func main() {
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, os.Interrupt)
 	fmt.Println("probee started")
+	if n, _ := strconv.Atoi(os.Getenv("HOLD_BYTES")); n > 0 {
+		held = make([]byte, n)
+		for i := range held {
+			held[i] = byte(i)
+		}
+		fmt.Println("holding", n, "bytes")
+	}
 	if f := os.Getenv("TOUCH_FILE"); f != "" {
 		after, _ := strconv.Atoi(os.Getenv("TOUCH_AFTER"))
 		size, _ := strconv.Atoi(os.Getenv("TOUCH_SIZE"))
