@@ -11,7 +11,7 @@ LDFLAGS := -s -w -buildid= -X github.com/cairn-os/cairn/internal/version.Version
 
 export CGO_ENABLED := 0
 
-.PHONY: all deps components build image run test test-unit test-e2e test-powercut bench bench-pods bench-streams bench-csi proto clean
+.PHONY: all deps components build image run test test-unit test-e2e test-powercut bench bench-pods bench-streams bench-storage proto clean
 
 all: build
 
@@ -118,7 +118,7 @@ test-powercut: deps build
 test-unit:
 	$(GO) test ./...
 
-bench: deps bench-pods bench-streams bench-csi
+bench: deps bench-pods bench-streams bench-storage
 	$(GO) test -tags e2e -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/e2e/
 
 # Pod startup latency, CPU time and memory of cairn-agent (built from
@@ -136,12 +136,14 @@ bench-pods: cluster components
 bench-streams: cluster components
 	$(TEST_ENV) $(GO) test -tags bench -run '^$$' -bench Streams -benchtime 1x -timeout 30m ./test/bench/
 
-# CSI on a node on the host (agent/kubelet, as root; about 1 min): the
-# stage and publish latency (p50, p99) of 20 pods started at once, each
-# with its own claim, and how long after a pod's deletion its volume is
-# unmounted, on the test driver with the upstream provisioner and attacher.
-bench-csi: cluster components csi-sidecars
-	$(TEST_ENV) $(GO) test -run '^$$' -bench CSI -benchtime 1x -timeout 20m ./agent/kubelet/
+# Storage and pressure on a node on the host (agent/kubelet, as root;
+# about 3 min): the CSI stage and publish latency (p50, p99) of 20 pods
+# started at once, each with its own claim, and how long after a pod's
+# deletion its volume is unmounted, on the test driver with the upstream
+# provisioner and attacher; how long a pod that crosses memory.available
+# takes to be evicted.
+bench-storage: cluster components csi-sidecars
+	$(TEST_ENV) $(GO) test -run '^$$' -bench 'CSI|Eviction' -benchtime 1x -timeout 20m ./agent/kubelet/
 
 # The upstream suite's [sig-node] specs of [NodeConformance] and
 # [Conformance] against a Cairn node on the host (test/conformance, as

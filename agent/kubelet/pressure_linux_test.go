@@ -2,6 +2,8 @@ package kubelet
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cairn-os/cairn/agent/node/host"
+	"github.com/cairn-os/cairn/test/kube"
 )
 
 // TestMemoryPressureEviction runs, on a node of a real control plane
@@ -20,33 +23,8 @@ import (
 // as the kubelet evicts (Failed, Evicted, the node's low resource and the
 // container's use), which relieves it; the Guaranteed pod runs on.
 func TestMemoryPressureEviction(t *testing.T) {
-	e, cfg := newPodEnv(t, "pressure-1")
-	m, err := host.ReadMemory()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Thresholds.MemoryAvailable = m.Available - 300<<20
-	cfg.evictionInterval = time.Second
-	start(t, cfg)
-	e.testNodeReady(t)
-	grace := int64(1)
-	guaranteed := e.createPod(t, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "guaranteed", Namespace: "default"},
-		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
-			Name: "probee", Image: e.probee, ImagePullPolicy: corev1.PullIfNotPresent,
-			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
-				corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
-			}},
-		}}},
-	})
-	waitPod(t, e.c.Client, "default", guaranteed.Name, 60*time.Second, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
-	hog := e.createPod(t, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "hog", Namespace: "default"},
-		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
-			Name: "hog", Image: e.probee, ImagePullPolicy: corev1.PullIfNotPresent,
-			Env: []corev1.EnvVar{{Name: "HOLD_BYTES", Value: "1073741824"}},
-		}}},
-	})
+	e := startPressureNode(t, time.Second)
+	guaranteed, hog := e.runHog(t)
 	got := waitPod(t, e.c.Client, "default", hog.Name, 2*time.Minute, "evicted", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
 	if got.Status.Reason != "Evicted" ||
 		!strings.HasPrefix(got.Status.Message, "The node was low on resource: memory. Threshold quantity: ") ||
@@ -62,4 +40,75 @@ func TestMemoryPressureEviction(t *testing.T) {
 	if g.Status.Phase != corev1.PodRunning {
 		t.Errorf("guaranteed: phase %s (%s %s), want Running", g.Status.Phase, g.Status.Reason, g.Status.Message)
 	}
+}
+
+// BenchmarkEviction prints how long the node takes to evict a pod that
+// crosses the memory.available threshold, from the moment its container
+// runs (and holds 1 GiB) to the pod Failed, with the node looking as often
+// as it does (evictionInterval).
+func BenchmarkEviction(b *testing.B) {
+	e := startPressureNode(b, 0)
+	for b.Loop() {
+		_, hog := e.runHog(b)
+		running := waitPod(b, e.c.Client, "default", hog.Name, time.Minute, "Running", func(p *corev1.Pod) bool {
+			return p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodFailed
+		})
+		var started time.Time
+		for _, cs := range running.Status.ContainerStatuses {
+			if cs.State.Running != nil {
+				started = cs.State.Running.StartedAt.Time
+			}
+		}
+		waitPod(b, e.c.Client, "default", hog.Name, 2*time.Minute, "evicted", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+		took := time.Since(started)
+		b.Logf("memory.available crossed → pod Failed (Evicted): %v (the node looks every %v)", took.Round(10*time.Millisecond), evictionInterval)
+		b.ReportMetric(took.Seconds(), "s-to-evicted")
+	}
+}
+
+// pressureNode is a node whose memory.available threshold is 300 MiB
+// under what the host had free when it started.
+type pressureNode struct{ *podEnv }
+
+// startPressureNode starts it, looking for pressure every interval (0:
+// the node's default).
+func startPressureNode(tb testing.TB, interval time.Duration) pressureNode {
+	e, cfg := newPodEnvWith(tb, "pressure-1", kube.Options{})
+	m, err := host.ReadMemory()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg.Thresholds.MemoryAvailable = m.Available - 300<<20
+	cfg.evictionInterval = interval
+	if _, bench := tb.(*testing.B); bench {
+		cfg.Log = slog.New(slog.DiscardHandler) // a benchmark prints all it logs
+	}
+	startWith(tb, cfg)
+	e.testNodeReady(tb)
+	return pressureNode{e}
+}
+
+// runHog runs a Guaranteed pod, waits for it to run, then creates a
+// BestEffort pod that holds 1 GiB.
+func (e pressureNode) runHog(tb testing.TB) (guaranteed, hog *corev1.Pod) {
+	grace := int64(1)
+	suffix := fmt.Sprint(time.Now().UnixNano())
+	guaranteed = e.createPod(tb, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "guaranteed-" + suffix, Namespace: "default"},
+		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
+			Name: "probee", Image: e.probee, ImagePullPolicy: corev1.PullIfNotPresent,
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
+			}},
+		}}},
+	})
+	waitPod(tb, e.c.Client, "default", guaranteed.Name, 60*time.Second, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	hog = e.createPod(tb, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "hog-" + suffix, Namespace: "default"},
+		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
+			Name: "hog", Image: e.probee, ImagePullPolicy: corev1.PullIfNotPresent,
+			Env: []corev1.EnvVar{{Name: "HOLD_BYTES", Value: "1073741824"}},
+		}}},
+	})
+	return guaranteed, hog
 }
