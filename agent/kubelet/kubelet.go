@@ -153,6 +153,7 @@ type Kubelet struct {
 	syncer  *podSyncer
 	refs    *joinedRefs
 	volumes *podVolumes
+	qos     *qosCgroups
 	events  record.EventBroadcaster
 	stop    func() // stops sending events
 

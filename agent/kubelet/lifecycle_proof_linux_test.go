@@ -235,6 +235,16 @@ func (e *podEnv) testSeenByEvent(t *testing.T, name string, kill func(t *testing
 // the host would.
 func (e *podEnv) killProcess(t *testing.T, containerID string) {
 	t.Helper()
+	pid := e.containerPID(t, containerID)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill %d: %v", pid, err)
+	}
+}
+
+// containerPID is the host's PID of the main process of the container
+// containerID, from the runtime's verbose status.
+func (e *podEnv) containerPID(t *testing.T, containerID string) int {
+	t.Helper()
 	id := strings.TrimPrefix(containerID, "containerd://")
 	st, err := e.rt.RuntimeClient.ContainerStatus(context.Background(), &criv1.ContainerStatusRequest{ContainerId: id, Verbose: true})
 	if err != nil {
@@ -246,9 +256,7 @@ func (e *podEnv) killProcess(t *testing.T, containerID string) {
 	if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil || info.Pid <= 1 {
 		t.Fatalf("pid of container %s from its verbose status %q: %v", id, st.Info["info"], err)
 	}
-	if err := syscall.Kill(info.Pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("kill %d: %v", info.Pid, err)
-	}
+	return info.Pid
 }
 
 // observed is one version of a Pod and when the test saw it.

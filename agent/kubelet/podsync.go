@@ -25,6 +25,7 @@ import (
 	"github.com/cairn-os/cairn/agent/kubelet/pods"
 	"github.com/cairn-os/cairn/agent/kubelet/probe"
 	"github.com/cairn-os/cairn/agent/node"
+	"github.com/cairn-os/cairn/agent/node/host"
 )
 
 // The pod sync loop. The node runs one goroutine per pod UID, for the
@@ -205,6 +206,11 @@ func (k *Kubelet) Run(ctx context.Context) {
 		}
 	}
 	s.ctx = ctx
+	if m, err := host.ReadMemory(); err != nil {
+		k.log.Warn("the pods' cgroups are not limited: the node's memory", "err", err)
+	} else if err := k.qos.setup(int64(m.Total) - node.ReservedMemory); err != nil {
+		k.log.Warn("the pods' cgroups", "err", err)
+	}
 	var src *staticSource
 	if k.cfg.StaticPodDir != "" {
 		src = newStaticSource(k.cfg.StaticPodDir, k.cfg.NodeName, k.log)
@@ -384,6 +390,9 @@ func (s *podSyncer) killed(w *podWorker) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.advance(podKilled)
+	if w.pod != nil {
+		s.k.qos.remove(w.pod)
+	}
 	if w.phase == podGone && s.workers[w.uid] == w {
 		delete(s.workers, w.uid)
 		// A static pod's manifest put back while the pod was stopping

@@ -66,8 +66,10 @@ func (k *Kubelet) newPodWorker(results *probe.Results) (w *pods.Worker, stop fun
 	k.volumes = &podVolumes{static: &volumes.Manager{Root: k.podsDir(), Now: pc.volumeClock, Node: k.refs.Node, CSI: k.cfg.CSI, Tmpfs: true}}
 	b := record.NewBroadcasterWithCorrelatorOptions(record.CorrelatorOptions{SpamKeyFunc: spamKey})
 	k.events = b
+	k.qos = newQOSCgroups(k.log)
 	w, err = pods.New(pods.Config{
 		Runtime: pc.Runtime, Images: pc.Images, LogRoot: pc.LogRoot, ClusterDNS: pc.ClusterDNS,
+		CgroupParent: k.qos.cgroupParent,
 		Refs: k.refs, Started: results.Started, PodsDir: k.podsDir(),
 		Volumes: k.volumes, ResizeFits: k.resizeFits,
 		Events: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: k.cfg.NodeName}),

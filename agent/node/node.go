@@ -34,7 +34,9 @@ const maxPods = 110
 //     filesystem by default, for the same reason.
 const (
 	reservedMilliCPU = 100
-	reservedMemory   = 256 << 20
+	// ReservedMemory is also what the pods' cgroup leaves out of the
+	// node's memory (agent/kubelet).
+	ReservedMemory = 256 << 20
 )
 
 // controllerManagedAttachDetach is the annotation by which a node leaves
@@ -207,7 +209,7 @@ func allocatable(capacity corev1.ResourceList, t Thresholds) corev1.ResourceList
 		case corev1.ResourceCPU:
 			a[name] = *resource.NewMilliQuantity(max(q.MilliValue()-reservedMilliCPU, 0), resource.DecimalSI)
 		case corev1.ResourceMemory:
-			a[name] = *resource.NewQuantity(max(q.Value()-reservedMemory-int64(t.MemoryAvailable), 0), resource.BinarySI)
+			a[name] = *resource.NewQuantity(max(q.Value()-ReservedMemory-int64(t.MemoryAvailable), 0), resource.BinarySI)
 		case corev1.ResourceEphemeralStorage:
 			a[name] = *resource.NewQuantity(q.Value()-q.Value()*int64(t.NodefsAvailable)/100, resource.BinarySI)
 		default:

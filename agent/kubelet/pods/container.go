@@ -52,7 +52,7 @@ func containerConfig(pod *corev1.Pod, c *corev1.Container, p containerParams) *c
 		Stdin:       c.Stdin,
 		Tty:         c.TTY,
 		Linux: &criv1.LinuxContainerConfig{
-			Resources:       resources(c.Resources),
+			Resources:       containerResources(pod, c),
 			SecurityContext: securityContext(pod, c, p.pidTarget),
 		},
 	}
@@ -67,6 +67,13 @@ func containerAnnotations(c *corev1.Container) map[string]string {
 	}
 	out[annotationResources] = resourcesAnnotation(c.Resources)
 	return out
+}
+
+// containerResources are c's cgroup settings and its out-of-memory score.
+func containerResources(pod *corev1.Pod, c *corev1.Container) *criv1.LinuxContainerResources {
+	r := resources(c.Resources)
+	r.OomScoreAdj = oomScoreAdj(pod, c)
+	return r
 }
 
 // resources turns requests and limits into cgroup settings: CPU requests

@@ -143,7 +143,7 @@ func (w *Worker) resize(ctx context.Context, pod *corev1.Pod, st *Status, latest
 			continue
 		}
 		if _, err := w.cfg.Runtime.UpdateContainerResources(ctx, &criv1.UpdateContainerResourcesRequest{
-			ContainerId: ch.cs.ID, Linux: resources(ch.c.Resources),
+			ContainerId: ch.cs.ID, Linux: containerResources(pod, ch.c),
 		}); err != nil {
 			st.ResizeError = fmt.Sprintf("resize container %s: %s", ch.c.Name, criMessage(err))
 			errs = append(errs, fmt.Errorf("resize %s: %w", containerName(pod, ch.c), err))
