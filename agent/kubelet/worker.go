@@ -70,7 +70,7 @@ func (k *Kubelet) newPodWorker(results *probe.Results) (w *pods.Worker, stop fun
 	w, err = pods.New(pods.Config{
 		Runtime: pc.Runtime, Images: pc.Images, LogRoot: pc.LogRoot, ClusterDNS: pc.ClusterDNS,
 		CgroupParent: k.qos.cgroupParent,
-		Refs: k.refs, Started: results.Started, PodsDir: k.podsDir(),
+		Refs:         k.refs, Started: results.Started, PodsDir: k.podsDir(),
 		Volumes: k.volumes, ResizeFits: k.resizeFits,
 		Events: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: k.cfg.NodeName}),
 		Log:    k.log,
