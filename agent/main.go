@@ -151,6 +151,16 @@ func run(configPath, initSocket, kubeletDir string, paths nodePaths) error {
 	return err
 }
 
+// evictionThresholds are the node's hard eviction thresholds that e sets,
+// the others left to node.DefaultThresholds.
+func evictionThresholds(e machineconfig.Eviction) node.Thresholds {
+	h := e.HardThresholds()
+	return node.Thresholds{
+		MemoryAvailable: h["memory.available"], NodefsAvailable: h["nodefs.available"], NodefsInodesFree: h["nodefs.inodesFree"],
+		ImagefsAvailable: h["imagefs.available"], PIDAvailable: h["pid.available"],
+	}
+}
+
 // podsEnding ends the pods when the node shuts down, once the pod loop
 // runs.
 type podsEnding struct {
@@ -210,9 +220,10 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, configPath, dir s
 			slog.Error("kubelet part not started", "err", err)
 			return
 		}
+		thresholds := evictionThresholds(cfg.Machine.Eviction)
 		pods, err := kubelet.New(kubelet.Config{Dir: paths.kubeletRoot, RuntimeInfo: rt, Pods: kubelet.NewPodConfig(cluster, rt, paths.podLogRoot),
 			NodeName: cfg.Machine.Hostname, StaticPodDir: paths.staticPodDir, Metrics: reg, ProbeMetrics: probeReg,
-			CSI: plugins, Log: slog.Default().With("component", "kubelet")})
+			CSI: plugins, Thresholds: thresholds, Log: slog.Default().With("component", "kubelet")})
 		if err != nil {
 			slog.Error("kubelet part not started", "err", err)
 			return
@@ -264,6 +275,7 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, configPath, dir s
 			// server to know.
 			DeclaredFeatures: server.DeclaredFeatures,
 			VolumesInUse:     plugins.InUse,
+			Thresholds:       thresholds,
 		}, components)
 		if err != nil {
 			slog.Error("kubelet part not started", "err", err)

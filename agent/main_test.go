@@ -117,3 +117,12 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))
 	return len(p), nil
 }
+
+func TestEvictionThresholds(t *testing.T) {
+	got := evictionThresholds(machineconfig.Eviction{Hard: map[string]string{"memory.available": "1Gi", "imagefs.available": "20%"}}).WithDefaults()
+	want := node.DefaultThresholds
+	want.MemoryAvailable, want.ImagefsAvailable = 1<<30, 20
+	if got != want {
+		t.Errorf("thresholds %+v, want %+v", got, want)
+	}
+}

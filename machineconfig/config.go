@@ -71,6 +71,8 @@ type Machine struct {
 	// Shutdown sets how long the pods get to end when the node shuts
 	// down.
 	Shutdown Shutdown `json:"shutdown,omitzero"`
+	// Eviction sets the thresholds below which the node evicts pods.
+	Eviction Eviction `json:"eviction,omitzero"`
 }
 
 // API configures the node API server. Clients authenticate with

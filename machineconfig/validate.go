@@ -133,6 +133,7 @@ func (v *validator) machine(m *Machine) {
 	v.time(&m.Time)
 	v.kernel(&m.Kernel)
 	v.shutdown(&m.Shutdown)
+	v.eviction(&m.Eviction)
 }
 
 // cert checks that s holds a PEM certificate and returns it, or nil.

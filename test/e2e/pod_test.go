@@ -84,6 +84,7 @@ func testPod(t *testing.T, ctx context.Context, kc *kube.Cluster, c *client.Clie
 		return nil
 	})
 	t.Logf("Pod Running %s after it was created (image pulled from the host)", time.Since(created).Round(100*time.Millisecond))
+	checkQOSCgroups(t, ctx, kc, c, pod)
 
 	const want = "hello from cairn-test-image pid=1 args=--in-pod"
 	poll.Until(t, 30*time.Second, "the Pod's log line through the node API", func() error {
@@ -130,6 +131,41 @@ func testPod(t *testing.T, ctx context.Context, kc *kube.Cluster, c *client.Clie
 		return fmt.Errorf("still there, phase %s", p.Status.Phase)
 	})
 	t.Logf("Pod gone %s after Delete", time.Since(deleted).Round(100*time.Millisecond))
+}
+
+// checkQOSCgroups reads back, through the node API, the pods' cgroups on
+// the node's cgroup v2: /kubepods limited to the node's memory less the
+// 256 MiB it keeps, the BestEffort class at the lowest CPU weight, and
+// the BestEffort pod's own cgroup under it.
+func checkQOSCgroups(t *testing.T, ctx context.Context, kc *kube.Cluster, c *client.Client, pod *corev1.Pod) {
+	read := func(path string) string {
+		t.Helper()
+		out, err := readStream(c.Read(ctx, &machine.ReadRequest{Path: path}))
+		if err != nil {
+			t.Errorf("read %s: %v", path, err)
+		}
+		return strings.TrimSpace(out)
+	}
+	var totalKiB int64
+	for _, line := range strings.Split(read("/proc/meminfo"), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+			totalKiB, _ = strconv.ParseInt(f[1], 10, 64)
+		}
+	}
+	if got, want := read("/sys/fs/cgroup/kubepods/memory.max"), strconv.FormatInt(totalKiB<<10-256<<20, 10); got != want {
+		t.Errorf("/kubepods memory.max = %q, want %s (MemTotal less 256 MiB)", got, want)
+	}
+	if got := read("/sys/fs/cgroup/kubepods/besteffort/cpu.weight"); got != "1" {
+		t.Errorf("/kubepods/besteffort cpu.weight = %q, want 1", got)
+	}
+	p, err := kc.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Status.QOSClass != corev1.PodQOSBestEffort {
+		t.Fatalf("pod QoS class %s, want BestEffort", p.Status.QOSClass)
+	}
+	read("/sys/fs/cgroup/kubepods/besteffort/pod" + string(p.UID) + "/cgroup.controllers")
 }
 
 // readStream reads a stream of chunks (a log, a file) to its end.
