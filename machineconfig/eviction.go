@@ -5,8 +5,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // Eviction sets the node's hard eviction thresholds, as the kubelet's
@@ -35,11 +33,11 @@ func (e *Eviction) HardThresholds() map[string]uint64 {
 // parseThreshold reads v, the threshold of signal.
 func parseThreshold(signal, v string) (uint64, error) {
 	if signal == "memory.available" {
-		q, err := resource.ParseQuantity(v)
-		if err != nil || q.Sign() <= 0 {
+		n, err := Quantity(v).Bytes()
+		if err != nil || n <= 0 {
 			return 0, fmt.Errorf("%q is not a quantity of memory above 0, such as 500Mi", v)
 		}
-		return uint64(q.Value()), nil
+		return uint64(n), nil
 	}
 	n, err := strconv.ParseUint(strings.TrimSuffix(v, "%"), 10, 64)
 	if !strings.HasSuffix(v, "%") || err != nil || n == 0 || n >= 100 {
