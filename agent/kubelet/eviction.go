@@ -32,9 +32,11 @@ func (s *podSyncer) watchPressure(ctx context.Context) {
 }
 
 // evictOnce evicts the pod that the first threshold crossed ranks first,
-// unless the pod it evicted last has not ended yet.
+// unless the pod it evicted last has not ended yet: at once, past a hard
+// threshold; past a soft one crossed for its grace period, giving the pod
+// at most the soft eviction's MaxPodGracePeriod to stop.
 func (s *podSyncer) evictOnce(ctx context.Context) {
-	sig := s.pressure(ctx)
+	sig, soft := s.pressure(ctx)
 	if sig == nil {
 		return
 	}
@@ -59,7 +61,11 @@ func (s *podSyncer) evictOnce(ctx context.Context) {
 	msg := fmt.Sprintf("The node was low on resource: %s. Threshold quantity: %s, available: %s. %s",
 		sig.Resource, sig.Threshold.String(), sig.Available.String(), detail)
 	s.k.log.Info("evicting a pod: the node is under pressure", "pod", victim.Namespace+"/"+victim.Name, "signal", sig.Name, "message", msg)
-	s.evicted.Store(victim.UID, &podEnd{reason: evictedReason, message: msg, condition: &corev1.PodCondition{
+	var grace time.Duration
+	if soft {
+		grace = min(pods.GracePeriod(victim), s.k.cfg.Soft.MaxPodGracePeriod)
+	}
+	s.evicted.Store(victim.UID, &podEnd{reason: evictedReason, message: msg, grace: grace, condition: &corev1.PodCondition{
 		Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: terminationByKubelet, Message: msg}})
 	s.lastEvicted = victim.UID
 	s.mu.Lock()
@@ -70,11 +76,50 @@ func (s *podSyncer) evictOnce(ctx context.Context) {
 	}
 }
 
-// pressure is the first hard threshold the node crosses now, nil if none:
-// memory, the kubelet directory's filesystem, the images' filesystem,
-// process IDs.
-func (s *podSyncer) pressure(ctx context.Context) *node.Signal {
-	t := s.k.cfg.Thresholds.WithDefaults()
+// SoftEviction is the node's soft eviction, the kubelet's evictionSoft:
+// a threshold crossed for as long as its grace period evicts a pod, which
+// gets at most MaxPodGracePeriod to stop.
+type SoftEviction struct {
+	// Thresholds are the soft thresholds; a zero field is none.
+	Thresholds node.Thresholds
+	// GracePeriods are how long each signal's threshold must stay
+	// crossed, by signal name (memory.available).
+	GracePeriods      map[string]time.Duration
+	MaxPodGracePeriod time.Duration
+}
+
+// pressure is the signal of the first hard threshold the node crosses
+// now, else of the first soft one crossed for its grace period (soft
+// then says so); nil if none.
+func (s *podSyncer) pressure(ctx context.Context) (sig *node.Signal, soft bool) {
+	if sig := s.crossed(ctx, s.k.cfg.Thresholds.WithDefaults()); sig != nil {
+		return sig, false
+	}
+	if s.k.cfg.Soft.Thresholds == (node.Thresholds{}) {
+		return nil, false
+	}
+	sig = s.crossed(ctx, s.k.cfg.Soft.Thresholds)
+	if sig == nil {
+		clear(s.softSince)
+		return nil, false
+	}
+	now := time.Now()
+	since, ok := s.softSince[sig.Name]
+	if !ok {
+		clear(s.softSince) // another signal's, if any, is no longer the first
+		s.softSince[sig.Name] = now
+		since = now
+	}
+	if now.Sub(since) < s.k.cfg.Soft.GracePeriods[sig.Name] {
+		return nil, false
+	}
+	return sig, true
+}
+
+// crossed is the first of the thresholds t that the node crosses now, nil
+// if none: memory, the kubelet directory's filesystem, the images'
+// filesystem, process IDs.
+func (s *podSyncer) crossed(ctx context.Context, t node.Thresholds) *node.Signal {
 	if m, err := host.ReadMemory(); err == nil {
 		if sig := t.Memory(m); sig != nil {
 			return sig

@@ -59,6 +59,8 @@ type Config struct {
 	// Thresholds are the hard eviction thresholds: crossing one, the
 	// node evicts pods; zero fields take node.DefaultThresholds'.
 	Thresholds node.Thresholds
+	// Soft is the soft eviction; none if zero.
+	Soft SoftEviction
 	// PodResync is how often each pod is synced when nothing changed: the
 	// runtime's events and relists (pleg) and probe results wake a pod
 	// when something did. 0 means 10 s.

@@ -98,6 +98,9 @@ type podSyncer struct {
 	// UID; lastEvicted is the last one, which watchPressure alone uses.
 	evicted     sync.Map
 	lastEvicted types.UID
+	// softSince is since when the first soft threshold crossed has been,
+	// by signal name; watchPressure alone uses it.
+	softSince map[string]time.Time
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker // until the pod is gone
@@ -190,7 +193,8 @@ func (k *Kubelet) newSyncer() error {
 	k.stop = stop
 	k.syncer = &podSyncer{k: k, node: k.hostNode, worker: worker, probes: probes, results: results,
 		workers: map[types.UID]*podWorker{}, static: map[types.UID]*corev1.Pod{}, mirrorWake: make(chan struct{}, 1),
-		scheme: "containerd"}
+		softSince: map[string]time.Time{},
+		scheme:    "containerd"}
 	return nil
 }
 

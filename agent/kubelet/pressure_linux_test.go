@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cairn-os/cairn/agent/node"
 	"github.com/cairn-os/cairn/agent/node/host"
 	"github.com/cairn-os/cairn/test/kube"
 )
@@ -23,8 +24,8 @@ import (
 // as the kubelet evicts (Failed, Evicted, the node's low resource and the
 // container's use), which relieves it; the Guaranteed pod runs on.
 func TestMemoryPressureEviction(t *testing.T) {
-	e := startPressureNode(t, time.Second)
-	guaranteed, hog := e.runHog(t)
+	e := startPressureNode(t, time.Second, false)
+	guaranteed, hog := e.runHog(t, nil, 1)
 	got := waitPod(t, e.c.Client, "default", hog.Name, 2*time.Minute, "evicted", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
 	if got.Status.Reason != "Evicted" ||
 		!strings.HasPrefix(got.Status.Message, "The node was low on resource: memory. Threshold quantity: ") ||
@@ -42,14 +43,29 @@ func TestMemoryPressureEviction(t *testing.T) {
 	}
 }
 
+// TestSoftEviction evicts, past a soft memory.available threshold crossed
+// for its grace period, the BestEffort pod that holds 1 GiB, giving it the
+// soft eviction's 1 s to stop though it ignores SIGTERM and would have
+// 60 s.
+func TestSoftEviction(t *testing.T) {
+	e := startPressureNode(t, time.Second, true)
+	_, hog := e.runHog(t, []corev1.EnvVar{{Name: "IGNORE_TERM", Value: "1"}}, 60)
+	got := waitPod(t, e.c.Client, "default", hog.Name, 40*time.Second, "evicted within the soft eviction's grace", func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodFailed
+	})
+	if got.Status.Reason != "Evicted" || !strings.HasPrefix(got.Status.Message, "The node was low on resource: memory.") {
+		t.Errorf("hog: reason %q, message %q; want Evicted, the node low on memory", got.Status.Reason, got.Status.Message)
+	}
+}
+
 // BenchmarkEviction prints how long the node takes to evict a pod that
 // crosses the memory.available threshold, from the moment its container
 // runs (and holds 1 GiB) to the pod Failed, with the node looking as often
 // as it does (evictionInterval).
 func BenchmarkEviction(b *testing.B) {
-	e := startPressureNode(b, 0)
+	e := startPressureNode(b, 0, false)
 	for b.Loop() {
-		_, hog := e.runHog(b)
+		_, hog := e.runHog(b, nil, 1)
 		running := waitPod(b, e.c.Client, "default", hog.Name, time.Minute, "Running", func(p *corev1.Pod) bool {
 			return p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodFailed
 		})
@@ -66,19 +82,25 @@ func BenchmarkEviction(b *testing.B) {
 	}
 }
 
-// pressureNode is a node whose memory.available threshold is 300 MiB
-// under what the host had free when it started.
+// pressureNode is a node whose memory.available threshold, hard or soft,
+// is 300 MiB under what the host had free when it started.
 type pressureNode struct{ *podEnv }
 
 // startPressureNode starts it, looking for pressure every interval (0:
-// the node's default).
-func startPressureNode(tb testing.TB, interval time.Duration) pressureNode {
+// the node's default). A soft threshold has a grace period of 3 s and
+// gives an evicted pod at most 1 s to stop.
+func startPressureNode(tb testing.TB, interval time.Duration, soft bool) pressureNode {
 	e, cfg := newPodEnvWith(tb, "pressure-1", kube.Options{})
 	m, err := host.ReadMemory()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cfg.Thresholds.MemoryAvailable = m.Available - 300<<20
+	if soft {
+		cfg.Soft = SoftEviction{Thresholds: node.Thresholds{MemoryAvailable: m.Available - 300<<20},
+			GracePeriods: map[string]time.Duration{"memory.available": 3 * time.Second}, MaxPodGracePeriod: time.Second}
+	} else {
+		cfg.Thresholds.MemoryAvailable = m.Available - 300<<20
+	}
 	cfg.evictionInterval = interval
 	if _, bench := tb.(*testing.B); bench {
 		cfg.Log = slog.New(slog.DiscardHandler) // a benchmark prints all it logs
@@ -89,8 +111,9 @@ func startPressureNode(tb testing.TB, interval time.Duration) pressureNode {
 }
 
 // runHog runs a Guaranteed pod, waits for it to run, then creates a
-// BestEffort pod that holds 1 GiB.
-func (e pressureNode) runHog(tb testing.TB) (guaranteed, hog *corev1.Pod) {
+// BestEffort pod that holds 1 GiB, with env and a termination grace
+// period of hogGrace seconds.
+func (e pressureNode) runHog(tb testing.TB, env []corev1.EnvVar, hogGrace int64) (guaranteed, hog *corev1.Pod) {
 	grace := int64(1)
 	suffix := fmt.Sprint(time.Now().UnixNano())
 	guaranteed = e.createPod(tb, &corev1.Pod{
@@ -105,9 +128,9 @@ func (e pressureNode) runHog(tb testing.TB) (guaranteed, hog *corev1.Pod) {
 	waitPod(tb, e.c.Client, "default", guaranteed.Name, 60*time.Second, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 	hog = e.createPod(tb, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "hog-" + suffix, Namespace: "default"},
-		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
+		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &hogGrace, Containers: []corev1.Container{{
 			Name: "hog", Image: e.probee, ImagePullPolicy: corev1.PullIfNotPresent,
-			Env: []corev1.EnvVar{{Name: "HOLD_BYTES", Value: "1073741824"}},
+			Env: append([]corev1.EnvVar{{Name: "HOLD_BYTES", Value: "1073741824"}}, env...),
 		}}},
 	})
 	return guaranteed, hog
