@@ -154,10 +154,21 @@ func run(configPath, initSocket, kubeletDir string, paths nodePaths) error {
 // evictionThresholds are the node's hard eviction thresholds that e sets,
 // the others left to node.DefaultThresholds.
 func evictionThresholds(e machineconfig.Eviction) node.Thresholds {
-	h := e.HardThresholds()
+	return thresholdsOf(e.HardThresholds())
+}
+
+// softEviction is the node's soft eviction that e sets, none if it sets
+// no soft threshold.
+func softEviction(e machineconfig.Eviction) kubelet.SoftEviction {
+	soft, grace, maxPodGrace := e.SoftThresholds()
+	return kubelet.SoftEviction{Thresholds: thresholdsOf(soft), GracePeriods: grace, MaxPodGracePeriod: maxPodGrace}
+}
+
+// thresholdsOf are the thresholds of by, by signal; zero where unset.
+func thresholdsOf(by map[string]uint64) node.Thresholds {
 	return node.Thresholds{
-		MemoryAvailable: h["memory.available"], NodefsAvailable: h["nodefs.available"], NodefsInodesFree: h["nodefs.inodesFree"],
-		ImagefsAvailable: h["imagefs.available"], PIDAvailable: h["pid.available"],
+		MemoryAvailable: by["memory.available"], NodefsAvailable: by["nodefs.available"], NodefsInodesFree: by["nodefs.inodesFree"],
+		ImagefsAvailable: by["imagefs.available"], PIDAvailable: by["pid.available"],
 	}
 }
 
@@ -223,7 +234,7 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, configPath, dir s
 		thresholds := evictionThresholds(cfg.Machine.Eviction)
 		pods, err := kubelet.New(kubelet.Config{Dir: paths.kubeletRoot, RuntimeInfo: rt, Pods: kubelet.NewPodConfig(cluster, rt, paths.podLogRoot),
 			NodeName: cfg.Machine.Hostname, StaticPodDir: paths.staticPodDir, Metrics: reg, ProbeMetrics: probeReg,
-			CSI: plugins, Thresholds: thresholds, Log: slog.Default().With("component", "kubelet")})
+			CSI: plugins, Thresholds: thresholds, Soft: softEviction(cfg.Machine.Eviction), Log: slog.Default().With("component", "kubelet")})
 		if err != nil {
 			slog.Error("kubelet part not started", "err", err)
 			return

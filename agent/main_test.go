@@ -125,4 +125,8 @@ func TestEvictionThresholds(t *testing.T) {
 	if got != want {
 		t.Errorf("thresholds %+v, want %+v", got, want)
 	}
+	soft := softEviction(machineconfig.Eviction{Soft: map[string]string{"nodefs.available": "20%"}, SoftGracePeriod: map[string]string{"nodefs.available": "2m"}})
+	if soft.Thresholds != (node.Thresholds{NodefsAvailable: 20}) || soft.GracePeriods["nodefs.available"] != 2*time.Minute || soft.MaxPodGracePeriod != 30*time.Second {
+		t.Errorf("soft eviction %+v, want nodefs.available 20%% for 2m, pods 30s at most", soft)
+	}
 }
