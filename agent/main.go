@@ -265,7 +265,8 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, configPath, dir s
 			{Name: "kubelet-server", Run: func(ctx context.Context, m *node.Member) error {
 				return runKubeletServer(ctx, cfg.Cluster, m, server.Config{Runtime: rt.Runtime, PodLogRoot: paths.podLogRoot,
 					CertFile: filepath.Join(dir, layout.KubeletServingCert), Metrics: reg, ProbeMetrics: probeReg,
-					Stats: stats.New(stats.Config{NodeName: m.Name, Runtime: rt.Runtime, Images: rt.Images, RootDir: paths.kubeletRoot, PodLogRoot: paths.podLogRoot})})
+					Stats: stats.New(stats.Config{NodeName: m.Name, Runtime: rt.Runtime, Images: rt.Images, RootDir: paths.kubeletRoot, PodLogRoot: paths.podLogRoot,
+						VolumeStats: plugins.VolumeStats})})
 			}},
 		}
 		var nodeIP netip.Addr

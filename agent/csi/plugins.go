@@ -344,6 +344,7 @@ type driver struct {
 	topology       map[string]string
 	maxVolumes     int64
 	stages         bool // STAGE_UNSTAGE_VOLUME
+	stats          bool // GET_VOLUME_STATS
 }
 
 // dial connects to the node service of the driver name at endpoint (a
@@ -377,8 +378,11 @@ func dial(ctx context.Context, name, endpoint string) (*driver, error) {
 		return nil, fmt.Errorf("NodeGetCapabilities: %w", err)
 	}
 	for _, c := range caps.Capabilities {
-		if c.GetRpc().GetType() == csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME {
+		switch c.GetRpc().GetType() {
+		case csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME:
 			d.stages = true
+		case csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS:
+			d.stats = true
 		}
 	}
 	return d, nil

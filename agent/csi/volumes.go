@@ -40,6 +40,11 @@ type volData struct {
 	Handle      string `json:"volumeHandle"`
 	SpecName    string `json:"specVolID"`
 	StagingPath string `json:"stagingPath,omitempty"`
+	// Volume is the pod's name of the volume, and ClaimNamespace and
+	// Claim its claim's, if it has one: its stats are reported by them.
+	Volume         string `json:"podVolumeName,omitempty"`
+	ClaimNamespace string `json:"claimNamespace,omitempty"`
+	Claim          string `json:"claimName,omitempty"`
 }
 
 const volDataFile = "vol_data.json"
@@ -63,6 +68,7 @@ func (p *Plugins) stagingPath(driver, handle string) string {
 // source is a CSI volume as a pod mounts it.
 type source struct {
 	driver, handle, specName string
+	claim                    string // the claim's name, if any
 	readOnly                 bool
 	capability               *csipb.VolumeCapability
 	attributes               map[string]string
@@ -144,7 +150,10 @@ func (p *Plugins) SetUp(ctx context.Context, client kubernetes.Interface, pod *c
 	defer lock.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
 	defer cancel()
-	data := volData{Driver: src.driver, Handle: src.handle, SpecName: src.specName}
+	data := volData{Driver: src.driver, Handle: src.handle, SpecName: src.specName, Volume: v.Name}
+	if src.claim != "" {
+		data.ClaimNamespace, data.Claim = pod.Namespace, src.claim
+	}
 	var staged time.Duration
 	if d.stages && !src.ephemeral {
 		data.StagingPath = p.stagingPath(src.driver, src.handle)
@@ -272,7 +281,7 @@ func (p *Plugins) source(ctx context.Context, client kubernetes.Interface, pod *
 	}
 	c := pv.Spec.CSI
 	return &source{
-		driver: c.Driver, handle: c.VolumeHandle, specName: pv.Name,
+		driver: c.Driver, handle: c.VolumeHandle, specName: pv.Name, claim: claim,
 		readOnly:    readOnly || c.ReadOnly,
 		capability:  mountCapability(mode, c.FSType, pv.Spec.MountOptions),
 		attributes:  c.VolumeAttributes,

@@ -22,9 +22,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/ptr"
 
 	"github.com/cairn-os/cairn/agent/csi"
+	"github.com/cairn-os/cairn/agent/kubelet/stats"
 	"github.com/cairn-os/cairn/agent/node"
 	"github.com/cairn-os/cairn/test/csitest"
 	"github.com/cairn-os/cairn/test/kube"
@@ -45,6 +47,7 @@ type csiEnv struct {
 	*podEnv
 	dir     string // the kubelet directory
 	dataDir string // the driver's volumes
+	plugins *csi.Plugins
 }
 
 // TestCSIVolumes proves the CSI node plugin on a node of a real control
@@ -90,7 +93,7 @@ func startCSIEnv(t testing.TB, log *slog.Logger) *csiEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.CSI = plugins
+	cfg.CSI, e.plugins = plugins, plugins
 	cfg.join.VolumesInUse = plugins.InUse
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -285,6 +288,26 @@ func (e *csiEnv) testPersistentVolume(t *testing.T) {
 	})
 	if got := e.csiMounts(t, staging); len(got) != 1 {
 		t.Errorf("staging mounts while the reader runs %v, want one", got)
+	}
+	// The pod's stats (/stats/summary's) tell the volume's use, as the
+	// driver tells it.
+	sum, err := stats.New(stats.Config{NodeName: e.node, Runtime: e.rt.RuntimeClient, Images: e.rt.ImageClient, RootDir: e.dir,
+		PodLogRoot: t.TempDir(), VolumeStats: e.plugins.VolumeStats}).Summary(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vs []statsv1alpha1.VolumeStats
+	for _, ps := range sum.Pods {
+		if ps.PodRef.UID == string(reader.UID) {
+			vs = ps.VolumeStats
+		}
+	}
+	if len(vs) != 1 || vs[0].Name != "data" || vs[0].PVCRef == nil || vs[0].PVCRef.Name != "data" ||
+		vs[0].CapacityBytes == nil || *vs[0].CapacityBytes == 0 || vs[0].Inodes == nil {
+		t.Errorf("the reader's volume stats %+v, want the claim data's bytes and inodes", vs)
+	}
+	if n := e.csiCalls(t, "NodeGetVolumeStats", "OK"); n < 1 {
+		t.Errorf("csi_operations_seconds counts %v NodeGetVolumeStats calls that ended OK, want 1", n)
 	}
 	id := strings.TrimPrefix(reader.Status.ContainerStatuses[0].ContainerID, "containerd://")
 	if out, code := e.exec(t, id, "check", "/data/written"); code != 0 {

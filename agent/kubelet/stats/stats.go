@@ -22,6 +22,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
@@ -39,6 +40,9 @@ type Config struct {
 	RootDir string
 	// PodLogRoot holds the containers' logs (internal/crilog's layout).
 	PodLogRoot string
+	// VolumeStats, if set, tells a pod's volumes' use, by the pod's UID:
+	// the CSI drivers' (agent/csi.Plugins).
+	VolumeStats func(ctx context.Context, uid types.UID) []statsv1alpha1.VolumeStats
 	// Log receives what is worth knowing but not failing for; nil means
 	// slog.Default().
 	Log *slog.Logger
@@ -213,6 +217,9 @@ func (p *Provider) podStats(ctx context.Context, sb *criv1.PodSandbox, r *readin
 		ps.Containers = append(ps.Containers, cs)
 	}
 	ps.EphemeralStorage = ephemeral
+	if !onlyCPUAndMemory && p.cfg.VolumeStats != nil {
+		ps.VolumeStats = p.cfg.VolumeStats(ctx, types.UID(md.GetUid()))
+	}
 	if ps.CPU == nil && ps.Memory == nil {
 		ps.CPU, ps.Memory = sumContainers(ps.Containers)
 	}
