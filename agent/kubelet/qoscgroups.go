@@ -21,8 +21,8 @@ import (
 // /kubepods/burstable and /kubepods/besteffort (the lowest CPU weight); a
 // pod's cgroup, pod<UID>, is under its QoS class's (a Guaranteed pod's
 // under /kubepods itself), limited to the sum of its containers' limits
-// when each has one. The runtime puts the pod's sandbox and containers
-// below it.
+// when each has one, its CPU weight that of its CPU requests. The runtime
+// puts the pod's sandbox and containers below it.
 //
 // root is the cgroup v2 mount, /sys/fs/cgroup on a node; empty where
 // there is none (a v1 or hybrid host): the runtime is then only given the
@@ -100,7 +100,7 @@ func (q *qosCgroups) cgroupParent(pod *corev1.Pod) string {
 		return p
 	}
 	mem, cpu := podLimits(pod)
-	for file, v := range map[string]string{"memory.max": mem, "cpu.max": cpu} {
+	for file, v := range map[string]string{"memory.max": mem, "cpu.max": cpu, "cpu.weight": cpuWeight(pod)} {
 		if v == "" {
 			continue
 		}
@@ -137,6 +137,22 @@ func podLimits(pod *corev1.Pod) (memory, cpu string) {
 		cpu = fmt.Sprintf("%d 100000", max(cpuSum*100, 1000))
 	}
 	return memory, cpu
+}
+
+// cpuWeight is pod's cgroup v2 CPU weight, from its containers' CPU
+// requests (a limit without a request counts as the request), as the
+// kubelet converts cpu.shares: 1024 shares a CPU, at least 2.
+func cpuWeight(pod *corev1.Pod) string {
+	var milli int64
+	for _, c := range pod.Spec.Containers {
+		if r, ok := c.Resources.Requests[corev1.ResourceCPU]; ok {
+			milli += r.MilliValue()
+		} else if l, ok := c.Resources.Limits[corev1.ResourceCPU]; ok {
+			milli += l.MilliValue()
+		}
+	}
+	shares := max(milli*1024/1000, 2)
+	return strconv.FormatInt(1+(min(shares, 262144)-2)*9999/262142, 10)
 }
 
 // remove removes pod's cgroup once its containers are gone.
