@@ -136,7 +136,7 @@ func testPod(t *testing.T, ctx context.Context, kc *kube.Cluster, c *client.Clie
 // checkQOSCgroups reads back, through the node API, the pods' cgroups on
 // the node's cgroup v2: /kubepods limited to the node's memory less the
 // 256 MiB it keeps, the BestEffort class at the lowest CPU weight, and
-// the BestEffort pod's own cgroup under it.
+// the BestEffort pod's own cgroup under it, at the weight of no request.
 func checkQOSCgroups(t *testing.T, ctx context.Context, kc *kube.Cluster, c *client.Client, pod *corev1.Pod) {
 	read := func(path string) string {
 		t.Helper()
@@ -165,7 +165,9 @@ func checkQOSCgroups(t *testing.T, ctx context.Context, kc *kube.Cluster, c *cli
 	if p.Status.QOSClass != corev1.PodQOSBestEffort {
 		t.Fatalf("pod QoS class %s, want BestEffort", p.Status.QOSClass)
 	}
-	read("/sys/fs/cgroup/kubepods/besteffort/pod" + string(p.UID) + "/cgroup.controllers")
+	if got := read("/sys/fs/cgroup/kubepods/besteffort/pod" + string(p.UID) + "/cpu.weight"); got != "1" {
+		t.Errorf("the BestEffort pod's cgroup cpu.weight = %q, want 1 (no CPU request)", got)
+	}
 }
 
 // readStream reads a stream of chunks (a log, a file) to its end.
