@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -90,5 +91,31 @@ func TestMemoryVolumes(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(e.m.Root, string(pod.UID))); !os.IsNotExist(err) {
 		t.Errorf("pod directory after TearDown: %v, want it gone", err)
+	}
+}
+
+// TestTearDownKeepsWhatIsMounted tears down a pod under whose directory
+// something not of its own volumes is still mounted (a CSI volume its
+// driver did not unmount): the directory stays, and the error says what.
+func TestTearDownKeepsWhatIsMounted(t *testing.T) {
+	need.Root(t, "mounts")
+	m := &Manager{Root: t.TempDir(), Tmpfs: true}
+	dir := filepath.Join(m.Root, "uid-1", "volumes", "kubernetes.io~csi", "pv-1", "mount")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("other", dir, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	if err := os.WriteFile(filepath.Join(dir, "data"), []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := m.TearDown("uid-1")
+	if err == nil || !strings.Contains(err.Error(), dir+" is still mounted") {
+		t.Errorf("TearDown() = %v, want it to say %s is still mounted", err, dir)
+	}
+	if got := read(t, filepath.Join(dir, "data")); got != "keep" {
+		t.Errorf("the mounted volume's file = %q after TearDown, want it kept", got)
 	}
 }
