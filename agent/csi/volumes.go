@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/cairn-os/cairn/internal/atomicfile"
 )
@@ -238,7 +239,7 @@ func (p *Plugins) source(ctx context.Context, client kubernetes.Interface, pod *
 			handle:     fmt.Sprintf("csi-%x", sha256.Sum256([]byte(string(pod.UID)+v.Name))),
 			readOnly:   v.CSI.ReadOnly != nil && *v.CSI.ReadOnly,
 			attributes: v.CSI.VolumeAttributes,
-			capability: mountCapability(corev1.ReadWriteOnce, ptrValue(v.CSI.FSType), nil),
+			capability: mountCapability(corev1.ReadWriteOnce, ptr.Deref(v.CSI.FSType, ""), nil),
 		}
 		if r := v.CSI.NodePublishSecretRef; r != nil {
 			src.publishSecret = &corev1.SecretReference{Namespace: pod.Namespace, Name: r.Name}
@@ -287,13 +288,6 @@ func (p *Plugins) source(ctx context.Context, client kubernetes.Interface, pod *
 		attributes:  c.VolumeAttributes,
 		stageSecret: c.NodeStageSecretRef, publishSecret: c.NodePublishSecretRef,
 	}, nil
-}
-
-func ptrValue(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // mountCapability is the CSI capability of a filesystem volume of the

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/cairn-os/cairn/agent/kubelet/pods"
 	"github.com/cairn-os/cairn/agent/node"
@@ -166,7 +167,7 @@ func (s *podSyncer) rank(ctx context.Context, sig *node.Signal) (*corev1.Pod, st
 	var cs []candidate
 	for _, w := range s.podWorkers() {
 		pod, phase, _, _ := w.latest()
-		if pod == nil || phase != podSyncing || terminal(pod.Status.Phase) || isCritical(pod) || isStatic(pod) {
+		if pod == nil || phase != podSyncing || terminal(pod.Status.Phase) || pods.IsCritical(pod) || isStatic(pod) {
 			continue
 		}
 		if _, done := s.evicted.Load(pod.UID); done {
@@ -184,7 +185,7 @@ func (s *podSyncer) rank(ctx context.Context, sig *node.Signal) (*corev1.Pod, st
 	if len(cs) == 0 {
 		return nil, ""
 	}
-	priority := func(p *corev1.Pod) int32 { return *cmp.Or(p.Spec.Priority, new(int32)) }
+	priority := func(p *corev1.Pod) int32 { return ptr.Deref(p.Spec.Priority, 0) }
 	slices.SortFunc(cs, func(a, b candidate) int {
 		aOver, bOver := a.usage > a.request, b.usage > b.request
 		switch {

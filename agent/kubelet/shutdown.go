@@ -26,22 +26,11 @@ type nodeShutdown struct {
 	criticalToo     atomic.Bool
 }
 
-// systemCriticalPriority is the priority of the system-cluster-critical
-// class, the lowest of the critical ones (k8s.io/kubernetes'
-// scheduling.SystemCriticalPriority).
-const systemCriticalPriority = 2_000_000_000
-
-// isCritical says whether pod is critical to the node, as the kubelet's
-// graceful shutdown tells: a priority of system-cluster-critical or more.
-func isCritical(pod *corev1.Pod) bool {
-	return pod.Spec.Priority != nil && *pod.Spec.Priority >= systemCriticalPriority
-}
-
 // endOf is how the shutdown ends pod now; nil while its turn has not
 // come.
 func (n *nodeShutdown) endOf(pod *corev1.Pod) *podEnd {
 	grace := n.grace - n.critical
-	if isCritical(pod) {
+	if pods.IsCritical(pod) {
 		if !n.criticalToo.Load() {
 			return nil
 		}
@@ -68,9 +57,9 @@ func (k *Kubelet) Shutdown(ctx context.Context, grace, critical time.Duration) {
 	}
 	start := time.Now()
 	k.log.Info("node shutting down: ending the pods", "grace", grace, "critical pods' part", critical)
-	regular := s.endPods(ctx, grace-critical, func(p *corev1.Pod) bool { return !isCritical(p) })
+	regular := s.endPods(ctx, grace-critical, func(p *corev1.Pod) bool { return !pods.IsCritical(p) })
 	n.criticalToo.Store(true)
-	crit := s.endPods(ctx, critical, isCritical)
+	crit := s.endPods(ctx, critical, pods.IsCritical)
 	k.log.Info("node shutting down: pods ended", "pods", regular, "critical pods", crit, "took", time.Since(start).Round(time.Millisecond))
 }
 

@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cairn-os/cairn/agent/kubelet/pods"
 )
 
 // TestGracefulShutdown ends the pods of a node of a real control plane,
@@ -40,19 +42,19 @@ func TestGracefulShutdown(t *testing.T) {
 			},
 		})
 	}
-	pods := []*corev1.Pod{
+	started := []*corev1.Pod{
 		pod("regular", "default", 30, nil, ""),
 		// Ignores SIGTERM and would have 60 s: it gets the 3 s that are
 		// the regular pods' share.
 		pod("stubborn", "default", 60, []corev1.EnvVar{{Name: "IGNORE_TERM", Value: "1"}}, ""),
 		pod("critical", "kube-system", 30, nil, "system-node-critical"),
 	}
-	for _, p := range pods {
+	for _, p := range started {
 		waitPod(t, e.c.Client, p.Namespace, p.Name, 60*time.Second, "Running", func(p *corev1.Pod) bool {
 			return p.Status.Phase == corev1.PodRunning
 		})
 	}
-	if p, err := e.c.Client.CoreV1().Pods("kube-system").Get(context.Background(), "critical", metav1.GetOptions{}); err != nil || !isCritical(p) {
+	if p, err := e.c.Client.CoreV1().Pods("kube-system").Get(context.Background(), "critical", metav1.GetOptions{}); err != nil || !pods.IsCritical(p) {
 		t.Fatalf("the critical pod's priority: %v (%v), want critical", p.Spec.Priority, err)
 	}
 
@@ -60,7 +62,7 @@ func TestGracefulShutdown(t *testing.T) {
 	defer cancel()
 	a.k.Shutdown(ctx, 6*time.Second, 3*time.Second)
 
-	for _, p := range pods {
+	for _, p := range started {
 		got := waitPod(t, e.c.Client, p.Namespace, p.Name, 30*time.Second, "Failed", func(p *corev1.Pod) bool {
 			return p.Status.Phase == corev1.PodFailed
 		})
@@ -95,7 +97,7 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	// Nothing starts again.
 	time.Sleep(2 * time.Second)
-	for _, p := range pods {
+	for _, p := range started {
 		got, err := e.c.Client.CoreV1().Pods(p.Namespace).Get(context.Background(), p.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)

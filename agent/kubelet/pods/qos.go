@@ -54,7 +54,7 @@ const (
 // Burstable container the lower the more memory it requests of the
 // node's capacity, between 2 and 999.
 func oomScoreAdj(pod *corev1.Pod, c *corev1.Container) int64 {
-	if critical(pod) {
+	if IsCritical(pod) {
 		return guaranteedOOMScoreAdj
 	}
 	switch QOSClass(pod) {
@@ -71,10 +71,17 @@ func oomScoreAdj(pod *corev1.Pod, c *corev1.Container) int64 {
 	return min(max(1000-1000*req/capacity, 2), 999)
 }
 
-// critical says whether pod has a priority of system-cluster-critical
-// (2000000000) or more.
-func critical(pod *corev1.Pod) bool {
-	return pod.Spec.Priority != nil && *pod.Spec.Priority >= 2_000_000_000
+// systemCriticalPriority is the priority of the system-cluster-critical
+// class, the lowest of the critical ones (k8s.io/kubernetes'
+// scheduling.SystemCriticalPriority).
+const systemCriticalPriority = 2_000_000_000
+
+// IsCritical says whether pod is critical to the node, as the kubelet
+// tells: a priority of system-cluster-critical or more. Its containers
+// are the last the OOM killer picks, the node's shutdown ends it last,
+// and eviction leaves it alone.
+func IsCritical(pod *corev1.Pod) bool {
+	return pod.Spec.Priority != nil && *pod.Spec.Priority >= systemCriticalPriority
 }
 
 // memoryCapacity is the node's memory, read once.
