@@ -279,6 +279,7 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, configPath, dir s
 			Dir:           dir,
 			RuntimeInfo:   rt,
 			RuntimeStatus: rt,
+			ImageFS:       func(ctx context.Context) (string, error) { return cri.ImageFilesystem(ctx, rt.Images) },
 			Metrics:       reg,
 			Version:       version.Version,
 			NodeIP:        nodeIP,

@@ -13,6 +13,7 @@ import (
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/cairn-os/cairn/agent/kubelet/cri"
 	"github.com/cairn-os/cairn/agent/kubelet/pods"
 	"github.com/cairn-os/cairn/agent/node"
 	"github.com/cairn-os/cairn/agent/node/host"
@@ -132,10 +133,10 @@ func (s *podSyncer) crossed(ctx context.Context, t node.Thresholds) *node.Signal
 		}
 	}
 	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	fsi, err := s.k.cfg.Pods.Images.ImageFsInfo(rctx, &criv1.ImageFsInfoRequest{})
+	dir, err := cri.ImageFilesystem(rctx, s.k.cfg.Pods.Images)
 	cancel()
-	if err == nil && len(fsi.ImageFilesystems) > 0 && fsi.ImageFilesystems[0].FsId != nil {
-		if fs, err := host.StatFS(fsi.ImageFilesystems[0].FsId.Mountpoint); err == nil {
+	if err == nil {
+		if fs, err := host.StatFS(dir); err == nil {
 			if sig := t.Imagefs(fs); sig != nil {
 				return sig
 			}

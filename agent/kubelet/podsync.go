@@ -195,6 +195,7 @@ func (k *Kubelet) newSyncer() error {
 		workers: map[types.UID]*podWorker{}, static: map[types.UID]*corev1.Pod{}, mirrorWake: make(chan struct{}, 1),
 		softSince: map[string]time.Time{},
 		scheme:    "containerd"}
+	k.qos.active = k.syncer.activePods
 	return nil
 }
 
@@ -389,14 +390,18 @@ func (s *podSyncer) removed(ctx context.Context, pod *corev1.Pod) {
 // resize was deferred try again: it may fit now.
 func (s *podSyncer) killed(w *podWorker) {
 	defer s.retryDeferredResizes() // once the locks are released
+	var pod *corev1.Pod
+	defer func() {
+		if pod != nil {
+			s.k.qos.remove(pod) // once the locks are released: it lists the pods
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.advance(podKilled)
-	if w.pod != nil {
-		s.k.qos.remove(w.pod)
-	}
+	pod = w.pod
 	if w.phase == podGone && s.workers[w.uid] == w {
 		delete(s.workers, w.uid)
 		// A static pod's manifest put back while the pod was stopping
@@ -781,10 +786,13 @@ func (s *podSyncer) terminate(ctx context.Context, pod *corev1.Pod, objectGone b
 
 // housekeeping removes, now and then, the runtime's sandboxes, the
 // volumes and (a minute later) the container logs of pods the node no
-// longer has: deleted, or deleted while the agent was not running.
+// longer has: deleted, or deleted while the agent was not running; and
+// weighs the Burstable class.
 func (s *podSyncer) housekeeping(ctx context.Context, store cache.Store) {
 	for {
 		s.removeOrphans(ctx, store)
+		// After a restart, no pod is new: the class is weighed here.
+		s.k.qos.weighBurstable(s.activePods())
 		if !sleep(ctx, housekeepingInterval) {
 			return
 		}
@@ -830,6 +838,19 @@ func (s *podSyncer) retryDeferredResizes() {
 			w.nudge(wakeResize)
 		}
 	}
+}
+
+// activePods are the pods whose containers run, or are yet to stop.
+func (s *podSyncer) activePods() []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, w := range s.podWorkers() {
+		w.mu.Lock()
+		if w.pod != nil && (w.phase == podSyncing || w.phase == podTerminating) {
+			out = append(out, w.pod)
+		}
+		w.mu.Unlock()
+	}
+	return out
 }
 
 // podWorkers are the workers of the node's pods now.

@@ -2,6 +2,7 @@ package kubelet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -11,10 +12,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
+	"github.com/cairn-os/cairn/agent/kubelet/cri"
 	"github.com/cairn-os/cairn/agent/node"
 	"github.com/cairn-os/cairn/agent/node/host"
 	"github.com/cairn-os/cairn/test/kube"
+	"github.com/cairn-os/cairn/test/poll"
 )
 
 // TestMemoryPressureEviction runs, on a node of a real control plane
@@ -22,7 +26,9 @@ import (
 // Guaranteed pod, with a memory.available threshold 300 MiB under what
 // the host had free: the hog puts the node under pressure and is evicted
 // as the kubelet evicts (Failed, Evicted, the node's low resource and the
-// container's use), which relieves it; the Guaranteed pod runs on.
+// container's use), which relieves it; the Guaranteed pod runs on. Then a
+// critical pod (system-node-critical) hogs 1 GiB: it is never evicted,
+// and the Guaranteed pod goes instead.
 func TestMemoryPressureEviction(t *testing.T) {
 	e := startPressureNode(t, time.Second, false)
 	guaranteed, hog := e.runHog(t, nil, 1)
@@ -41,6 +47,28 @@ func TestMemoryPressureEviction(t *testing.T) {
 	if g.Status.Phase != corev1.PodRunning {
 		t.Errorf("guaranteed: phase %s (%s %s), want Running", g.Status.Phase, g.Status.Reason, g.Status.Message)
 	}
+
+	// A critical pod that hogs memory is never evicted: the Guaranteed
+	// pod, the only other, goes in its stead, as with the kubelet.
+	critical := e.createPod(t, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "critical-hog", Namespace: "kube-system"},
+		Spec: corev1.PodSpec{PriorityClassName: "system-node-critical", TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Containers: []corev1.Container{{
+				Name: "hog", Image: e.probee, ImagePullPolicy: corev1.PullIfNotPresent,
+				Env: []corev1.EnvVar{{Name: "HOLD_BYTES", Value: "1073741824"}},
+			}}},
+	})
+	waitPod(t, e.c.Client, "default", guaranteed.Name, 2*time.Minute, "the Guaranteed pod evicted in the critical pod's stead", func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodFailed
+	})
+	time.Sleep(5 * time.Second) // a few more looks: the pressure stays
+	c, err := e.c.Client.CoreV1().Pods("kube-system").Get(context.Background(), critical.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Status.Phase != corev1.PodRunning {
+		t.Errorf("critical hog: phase %s (%s %s), want Running", c.Status.Phase, c.Status.Reason, c.Status.Message)
+	}
 }
 
 // TestSoftEviction evicts, past a soft memory.available threshold crossed
@@ -56,6 +84,32 @@ func TestSoftEviction(t *testing.T) {
 	if got.Status.Reason != "Evicted" || !strings.HasPrefix(got.Status.Message, "The node was low on resource: memory.") {
 		t.Errorf("hog: reason %q, message %q; want Evicted, the node low on memory", got.Status.Reason, got.Status.Message)
 	}
+}
+
+// TestImagefsPressure runs a node whose imagefs.available threshold is
+// all of the images' filesystem, as real containerd names it: the Node
+// reports DiskPressure, saying it is the images' filesystem.
+func TestImagefsPressure(t *testing.T) {
+	e, cfg := newPodEnvWith(t, "imagefs-1", kube.Options{})
+	cfg.join.ImageFS = func(ctx context.Context) (string, error) { return cri.ImageFilesystem(ctx, e.rt.ImageClient) }
+	cfg.join.Thresholds.ImagefsAvailable = 100
+	startWith(t, cfg)
+	const want = "free space of the images' filesystem is below 100 %"
+	poll.Until(t, time.Minute, "DiskPressure from the images' filesystem", func() error {
+		n, err := e.c.Client.CoreV1().Nodes().Get(context.Background(), e.node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeDiskPressure {
+				if c.Status != corev1.ConditionTrue || c.Message != want {
+					return fmt.Errorf("DiskPressure %s %q, want True %q", c.Status, c.Message, want)
+				}
+				return nil
+			}
+		}
+		return errors.New("no DiskPressure condition")
+	})
 }
 
 // BenchmarkEviction prints how long the node takes to evict a pod that

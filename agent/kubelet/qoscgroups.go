@@ -8,9 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/cairn-os/cairn/agent/kubelet/pods"
 )
@@ -21,7 +23,8 @@ import (
 // /kubepods/burstable and /kubepods/besteffort (the lowest CPU weight); a
 // pod's cgroup, pod<UID>, is under its QoS class's (a Guaranteed pod's
 // under /kubepods itself), limited to the sum of its containers' limits
-// when each has one, its CPU weight that of its CPU requests. The runtime
+// when each has one, its CPU weight that of its CPU requests; the
+// Burstable class's CPU weight is that of its pods' requests. The runtime
 // puts the pod's sandbox and containers below it.
 //
 // root is the cgroup v2 mount, /sys/fs/cgroup on a node; empty where
@@ -30,6 +33,12 @@ import (
 type qosCgroups struct {
 	root string
 	log  *slog.Logger
+	// active, once set, lists the pods the node runs, whose Burstable
+	// ones share out the Burstable class's CPU weight.
+	active func() []*corev1.Pod
+
+	mu        sync.Mutex
+	burstable string // the Burstable class's CPU weight written last
 }
 
 // newQOSCgroups finds cgroup v2 at /sys/fs/cgroup, or not.
@@ -99,8 +108,11 @@ func (q *qosCgroups) cgroupParent(pod *corev1.Pod) string {
 		q.log.Warn("pod cgroup", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 		return p
 	}
+	if pods.QOSClass(pod) == corev1.PodQOSBurstable && q.active != nil {
+		q.weighBurstable(append(q.active(), pod))
+	}
 	mem, cpu := podLimits(pod)
-	for file, v := range map[string]string{"memory.max": mem, "cpu.max": cpu, "cpu.weight": cpuWeight(pod)} {
+	for file, v := range map[string]string{"memory.max": mem, "cpu.max": cpu, "cpu.weight": weight(cpuRequest(pod))} {
 		if v == "" {
 			continue
 		}
@@ -139,10 +151,9 @@ func podLimits(pod *corev1.Pod) (memory, cpu string) {
 	return memory, cpu
 }
 
-// cpuWeight is pod's cgroup v2 CPU weight, from its containers' CPU
-// requests (a limit without a request counts as the request), as the
-// kubelet converts cpu.shares: 1024 shares a CPU, at least 2.
-func cpuWeight(pod *corev1.Pod) string {
+// cpuRequest is pod's CPU request in millicores: its containers' (a
+// limit without a request counts as the request).
+func cpuRequest(pod *corev1.Pod) int64 {
 	var milli int64
 	for _, c := range pod.Spec.Containers {
 		if r, ok := c.Resources.Requests[corev1.ResourceCPU]; ok {
@@ -151,14 +162,53 @@ func cpuWeight(pod *corev1.Pod) string {
 			milli += l.MilliValue()
 		}
 	}
+	return milli
+}
+
+// weight is the cgroup v2 CPU weight of a CPU request of milli
+// millicores, as the kubelet converts cpu.shares: 1024 shares a CPU, at
+// least 2.
+func weight(milli int64) string {
 	shares := max(milli*1024/1000, 2)
 	return strconv.FormatInt(1+(min(shares, 262144)-2)*9999/262142, 10)
 }
 
-// remove removes pod's cgroup once its containers are gone.
+// weighBurstable gives the Burstable class the CPU weight of the CPU
+// requests of the Burstable pods among active, as the kubelet sizes the
+// class to its pods; it writes only a weight that changed.
+func (q *qosCgroups) weighBurstable(active []*corev1.Pod) {
+	if q.root == "" {
+		return
+	}
+	var milli int64
+	seen := map[types.UID]bool{}
+	for _, p := range active {
+		if !seen[p.UID] && pods.QOSClass(p) == corev1.PodQOSBurstable {
+			seen[p.UID] = true
+			milli += cpuRequest(p)
+		}
+	}
+	w := weight(milli)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if w == q.burstable {
+		return
+	}
+	if err := os.WriteFile(filepath.Join(q.root, "kubepods/burstable/cpu.weight"), []byte(w), 0o644); err != nil {
+		q.log.Warn("Burstable class CPU weight", "weight", w, "err", err)
+		return
+	}
+	q.burstable = w
+}
+
+// remove removes pod's cgroup once its containers are gone, and gives
+// the Burstable class the weight of the pods left.
 func (q *qosCgroups) remove(pod *corev1.Pod) {
 	if q.root == "" {
 		return
+	}
+	if q.active != nil {
+		q.weighBurstable(q.active())
 	}
 	if err := os.Remove(filepath.Join(q.root, parent(pod))); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		q.log.Warn("remove pod cgroup", "pod", pod.Namespace+"/"+pod.Name, "err", err)

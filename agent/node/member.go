@@ -59,6 +59,10 @@ type Config struct {
 	// RuntimeInfo and RuntimeStatus tell about the container runtime.
 	RuntimeInfo   RuntimeInfo
 	RuntimeStatus RuntimeStatus
+	// ImageFS, if set, says where the runtime keeps its images, whose
+	// filesystem's free space puts the node under DiskPressure too
+	// (imagefs.available).
+	ImageFS func(ctx context.Context) (string, error)
 	// Version is Cairn's version.
 	Version string
 	// NodeIP, if valid, is the node's one InternalIP; otherwise the node

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"runtime"
@@ -30,8 +31,11 @@ type observation struct {
 	memoryErr error
 	disk      host.Filesystem
 	diskErr   error
-	pids      host.PIDs
-	pidsErr   error
+	// imagefs is the runtime's images' filesystem, if imagefsErr is nil.
+	imagefs    host.Filesystem
+	imagefsErr error
+	pids       host.PIDs
+	pidsErr    error
 
 	thresholds Thresholds
 }
@@ -41,6 +45,13 @@ func (j *joiner) observe(ctx context.Context) observation {
 	o.runtimeReady, o.networkReady, o.runtimeReason, o.runtimeErr = j.cfg.RuntimeStatus.RuntimeStatus(ctx)
 	o.memory, o.memoryErr = host.ReadMemory()
 	o.disk, o.diskErr = host.StatFS(j.cfg.Dir)
+	o.imagefsErr = errors.New("the images' filesystem is not known")
+	if j.cfg.ImageFS != nil {
+		var dir string
+		if dir, o.imagefsErr = j.cfg.ImageFS(ctx); o.imagefsErr == nil {
+			o.imagefs, o.imagefsErr = host.StatFS(dir)
+		}
+	}
 	o.pids, o.pidsErr = host.ReadPIDs()
 	o.thresholds = j.cfg.Thresholds.WithDefaults()
 	return o
@@ -133,6 +144,13 @@ func diskCondition(o *observation) corev1.NodeCondition {
 	}
 	if s := o.thresholds.Nodefs(o.disk); s != nil {
 		return condition(t, corev1.ConditionTrue, "KubeletHasDiskPressure", s.Message)
+	}
+	// The images' filesystem, where it is known, as the kubelet does; not
+	// knowing it leaves the node's filesystem to tell.
+	if o.imagefsErr == nil {
+		if s := o.thresholds.Imagefs(o.imagefs); s != nil {
+			return condition(t, corev1.ConditionTrue, "KubeletHasDiskPressure", s.Message)
+		}
 	}
 	return condition(t, corev1.ConditionFalse, "KubeletHasNoDiskPressure", "node has no disk pressure")
 }

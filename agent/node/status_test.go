@@ -102,6 +102,22 @@ func TestConditions(t *testing.T) {
 			},
 		},
 		{
+			name:   "images' filesystem below 15 %",
+			change: func(o *observation) { o.imagefs = host.Filesystem{Size: 100 << 30, Free: 14 << 30} },
+			want: map[corev1.NodeConditionType]brief{
+				corev1.NodeDiskPressure: {"True", "KubeletHasDiskPressure", "free space of the images' filesystem is below 15 %"},
+			},
+		},
+		{
+			name: "images' filesystem not known",
+			change: func(o *observation) {
+				o.imagefs, o.imagefsErr = host.Filesystem{Size: 100 << 30}, errors.New("no runtime")
+			},
+			want: map[corev1.NodeConditionType]brief{
+				corev1.NodeDiskPressure: {"False", "KubeletHasNoDiskPressure", ""},
+			},
+		},
+		{
 			name:   "pids nearly exhausted",
 			change: func(o *observation) { o.pids.Used = 32768 - 3000 },
 			want: map[corev1.NodeConditionType]brief{

@@ -67,7 +67,8 @@ func testPod(t *testing.T, ctx context.Context, kc *kube.Cluster, c *client.Clie
 		},
 	}
 	created := time.Now()
-	if _, err := kc.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	pod, err = kc.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, 3*time.Minute, "Pod Running with an address", func() error {
@@ -131,12 +132,18 @@ func testPod(t *testing.T, ctx context.Context, kc *kube.Cluster, c *client.Clie
 		return fmt.Errorf("still there, phase %s", p.Status.Phase)
 	})
 	t.Logf("Pod gone %s after Delete", time.Since(deleted).Round(100*time.Millisecond))
+	// Its cgroup went with it.
+	cgroup := "/sys/fs/cgroup/kubepods/besteffort/pod" + string(pod.UID) + "/cpu.weight"
+	if _, err := readStream(c.Read(ctx, &machine.ReadRequest{Path: cgroup})); err == nil {
+		t.Errorf("%s still there after the pod went", cgroup)
+	}
 }
 
 // checkQOSCgroups reads back, through the node API, the pods' cgroups on
 // the node's cgroup v2: /kubepods limited to the node's memory less the
-// 256 MiB it keeps, the BestEffort class at the lowest CPU weight, and
-// the BestEffort pod's own cgroup under it, at the weight of no request.
+// 256 MiB it keeps, the BestEffort class at the lowest CPU weight, the
+// Burstable class at the weight of its pods' requests (none), and the
+// BestEffort pod's own cgroup under it, at the weight of no request.
 func checkQOSCgroups(t *testing.T, ctx context.Context, kc *kube.Cluster, c *client.Client, pod *corev1.Pod) {
 	read := func(path string) string {
 		t.Helper()
@@ -157,6 +164,11 @@ func checkQOSCgroups(t *testing.T, ctx context.Context, kc *kube.Cluster, c *cli
 	}
 	if got := read("/sys/fs/cgroup/kubepods/besteffort/cpu.weight"); got != "1" {
 		t.Errorf("/kubepods/besteffort cpu.weight = %q, want 1", got)
+	}
+	// No Burstable pod runs: the class has the weight of no request, not
+	// the cgroup's default of 100.
+	if got := read("/sys/fs/cgroup/kubepods/burstable/cpu.weight"); got != "1" {
+		t.Errorf("/kubepods/burstable cpu.weight = %q, want 1 (no Burstable pod)", got)
 	}
 	p, err := kc.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	if err != nil {

@@ -130,3 +130,18 @@ func (c *Client) RuntimeVersion(ctx context.Context) (string, error) {
 	}
 	return resp.RuntimeName + "://" + resp.RuntimeVersion, nil
 }
+
+// ImageFilesystem asks the runtime where it keeps its images: the mount
+// point of its first image filesystem, whose free space is the
+// imagefs.available signal.
+func ImageFilesystem(ctx context.Context, images criv1.ImageServiceClient) (string, error) {
+	resp, err := images.ImageFsInfo(ctx, &criv1.ImageFsInfoRequest{})
+	if err != nil {
+		return "", fmt.Errorf("CRI image filesystem: %w", err)
+	}
+	fss := resp.GetImageFilesystems()
+	if len(fss) == 0 || fss[0].GetFsId().GetMountpoint() == "" {
+		return "", errors.New("CRI image filesystem: the runtime named none")
+	}
+	return fss[0].GetFsId().GetMountpoint(), nil
+}
