@@ -45,15 +45,19 @@
 // or restarted where its resizePolicy says RestartContainer
 // (resize.go); the status tells each running container's resources.
 //
-// Not yet here: garbage collection of exited containers (they are kept
-// until Terminate, as the backoff's history).
+// Exited containers are collected as the pod syncs: the latest
+// keepExited of each of its containers are kept (the API's lastState and
+// `kubectl logs --previous` need the latest, the restart backoff, read
+// from them, the rest), the older ones removed with their logs.
 package pods
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -305,6 +309,9 @@ func (w *Worker) sync(ctx context.Context, pod *corev1.Pod) (*Status, error) {
 			errs = append(errs, err)
 		}
 	}
+	if err := w.removeExited(ctx, history); err != nil {
+		errs = append(errs, err)
+	}
 	st.capMessages()
 	st.Phase = phase(pod, st.InitContainers, st.Containers)
 	return st, errors.Join(errs...)
@@ -443,6 +450,38 @@ func (w *Worker) history(ctx context.Context, sandboxID string) (map[string][]*c
 	return out, nil
 }
 
+// keepExited is how many exited containers of each of a pod's containers
+// the node keeps. The latest is the API's lastState; six finished runs
+// hold the whole restart backoff, which is read from them: 10 s doubled
+// at each of five more exits reaches its 5 min cap.
+const keepExited = 6
+
+// removeExited removes, with their logs, the exited containers of each
+// name in history (each name's oldest first) but its latest keepExited.
+func (w *Worker) removeExited(ctx context.Context, history map[string][]*criv1.ContainerStatus) error {
+	var errs []error
+	for _, h := range history {
+		var exited []*criv1.ContainerStatus
+		for _, c := range h {
+			if c.State == criv1.ContainerState_CONTAINER_EXITED {
+				exited = append(exited, c)
+			}
+		}
+		for _, c := range exited[:max(len(exited)-keepExited, 0)] {
+			if _, err := w.cfg.Runtime.RemoveContainer(ctx, &criv1.RemoveContainerRequest{ContainerId: c.Id}); err != nil {
+				errs = append(errs, fmt.Errorf("remove exited container %s: %w", c.Id, err))
+				continue
+			}
+			if c.LogPath != "" {
+				if err := os.Remove(c.LogPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					errs = append(errs, fmt.Errorf("remove the log of exited container %s: %w", c.Id, err))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // nextAttempts returns, by container name, the attempt after the last of
 // the pod's containers in any of its sandboxes.
 func (w *Worker) nextAttempts(ctx context.Context, pod *corev1.Pod) (map[string]uint32, error) {
@@ -534,7 +573,7 @@ func (w *Worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 	if err != nil {
 		return w.failed(pod, c, waiting, &waitError{ErrCreateContainerConfig, err.Error()})
 	}
-	mounts, err := w.mounts(ctx, pod, c, sb.ip, env)
+	mounts, devices, err := w.mounts(ctx, pod, c, sb.ip, env)
 	if err != nil {
 		return w.failed(pod, c, waiting, &waitError{ErrCreateContainerConfig, err.Error()})
 	}
@@ -543,7 +582,7 @@ func (w *Worker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 	} else if m != nil {
 		mounts = append(mounts, m)
 	}
-	params := containerParams{attempt: attempt, image: image, env: env, mounts: mounts}
+	params := containerParams{attempt: attempt, image: image, env: env, mounts: mounts, devices: devices}
 	if target := ephemeralTarget(pod, c.Name); target != "" {
 		if params.pidTarget = sb.latest[target]; params.pidTarget == "" {
 			return w.failed(pod, c, waiting, &waitError{ErrCreateContainerConfig, fmt.Sprintf("target container %q has not been made", target)})

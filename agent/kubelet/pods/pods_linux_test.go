@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -239,6 +240,46 @@ func TestCrashLoopBackOff(t *testing.T) {
 	e.syncUntil(t, pod, "restarted twice", func(st *pods.Status) bool {
 		return st.Containers[0].RestartCount == 2
 	})
+}
+
+// TestExitedCollected has a container crash and restart, the backoff's
+// clock far ahead, until its tenth run: the runtime keeps its latest six
+// exited containers and their logs, the older ones are removed with
+// theirs, and the restarts count on.
+func TestExitedCollected(t *testing.T) {
+	e := setup(t)
+	later := time.Now().Add(24 * time.Hour) // every backoff has passed
+	e.cfg.Now = func() time.Time { return later }
+	e.newWorker(t)
+	pod := newPod("crash", corev1.RestartPolicyAlways, corev1.Container{
+		Name: "crash", Image: e.echo, Env: []corev1.EnvVar{{Name: "EXIT_CODE", Value: "3"}},
+	})
+	st := e.syncUntil(t, pod, "the tenth run", func(st *pods.Status) bool {
+		return st.Containers[0].RestartCount == 9
+	})
+	ctrs, err := e.rt.RuntimeClient.ListContainers(e.ctx, &criv1.ListContainersRequest{
+		Filter: &criv1.ContainerFilter{LabelSelector: map[string]string{pods.LabelPodUID: string(pod.UID)}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var attempts []uint32
+	for _, c := range ctrs.Containers {
+		attempts = append(attempts, c.GetMetadata().GetAttempt())
+	}
+	slices.Sort(attempts)
+	// The tenth (attempt 9) and the six exits before it: the latest may
+	// have exited too, and then the one before it went.
+	if len(attempts) < 6 || len(attempts) > 7 || attempts[len(attempts)-1] != 9 {
+		t.Errorf("the runtime holds attempts %v, want the latest six exited and the tenth", attempts)
+	}
+	logs, err := filepath.Glob(filepath.Join(filepath.Dir(st.Containers[0].LogPath), "*.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(logs) != len(attempts) {
+		t.Errorf("logs %v, want one for each of the attempts %v kept", logs, attempts)
+	}
 }
 
 func TestTerminate(t *testing.T) {
