@@ -25,6 +25,7 @@ type containerParams struct {
 	image   string            // the reference the runtime resolved
 	env     []*criv1.KeyValue // the environment, references resolved (containerEnv)
 	mounts  []*criv1.Mount    // the pod's volumes c mounts (mounts)
+	devices []*criv1.Device   // the pod's block volumes c maps (mounts)
 	// pidTarget, if set, is the runtime's ID of the container whose
 	// process namespace an ephemeral container shares.
 	pidTarget string
@@ -41,6 +42,7 @@ func containerConfig(pod *corev1.Pod, c *corev1.Container, p containerParams) *c
 		WorkingDir: c.WorkingDir,
 		Envs:       p.env,
 		Mounts:     p.mounts,
+		Devices:    p.devices,
 		Labels: map[string]string{
 			LabelPodName:       pod.Name,
 			LabelPodNamespace:  pod.Namespace,

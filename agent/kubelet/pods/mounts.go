@@ -33,12 +33,14 @@ type Volumes interface {
 
 // mounts sets up the pod's volumes if c mounts any and returns c's CRI
 // mounts of them, and of the pod's hosts file (etcHostsMount) in the pod
-// whose IP is podIP; env is c's environment, for subPathExpr.
-func (w *Worker) mounts(ctx context.Context, pod *corev1.Pod, c *corev1.Container, podIP string, env []*criv1.KeyValue) ([]*criv1.Mount, error) {
+// whose IP is podIP, and c's CRI devices of the raw block volumes in its
+// volumeDevices; env is c's environment, for subPathExpr.
+func (w *Worker) mounts(ctx context.Context, pod *corev1.Pod, c *corev1.Container, podIP string, env []*criv1.KeyValue) ([]*criv1.Mount, []*criv1.Device, error) {
 	var out []*criv1.Mount
-	if len(c.VolumeMounts) > 0 {
+	var devices []*criv1.Device
+	if len(c.VolumeMounts) > 0 || len(c.VolumeDevices) > 0 {
 		if w.cfg.Volumes == nil {
-			return nil, errors.New("the node cannot set up volumes")
+			return nil, nil, errors.New("the node cannot set up volumes")
 		}
 		paths, err := w.cfg.Volumes.Setup(ctx, pod)
 		if err != nil {
@@ -50,17 +52,36 @@ func (w *Worker) mounts(ctx context.Context, pod *corev1.Pod, c *corev1.Containe
 			for _, e := range errs {
 				w.Event(pod, "", corev1.EventTypeWarning, "FailedMount", "%v", e)
 			}
-			return nil, err
+			return nil, nil, err
 		}
 		if out, err = containerMounts(pod, c, paths, env); err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		if devices, err = containerDevices(c, paths); err != nil {
+			return nil, nil, err
 		}
 	}
 	hosts, err := w.etcHostsMount(pod, c, podIP)
 	if hosts != nil {
 		out = append(out, hosts)
 	}
-	return out, err
+	return out, devices, err
+}
+
+// containerDevices turns c's volumeDevices into CRI devices: the block
+// device that the pod's volume (a claim of volumeMode Block) is on the
+// host, at the path c names, readable and writable, as the kubelet maps
+// them.
+func containerDevices(c *corev1.Container, paths map[string]string) ([]*criv1.Device, error) {
+	var out []*criv1.Device
+	for _, d := range c.VolumeDevices {
+		p, ok := paths[d.Name]
+		if !ok {
+			return nil, fmt.Errorf("volumeDevice %q of container %q: no volume of that name", d.Name, c.Name)
+		}
+		out = append(out, &criv1.Device{ContainerPath: d.DevicePath, HostPath: p, Permissions: "mrw"})
+	}
+	return out, nil
 }
 
 // containerMounts turns c's volumeMounts into CRI mounts of the host
