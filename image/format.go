@@ -1,9 +1,15 @@
 package image
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -17,7 +23,7 @@ type Format interface {
 }
 
 // formats are the known formats, sorted by name.
-var formats = []Format{qcow2Format{}, rawFormat{}}
+var formats = []Format{gcpFormat{}, qcow2Format{}, rawFormat{}, vhdFormat{}, vmdkFormat{}}
 
 // Formats returns the names of the known formats, sorted.
 func Formats() []string {
@@ -73,4 +79,157 @@ func (qcow2Format) Name() string { return "qcow2" }
 func (qcow2Format) Convert(ctx context.Context, raw, out string) error {
 	_, _, err := qemuImg.run(ctx, nil, "convert", "-f", "raw", "-O", "qcow2", raw, out)
 	return err
+}
+
+// diskID identifies the raw disk for the formats that put an ID of
+// their own in their headers (qemu-img makes it random): the GPT disk
+// GUID, which the build derives from its inputs, so that one disk always
+// converts to the same bytes. A disk without a GPT has the zero ID.
+func diskID(raw string) ([32]byte, error) {
+	f, err := os.Open(raw)
+	if err != nil {
+		return [32]byte{}, fmt.Errorf("raw disk: %w", err)
+	}
+	defer f.Close()
+	guid := make([]byte, 16)
+	// LBA 1 is the GPT header; the disk GUID is at byte 56 of it.
+	if _, err := f.ReadAt(guid, 512+56); err != nil && !errors.Is(err, io.EOF) {
+		return [32]byte{}, fmt.Errorf("raw disk: %w", err)
+	}
+	return sha256.Sum256(guid), nil
+}
+
+// vhdFormat is a fixed VHD (qemu-img's vpc), the disk Azure takes: the
+// raw disk, its size kept exact, and a 512-byte footer whose creation
+// time is zeroed and whose UUID comes from the disk (diskID).
+type vhdFormat struct{}
+
+func (vhdFormat) Name() string { return "vhd" }
+
+func (vhdFormat) Convert(ctx context.Context, raw, out string) error {
+	st, err := os.Stat(raw)
+	if err != nil {
+		return fmt.Errorf("raw disk: %w", err)
+	}
+	if st.Size()%(1<<20) != 0 {
+		return fmt.Errorf("vhd: the disk is %d bytes, not a whole number of MiB as Azure needs: build it with a --size in MiB", st.Size())
+	}
+	id, err := diskID(raw)
+	if err != nil {
+		return err
+	}
+	if _, _, err := qemuImg.run(ctx, nil, "convert", "-f", "raw", "-O", "vpc", "-o", "subformat=fixed,force_size=on", raw, out); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(out, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	footer := make([]byte, 512)
+	at := st.Size() // a fixed VHD is the disk, then its footer
+	if _, err := f.ReadAt(footer, at); err != nil {
+		return fmt.Errorf("vhd footer: %w", err)
+	}
+	if string(footer[:8]) != "conectix" {
+		return fmt.Errorf("vhd footer: no conectix cookie at %d", at)
+	}
+	clear(footer[24:28])       // time stamp
+	copy(footer[68:84], id[:]) // unique id
+	clear(footer[64:68])
+	var sum uint32
+	for _, b := range footer {
+		sum += uint32(b)
+	}
+	binary.BigEndian.PutUint32(footer[64:68], ^sum)
+	if _, err := f.WriteAt(footer, at); err != nil {
+		return fmt.Errorf("vhd footer: %w", err)
+	}
+	return f.Close()
+}
+
+// vmdkFormat is a streamOptimized VMDK, which VMware and AWS import: its
+// embedded descriptor's random CID is replaced by one from the disk
+// (diskID), its extent named disk.vmdk whatever the file's name.
+type vmdkFormat struct{}
+
+func (vmdkFormat) Name() string { return "vmdk" }
+
+func (vmdkFormat) Convert(ctx context.Context, raw, out string) error {
+	id, err := diskID(raw)
+	if err != nil {
+		return err
+	}
+	if _, _, err := qemuImg.run(ctx, nil, "convert", "-f", "raw", "-O", "vmdk", "-o", "subformat=streamOptimized", raw, out); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(out, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	// The sparse extent header: magic, then (at 28 and 36) where the
+	// descriptor is and its size, in sectors.
+	header := make([]byte, 64)
+	if _, err := f.ReadAt(header, 0); err != nil {
+		return fmt.Errorf("vmdk header: %w", err)
+	}
+	if string(header[:4]) != "KDMV" {
+		return errors.New("vmdk header: no KDMV magic")
+	}
+	offset, size := int64(binary.LittleEndian.Uint64(header[28:]))*512, int64(binary.LittleEndian.Uint64(header[36:]))*512
+	if size == 0 || size > 1<<20 {
+		return fmt.Errorf("vmdk header: a descriptor of %d bytes", size)
+	}
+	region := make([]byte, size)
+	if _, err := f.ReadAt(region, offset); err != nil {
+		return fmt.Errorf("vmdk descriptor: %w", err)
+	}
+	text, _, _ := bytes.Cut(region, []byte{0})
+	lines := strings.Split(string(text), "\n")
+	for i, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "CID="):
+			lines[i] = fmt.Sprintf("CID=%08x", binary.BigEndian.Uint32(id[:4]))
+		case strings.HasPrefix(l, "RW ") && strings.Contains(l, `"`):
+			lines[i] = l[:strings.Index(l, `"`)] + `"disk.vmdk"`
+		}
+	}
+	fixed := []byte(strings.Join(lines, "\n"))
+	if len(fixed) > len(region) {
+		return errors.New("vmdk descriptor: no room for the new CID")
+	}
+	clear(region)
+	copy(region, fixed)
+	if _, err := f.WriteAt(region, offset); err != nil {
+		return fmt.Errorf("vmdk descriptor: %w", err)
+	}
+	return f.Close()
+}
+
+// gcpFormat is the archive Google Compute Engine imports: the raw disk as
+// disk.raw, sparse, in a gzipped tar of GNU's oldgnu format, written by
+// GNU tar and gzip with every stamp fixed (owner, mode, time, name).
+type gcpFormat struct{}
+
+func (gcpFormat) Name() string { return "gcp" }
+
+func (gcpFormat) Convert(ctx context.Context, raw, out string) error {
+	dir, err := os.MkdirTemp(filepath.Dir(out), ".gcp-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Symlink(raw, filepath.Join(dir, "disk.raw")); err != nil {
+		return err
+	}
+	tarball := filepath.Join(dir, "disk.tar")
+	if _, _, err := gnuTar.run(ctx, nil, "--format=oldgnu", "--sparse", "--dereference", "--mtime=@0",
+		"--owner=0", "--group=0", "--numeric-owner", "--mode=0644", "-C", dir, "-cf", tarball, "disk.raw"); err != nil {
+		return err
+	}
+	if _, _, err := gzipTool.run(ctx, nil, "-n", "-6", tarball); err != nil {
+		return err
+	}
+	return os.Rename(tarball+".gz", out)
 }

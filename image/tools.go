@@ -19,6 +19,8 @@ var (
 	mke2fs   = tool{"mke2fs", "e2fsprogs"}
 	debugfs  = tool{"debugfs", "e2fsprogs"}
 	qemuImg  = tool{"qemu-img", "qemu-utils"}
+	gnuTar   = tool{"tar", "tar"}
+	gzipTool = tool{"gzip", "gzip"}
 )
 
 // path finds the tool in PATH or in the sbin directories, which Debian

@@ -6,10 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
+	"github.com/cairn-os/cairn/image"
 	"github.com/cairn-os/cairn/image/build"
 	"github.com/cairn-os/cairn/image/oci"
 	"github.com/cairn-os/cairn/internal/bootentry"
@@ -54,7 +56,7 @@ func imageCmd() *cobra.Command {
 	}
 	b.Flags().StringVarP(&o.Config, "config", "c", "", "machine config (required)")
 	b.Flags().StringVarP(&o.Output, "output", "o", "", "disk image to write (required)")
-	b.Flags().StringVar(&o.Format, "format", "raw", "output format: raw or qcow2")
+	b.Flags().StringVar(&o.Format, "format", "raw", "output format: "+strings.Join(image.Formats(), ", "))
 	b.Flags().BoolVar(&o.UKI, "uki", false, "write the UKI alone (kernel, initramfs, command line), to upgrade a node with")
 	b.Flags().StringVar(&o.Assets, "assets", "", "directory with the node binaries init and cairn-agent (default: beside this program)")
 	b.Flags().StringVar(&o.CacheDir, "cache", "", "kernel download cache (default $CAIRN_CACHE or ~/.cache/cairn)")
