@@ -6,12 +6,14 @@
 // volumes of its pods through them: NodeStageVolume once per volume on
 // the node when the driver stages, NodePublishVolume once per pod, and
 // back (NodeUnpublishVolume, then NodeUnstageVolume once no pod uses the
-// volume) when the pods go.
+// volume) when the pods go. Raw block volumes are published as device
+// nodes for the pods' volumeDevices, and claims the cluster grew are grown
+// on the node (NodeExpandVolume, Expand).
 //
 //	p := csi.New(csi.Config{Dir: "/var/lib/kubelet", NodeName: "node-1"})
 //	go p.Run(ctx)                  // watches plugins_registry/
 //	go p.SyncCSINode(ctx, client)  // once joined: the CSINode, topology labels
-//	path, err := p.SetUp(ctx, client, pod, &pod.Spec.Volumes[0], dir)
+//	path, fsGroup, err := p.SetUp(ctx, client, pod, &pod.Spec.Volumes[0])
 //
 // What a volume was mounted with is kept next to its mount, in
 // vol_data.json, as the kubelet keeps it, so that a restarted agent
@@ -345,6 +347,7 @@ type driver struct {
 	maxVolumes     int64
 	stages         bool // STAGE_UNSTAGE_VOLUME
 	stats          bool // GET_VOLUME_STATS
+	expands        bool // EXPAND_VOLUME
 }
 
 // dial connects to the node service of the driver name at endpoint (a
@@ -383,6 +386,8 @@ func dial(ctx context.Context, name, endpoint string) (*driver, error) {
 			d.stages = true
 		case csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS:
 			d.stats = true
+		case csipb.NodeServiceCapability_RPC_EXPAND_VOLUME:
+			d.expands = true
 		}
 	}
 	return d, nil

@@ -18,7 +18,7 @@ import (
 // the volume, with its claim. A volume whose driver is away or fails is
 // left out, and the call counted in csi_operations_seconds.
 func (p *Plugins) VolumeStats(ctx context.Context, uid types.UID) []statsv1alpha1.VolumeStats {
-	root := filepath.Join(p.podsDir(), string(uid), "volumes", PluginDir)
+	root := p.root(uid, false) // file systems: a block device has no use to tell
 	ents, err := os.ReadDir(root)
 	if err != nil {
 		return nil
@@ -37,7 +37,7 @@ func (p *Plugins) VolumeStats(ctx context.Context, uid types.UID) []statsv1alpha
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		start := time.Now()
 		resp, err := d.node.NodeGetVolumeStats(cctx, &csipb.NodeGetVolumeStatsRequest{
-			VolumeId: data.Handle, VolumePath: filepath.Join(dir, "mount"), StagingTargetPath: data.StagingPath,
+			VolumeId: data.Handle, VolumePath: target(dir, false), StagingTargetPath: data.StagingPath,
 		})
 		cancel()
 		p.observe(d.name, "NodeGetVolumeStats", start, err)

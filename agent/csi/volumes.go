@@ -46,6 +46,9 @@ type volData struct {
 	Volume         string `json:"podVolumeName,omitempty"`
 	ClaimNamespace string `json:"claimNamespace,omitempty"`
 	Claim          string `json:"claimName,omitempty"`
+	// Block says the volume is a block device, published at
+	// dir/device, not a file system at dir/mount.
+	Block bool `json:"block,omitempty"`
 }
 
 const volDataFile = "vol_data.json"
@@ -54,16 +57,52 @@ const volDataFile = "vol_data.json"
 // volumes.Manager's root.
 func (p *Plugins) podsDir() string { return filepath.Join(p.cfg.Dir, "pods") }
 
-// dir is where the pod's CSI volume specName is published from: the
-// driver mounts it at dir/mount.
-func (p *Plugins) dir(uid types.UID, specName string) string {
-	return filepath.Join(p.podsDir(), string(uid), "volumes", PluginDir, specName)
+// root holds the directories of the pod uid's CSI volumes: its file
+// systems under volumes/, its block devices under volumeDevices/, as
+// the kubelet keeps them.
+func (p *Plugins) root(uid types.UID, block bool) string {
+	kind := "volumes"
+	if block {
+		kind = "volumeDevices"
+	}
+	return filepath.Join(p.podsDir(), string(uid), kind, PluginDir)
 }
 
-// stagingPath is where the driver stages a volume for the whole node.
-func (p *Plugins) stagingPath(driver, handle string) string {
+// dir is where the pod's CSI volume specName is published from: the
+// driver mounts it at target(dir, block).
+func (p *Plugins) dir(uid types.UID, specName string, block bool) string {
+	return filepath.Join(p.root(uid, block), specName)
+}
+
+// target is where, in the volume's directory dir, the driver publishes
+// it: a file system at mount, a block device at device.
+func target(dir string, block bool) string {
+	if block {
+		return filepath.Join(dir, "device")
+	}
+	return filepath.Join(dir, "mount")
+}
+
+// stagingPath is the directory where the driver stages a volume for the
+// whole node.
+func (p *Plugins) stagingPath(driver, handle string, block bool) string {
+	name := "globalmount"
+	if block {
+		name = "globaldevice"
+	}
 	return filepath.Join(p.cfg.Dir, "plugins", "kubernetes.io", "csi", driver,
-		fmt.Sprintf("%x", sha256.Sum256([]byte(handle))), "globalmount")
+		fmt.Sprintf("%x", sha256.Sum256([]byte(handle))), name)
+}
+
+// volDataFiles lists the vol_data.json of the CSI volumes of every pod on
+// the node, file systems and block devices.
+func (p *Plugins) volDataFiles() []string {
+	var out []string
+	for _, kind := range []string{"volumes", "volumeDevices"} {
+		files, _ := filepath.Glob(filepath.Join(p.podsDir(), "*", kind, PluginDir, "*", volDataFile))
+		out = append(out, files...)
+	}
+	return out
 }
 
 // source is a CSI volume as a pod mounts it.
@@ -76,6 +115,9 @@ type source struct {
 	stageSecret              *corev1.SecretReference
 	publishSecret            *corev1.SecretReference
 	ephemeral                bool // inline: published, never attached nor staged
+	block                    bool // a raw block device, not a file system
+	fsType                   string
+	readWriteOnce            bool // its access modes have ReadWriteOnce
 }
 
 func (s *source) uniqueName() string { return "kubernetes.io/csi/" + s.driver + "^" + s.handle }
@@ -90,19 +132,21 @@ func Handles(v *corev1.Volume) bool {
 // SetUp mounts the volume v of pod through its CSI driver — a
 // PersistentVolumeClaim bound to a CSI PersistentVolume, the claim of a
 // generic ephemeral volume, or an inline CSI volume — and returns the
-// path the pod's containers mount. For a claim it waits for the
-// VolumeAttachment to be attached when the driver needs attaching, stages
-// the volume on the node when the driver stages, then publishes it for
-// the pod. client is the node's; errors are in the kubelet's words, and a
-// later SetUp tries again.
-func (p *Plugins) SetUp(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, v *corev1.Volume) (string, error) {
-	src, err := p.source(ctx, client, pod, v)
+// path the pod's containers mount, and whether the pod's fsGroup is to
+// own its files (the CSIDriver's fsGroupPolicy). For a claim it waits for
+// the VolumeAttachment to be attached when the driver needs attaching,
+// stages the volume on the node when the driver stages, publishes it for
+// the pod, and expands it if the cluster grew it (Expand). client is the
+// node's; errors are in the kubelet's words, and a later SetUp tries
+// again.
+func (p *Plugins) SetUp(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, v *corev1.Volume) (path string, fsGroup bool, err error) {
+	src, claim, err := p.source(ctx, client, pod, v)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	d, err := p.driver(src.driver)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	unique := src.uniqueName()
 	p.mu.Lock()
@@ -118,13 +162,13 @@ func (p *Plugins) SetUp(ctx context.Context, client kubernetes.Interface, pod *c
 
 	info, err := client.StorageV1().CSIDrivers().Get(ctx, src.driver, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return "", fmt.Errorf("get CSIDriver %s: %w", src.driver, err)
+		return "", false, fmt.Errorf("get CSIDriver %s: %w", src.driver, err)
 	}
 	if err != nil {
 		info = nil // no CSIDriver: attach, no pod info, as the kubelet assumes
 	}
 	if err := lifecycleModeSupported(info, src); err != nil {
-		return "", err
+		return "", false, err
 	}
 	if info != nil && info.Spec.PodInfoOnMount != nil && *info.Spec.PodInfoOnMount {
 		attrs := map[string]string{
@@ -142,7 +186,7 @@ func (p *Plugins) SetUp(ctx context.Context, client kubernetes.Interface, pod *c
 	var publishContext map[string]string
 	if !src.ephemeral && (info == nil || info.Spec.AttachRequired == nil || *info.Spec.AttachRequired) {
 		if publishContext, err = p.waitAttached(ctx, client, src); err != nil {
-			return "", err
+			return "", false, err
 		}
 	}
 
@@ -151,22 +195,22 @@ func (p *Plugins) SetUp(ctx context.Context, client kubernetes.Interface, pod *c
 	defer lock.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
 	defer cancel()
-	data := volData{Driver: src.driver, Handle: src.handle, SpecName: src.specName, Volume: v.Name}
+	data := volData{Driver: src.driver, Handle: src.handle, SpecName: src.specName, Volume: v.Name, Block: src.block}
 	if src.claim != "" {
 		data.ClaimNamespace, data.Claim = pod.Namespace, src.claim
 	}
 	var staged time.Duration
 	if d.stages && !src.ephemeral {
-		data.StagingPath = p.stagingPath(src.driver, src.handle)
+		data.StagingPath = p.stagingPath(src.driver, src.handle, src.block)
 		if err := os.MkdirAll(data.StagingPath, 0o750); err != nil {
-			return "", err
+			return "", false, err
 		}
 		if err := writeVolData(filepath.Dir(data.StagingPath), data); err != nil {
-			return "", err
+			return "", false, err
 		}
 		secrets, err := secret(ctx, client, src.stageSecret)
 		if err != nil {
-			return "", err
+			return "", false, err
 		}
 		start := time.Now()
 		_, err = d.node.NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
@@ -176,22 +220,22 @@ func (p *Plugins) SetUp(ctx context.Context, client kubernetes.Interface, pod *c
 		staged = time.Since(start)
 		p.observe(d.name, "NodeStageVolume", start, err)
 		if err != nil {
-			return "", fmt.Errorf("MountVolume.MountDevice failed: NodeStageVolume: %w", err)
+			return "", false, fmt.Errorf("MountVolume.MountDevice failed: NodeStageVolume: %w", err)
 		}
 	}
-	dir := p.dir(pod.UID, src.specName)
+	dir := p.dir(pod.UID, src.specName, src.block)
 	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return "", err
+		return "", false, err
 	}
 	// Written first, so that a publish cut short is still undone.
 	if err := writeVolData(dir, data); err != nil {
-		return "", err
+		return "", false, err
 	}
 	secrets, err := secret(ctx, client, src.publishSecret)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
-	target := filepath.Join(dir, "mount")
+	target := target(dir, src.block)
 	start := time.Now()
 	_, err = d.node.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
 		VolumeId: src.handle, PublishContext: publishContext, StagingTargetPath: data.StagingPath,
@@ -201,11 +245,39 @@ func (p *Plugins) SetUp(ctx context.Context, client kubernetes.Interface, pod *c
 	published := time.Since(start)
 	p.observe(d.name, "NodePublishVolume", start, err)
 	if err != nil {
-		return "", fmt.Errorf("NodePublishVolume: %w", err)
+		return "", false, fmt.Errorf("NodePublishVolume: %w", err)
 	}
 	p.log.Info(MountedMessage, "driver", d.name, "volume", src.handle, "pod", pod.Namespace+"/"+pod.Name,
 		"stage", staged, "publish", published)
-	return target, nil
+	if claim != nil {
+		if err := p.expand(ctx, client, d, src, claim, data.StagingPath, target); err != nil {
+			return "", false, err
+		}
+	}
+	return target, fsGroupApplies(info, src, pod), nil
+}
+
+// fsGroupApplies reports whether pod's fsGroup owns the files of the
+// volume of src, as the kubelet decides it from the fsGroupPolicy of the
+// driver's CSIDriver info (nil if it has none): never for a read-only
+// volume or a block device; always for File; never for None; for ReadWriteOnceWithFSType,
+// the default, when the volume has a file system type and is
+// ReadWriteOnce, as an inline volume always is.
+func fsGroupApplies(info *storagev1.CSIDriver, src *source, pod *corev1.Pod) bool {
+	if pod.Spec.SecurityContext == nil || pod.Spec.SecurityContext.FSGroup == nil || src.readOnly || src.block {
+		return false
+	}
+	policy := storagev1.ReadWriteOnceWithFSTypeFSGroupPolicy
+	if info != nil && info.Spec.FSGroupPolicy != nil {
+		policy = *info.Spec.FSGroupPolicy
+	}
+	switch policy {
+	case storagev1.FileFSGroupPolicy:
+		return true
+	case storagev1.NoneFSGroupPolicy:
+		return false
+	}
+	return src.fsType != "" && (src.ephemeral || src.readWriteOnce)
 }
 
 // lifecycleModeSupported checks that the driver of info, nil if it has no
@@ -230,69 +302,116 @@ func lifecycleModeSupported(info *storagev1.CSIDriver, src *source) error {
 	return nil
 }
 
-// source finds the driver and handle of v, and how to mount it.
-func (p *Plugins) source(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, v *corev1.Volume) (*source, error) {
+// source finds the driver and handle of v, and how to mount it, and the
+// claim it mounts, if any.
+func (p *Plugins) source(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, v *corev1.Volume) (*source, *claim, error) {
 	if v.CSI != nil {
+		fsType := ptr.Deref(v.CSI.FSType, "")
 		src := &source{
 			driver: v.CSI.Driver, specName: v.Name, ephemeral: true,
 			// The kubelet's handle of an inline volume: unique to the pod.
 			handle:     fmt.Sprintf("csi-%x", sha256.Sum256([]byte(string(pod.UID)+v.Name))),
-			readOnly:   v.CSI.ReadOnly != nil && *v.CSI.ReadOnly,
+			readOnly:   ptr.Deref(v.CSI.ReadOnly, false),
 			attributes: v.CSI.VolumeAttributes,
-			capability: mountCapability(corev1.ReadWriteOnce, ptr.Deref(v.CSI.FSType, ""), nil),
+			capability: capability(corev1.ReadWriteOnce, false, fsType, nil),
+			fsType:     fsType,
+		}
+		if asDevice(pod, v.Name) {
+			return nil, nil, fmt.Errorf("volume %s is an inline CSI volume, a file system, but is specified in volumeDevices", v.Name)
 		}
 		if r := v.CSI.NodePublishSecretRef; r != nil {
 			src.publishSecret = &corev1.SecretReference{Namespace: pod.Namespace, Name: r.Name}
 		}
-		return src, nil
+		return src, nil, nil
 	}
-	var claim string
-	readOnly := false
-	switch {
-	case v.PersistentVolumeClaim != nil:
-		claim, readOnly = v.PersistentVolumeClaim.ClaimName, v.PersistentVolumeClaim.ReadOnly
-	case v.Ephemeral != nil:
-		claim = pod.Name + "-" + v.Name
-	default:
-		return nil, errors.New("not a CSI volume")
-	}
-	pvc, err := client.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, claim, metav1.GetOptions{})
+	c, err := claimOf(ctx, client, pod, v)
 	if err != nil {
-		return nil, fmt.Errorf("error processing PVC %s/%s: %w", pod.Namespace, claim, err)
+		return nil, nil, err
 	}
-	if v.Ephemeral != nil && !metav1.IsControlledBy(pvc, pod) {
-		return nil, fmt.Errorf("error processing PVC %s/%s: PVC was not created for pod %s/%s (pod is not owner)", pod.Namespace, claim, pod.Namespace, pod.Name)
-	}
-	if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName == "" {
-		return nil, fmt.Errorf("error processing PVC %s/%s: PVC is not bound", pod.Namespace, claim)
-	}
-	pv, err := client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("get PV %s of PVC %s/%s: %w", pvc.Spec.VolumeName, pod.Namespace, claim, err)
-	}
+	pv := c.pv
 	if pv.Spec.CSI == nil {
-		return nil, fmt.Errorf("PV %s: only CSI persistent volumes are supported", pv.Name)
+		return nil, nil, fmt.Errorf("PV %s: only CSI persistent volumes are supported", pv.Name)
 	}
-	if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock {
-		return nil, fmt.Errorf("PV %s: block volumes are not supported yet", pv.Name)
+	block := ptr.Deref(pv.Spec.VolumeMode, corev1.PersistentVolumeFilesystem) == corev1.PersistentVolumeBlock
+	if block != asDevice(pod, v.Name) {
+		mode, in := corev1.PersistentVolumeFilesystem, "volumeDevices"
+		if block {
+			mode, in = corev1.PersistentVolumeBlock, "volumeMounts"
+		}
+		return nil, nil, fmt.Errorf("volume %s has volumeMode %s, but is specified in %s", v.Name, mode, in)
 	}
 	mode := corev1.ReadWriteOnce
 	if len(pv.Spec.AccessModes) > 0 {
 		mode = pv.Spec.AccessModes[0]
 	}
-	c := pv.Spec.CSI
+	cs := pv.Spec.CSI
 	return &source{
-		driver: c.Driver, handle: c.VolumeHandle, specName: pv.Name, claim: claim,
-		readOnly:    readOnly || c.ReadOnly,
-		capability:  mountCapability(mode, c.FSType, pv.Spec.MountOptions),
-		attributes:  c.VolumeAttributes,
-		stageSecret: c.NodeStageSecretRef, publishSecret: c.NodePublishSecretRef,
-	}, nil
+		driver: cs.Driver, handle: cs.VolumeHandle, specName: pv.Name, claim: c.pvc.Name,
+		readOnly:      c.readOnly || cs.ReadOnly,
+		capability:    capability(mode, block, cs.FSType, pv.Spec.MountOptions),
+		block:         block,
+		attributes:    cs.VolumeAttributes,
+		stageSecret:   cs.NodeStageSecretRef,
+		publishSecret: cs.NodePublishSecretRef,
+		fsType:        cs.FSType,
+		readWriteOnce: slices.Contains(pv.Spec.AccessModes, corev1.ReadWriteOnce),
+	}, c, nil
 }
 
-// mountCapability is the CSI capability of a filesystem volume of the
-// access mode.
-func mountCapability(mode corev1.PersistentVolumeAccessMode, fsType string, flags []string) *csipb.VolumeCapability {
+// claim is the bound claim of a pod's volume and its PersistentVolume.
+type claim struct {
+	pvc      *corev1.PersistentVolumeClaim
+	pv       *corev1.PersistentVolume
+	readOnly bool // the pod mounts it read-only
+}
+
+// claimOf reads the claim of v, a PersistentVolumeClaim or a generic
+// ephemeral volume of pod, and its volume; it is an error that the claim
+// is not bound, or not the pod's own for an ephemeral volume.
+func claimOf(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, v *corev1.Volume) (*claim, error) {
+	var name string
+	readOnly := false
+	switch {
+	case v.PersistentVolumeClaim != nil:
+		name, readOnly = v.PersistentVolumeClaim.ClaimName, v.PersistentVolumeClaim.ReadOnly
+	case v.Ephemeral != nil:
+		name = pod.Name + "-" + v.Name
+	default:
+		return nil, errors.New("not a CSI volume")
+	}
+	pvc, err := client.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("error processing PVC %s/%s: %w", pod.Namespace, name, err)
+	}
+	if v.Ephemeral != nil && !metav1.IsControlledBy(pvc, pod) {
+		return nil, fmt.Errorf("error processing PVC %s/%s: PVC was not created for pod %s/%s (pod is not owner)", pod.Namespace, name, pod.Namespace, pod.Name)
+	}
+	if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName == "" {
+		return nil, fmt.Errorf("error processing PVC %s/%s: PVC is not bound", pod.Namespace, name)
+	}
+	pv, err := client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get PV %s of PVC %s/%s: %w", pvc.Spec.VolumeName, pod.Namespace, name, err)
+	}
+	return &claim{pvc: pvc, pv: pv, readOnly: readOnly}, nil
+}
+
+// asDevice reports whether a container of pod has the volume name in its
+// volumeDevices, as a raw block device.
+func asDevice(pod *corev1.Pod, name string) bool {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			if slices.ContainsFunc(c.VolumeDevices, func(d corev1.VolumeDevice) bool { return d.Name == name }) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// capability is the CSI capability of a volume of the access mode: a
+// block device, or a file system of fsType mounted with flags.
+func capability(mode corev1.PersistentVolumeAccessMode, block bool, fsType string, flags []string) *csipb.VolumeCapability {
 	m := csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
 	switch mode {
 	case corev1.ReadOnlyMany:
@@ -302,9 +421,13 @@ func mountCapability(mode corev1.PersistentVolumeAccessMode, fsType string, flag
 	case corev1.ReadWriteOncePod:
 		m = csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
 	}
+	access := &csipb.VolumeCapability_AccessMode{Mode: m}
+	if block {
+		return &csipb.VolumeCapability{AccessType: &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}}, AccessMode: access}
+	}
 	return &csipb.VolumeCapability{
 		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{FsType: fsType, MountFlags: flags}},
-		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: m},
+		AccessMode: access,
 	}
 }
 
@@ -378,35 +501,40 @@ func (p *Plugins) volumeLock(unique string) *sync.Mutex {
 // or fails stays mounted, and the error says which: the caller keeps the
 // pod's directory and tries again later.
 func (p *Plugins) TearDown(ctx context.Context, uid types.UID) error {
-	root := filepath.Join(p.podsDir(), string(uid), "volumes", PluginDir)
-	ents, err := os.ReadDir(root)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
 	var errs []error
-	for _, e := range ents {
-		if err := p.tearDown(ctx, uid, filepath.Join(root, e.Name())); err != nil {
-			errs = append(errs, fmt.Errorf("UnmountVolume.TearDown failed for volume %q pod %q: %w", e.Name(), uid, err))
+	for _, block := range []bool{false, true} {
+		root := p.root(uid, block)
+		ents, err := os.ReadDir(root)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
 		}
-	}
-	if len(errs) == 0 {
-		if err := os.Remove(root); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		var failed bool
+		for _, e := range ents {
+			if err := p.tearDown(ctx, uid, filepath.Join(root, e.Name()), block); err != nil {
+				failed = true
+				errs = append(errs, fmt.Errorf("UnmountVolume.TearDown failed for volume %q pod %q: %w", e.Name(), uid, err))
+			}
+		}
+		if !failed {
+			if err := os.Remove(root); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// tearDown unpublishes the volume published from dir, then unstages it if
-// no other pod uses it.
-func (p *Plugins) tearDown(ctx context.Context, uid types.UID, dir string) error {
+// tearDown unpublishes the volume published from dir, a block device's
+// if block, then unstages it if no other pod uses it.
+func (p *Plugins) tearDown(ctx context.Context, uid types.UID, dir string, block bool) error {
 	data, err := readVolData(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		// Never published: SetUp stopped before it wrote vol_data.json.
-		return removeEmpty(filepath.Join(dir, "mount"), dir)
+		return removeEmpty(target(dir, block), dir)
 	}
 	if err != nil {
 		return err
@@ -422,7 +550,7 @@ func (p *Plugins) tearDown(ctx context.Context, uid types.UID, dir string) error
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
 	defer cancel()
 	start := time.Now()
-	_, err = d.node.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: data.Handle, TargetPath: filepath.Join(dir, "mount")})
+	_, err = d.node.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: data.Handle, TargetPath: target(dir, block)})
 	p.observe(d.name, "NodeUnpublishVolume", start, err)
 	if err != nil {
 		return fmt.Errorf("NodeUnpublishVolume: %w", err)
@@ -430,14 +558,14 @@ func (p *Plugins) tearDown(ctx context.Context, uid types.UID, dir string) error
 	if err := removeEmpty(filepath.Join(dir, volDataFile)); err != nil {
 		return err
 	}
-	if err := removeEmpty(filepath.Join(dir, "mount"), dir); err != nil {
+	if err := removeEmpty(target(dir, block), dir); err != nil {
 		return err
 	}
 	if data.StagingPath == "" {
 		return nil
 	}
-	if used, err := p.publishedElsewhere(data, uid); err != nil || used {
-		return err
+	if p.publishedElsewhere(data, uid) {
+		return nil
 	}
 	start = time.Now()
 	_, err = d.node.NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{VolumeId: data.Handle, StagingTargetPath: data.StagingPath})
@@ -451,21 +579,17 @@ func (p *Plugins) tearDown(ctx context.Context, uid types.UID, dir string) error
 
 // publishedElsewhere reports whether a pod other than uid has the volume
 // of data published.
-func (p *Plugins) publishedElsewhere(data volData, uid types.UID) (bool, error) {
-	files, err := filepath.Glob(filepath.Join(p.podsDir(), "*", "volumes", PluginDir, "*", volDataFile))
-	if err != nil {
-		return false, err
-	}
-	for _, f := range files {
+func (p *Plugins) publishedElsewhere(data volData, uid types.UID) bool {
+	for _, f := range p.volDataFiles() {
 		if filepath.Base(filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(f))))) == string(uid) {
 			continue
 		}
 		other, err := readVolData(filepath.Dir(f))
 		if err == nil && other.Driver == data.Driver && other.Handle == data.Handle {
-			return true, nil
+			return true
 		}
 	}
-	return false, nil
+	return false
 }
 
 // InUse lists the volumes mounted, or being mounted, on the node by their
@@ -478,8 +602,7 @@ func (p *Plugins) InUse() []corev1.UniqueVolumeName {
 		seen[u] = true
 	}
 	p.mu.Unlock()
-	files, _ := filepath.Glob(filepath.Join(p.podsDir(), "*", "volumes", PluginDir, "*", volDataFile))
-	for _, f := range files {
+	for _, f := range p.volDataFiles() {
 		if d, err := readVolData(filepath.Dir(f)); err == nil {
 			seen["kubernetes.io/csi/"+d.Driver+"^"+d.Handle] = true
 		}

@@ -48,6 +48,7 @@ type csiEnv struct {
 	dir     string // the kubelet directory
 	dataDir string // the driver's volumes
 	plugins *csi.Plugins
+	clock   *testClock // of the node's volumes
 }
 
 // TestCSIVolumes proves the CSI node plugin on a node of a real control
@@ -67,6 +68,9 @@ func TestCSIVolumes(t *testing.T) {
 	t.Run("PVC provisioned, attached, staged, published", e.testPersistentVolume)
 	t.Run("generic ephemeral volume", e.testGenericEphemeral)
 	t.Run("inline CSI volume", e.testInline)
+	t.Run("fsGroup owns a CSI volume", e.testFSGroup)
+	t.Run("claim expanded on the node", e.testExpand)
+	t.Run("block volume", e.testBlock)
 	t.Run("driver that fails or hangs", e.testDriverFailures)
 	t.Run("claim that never binds", e.testUnboundClaim)
 }
@@ -77,7 +81,8 @@ func startCSIEnv(t testing.TB, log *slog.Logger) *csiEnv {
 	if log != nil {
 		cfg.Log = log
 	}
-	e := &csiEnv{podEnv: pe, dir: cfg.Dir, dataDir: t.TempDir()}
+	e := &csiEnv{podEnv: pe, dir: cfg.Dir, dataDir: t.TempDir(), clock: &testClock{}}
+	cfg.Pods.volumeClock = e.clock.now
 	// A node's / is a shared mount, so that a driver's mounts made in its
 	// container (Bidirectional) reach the node; this host's is not: the
 	// kubelet directory is made a shared mount of its own.
@@ -129,6 +134,7 @@ func (e *csiEnv) deployDriver(t testing.TB) {
 	if _, err := e.c.Client.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
 		ObjectMeta: metav1.ObjectMeta{Name: "hostpath"}, Provisioner: csitest.Driver,
 		VolumeBindingMode: ptr.To(storagev1.VolumeBindingImmediate), ReclaimPolicy: ptr.To(corev1.PersistentVolumeReclaimDelete),
+		AllowVolumeExpansion: ptr.To(true),
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -353,10 +359,10 @@ func (e *csiEnv) claimPod(t testing.TB, name, claim string, env []corev1.EnvVar)
 }
 
 // dataPod creates a pod of the probee image with the volume of src
-// mounted at /data.
-func (e *csiEnv) dataPod(t testing.TB, name string, src corev1.VolumeSource, env []corev1.EnvVar) *corev1.Pod {
+// mounted at /data, changed by edit if given.
+func (e *csiEnv) dataPod(t testing.TB, name string, src corev1.VolumeSource, env []corev1.EnvVar, edit ...func(*corev1.Pod)) *corev1.Pod {
 	grace := int64(1)
-	return e.createPod(t, &corev1.Pod{
+	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: &grace,
@@ -366,7 +372,11 @@ func (e *csiEnv) dataPod(t testing.TB, name string, src corev1.VolumeSource, env
 			}},
 			Volumes: []corev1.Volume{{Name: "data", VolumeSource: src}},
 		},
-	})
+	}
+	for _, f := range edit {
+		f(pod)
+	}
+	return e.createPod(t, pod)
 }
 
 // waitRunning waits for pod's container to run.
@@ -442,6 +452,225 @@ func (e *csiEnv) testInline(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// testFSGroup runs a pod with an fsGroup and an inline volume of the
+// driver, whose CSIDriver's fsGroupPolicy is File: the group owns the
+// volume, with the setgid bit, and the file the pod writes is the group's.
+func (e *csiEnv) testFSGroup(t *testing.T) {
+	const gid = 2345
+	pod := e.dataPod(t, "grouped", corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: csiDriverName}}, writeEnv, func(p *corev1.Pod) {
+		p.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptr.To(int64(gid))}
+	})
+	pod = e.waitRunning(t, pod)
+	dir := filepath.Join(e.dataDir, "ephemeral", fmt.Sprintf("csi-%x", sha256.Sum256([]byte(string(pod.UID)+"data"))))
+	poll.Until(t, 30*time.Second, "the pod's file in its volume", func() error {
+		_, err := os.Stat(filepath.Join(dir, "written"))
+		return err
+	})
+	for _, path := range []string{dir, filepath.Join(dir, "written")} {
+		var st unix.Stat_t
+		if err := unix.Stat(path, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Gid != gid {
+			t.Errorf("%s: group %d, want the fsGroup %d", path, st.Gid, gid)
+		}
+		if path == dir && st.Mode&unix.S_ISGID == 0 {
+			t.Errorf("%s: mode %o, want the setgid bit", path, st.Mode)
+		}
+	}
+	e.deletePod(t, pod)
+}
+
+// testExpand grows a claim as the upstream external-resizer does (which
+// the Go proxy here does not serve): the PersistentVolume's capacity is
+// raised and the claim's storage left NodeResizePending. The node grows
+// the volume of a running pod at its next refresh of the pod's volumes
+// (online), and of a claim that no pod used when it grew as a pod mounts
+// it (offline), each through NodeExpandVolume, and records the capacity
+// in the claim's status.
+func (e *csiEnv) testExpand(t *testing.T) {
+	ctx := context.Background()
+	cs := e.c.Client
+	pvc, err := cs.CoreV1().PersistentVolumeClaims("default").Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "growing"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: ptr.To("hostpath"),
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := e.claimPod(t, "grower", pvc.Name, nil)
+	var handle string
+	grow := func(size string) {
+		t.Helper()
+		c, err := cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, pvc.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := resource.MustParse(size)
+		c.Spec.Resources.Requests[corev1.ResourceStorage] = q
+		if c, err = cs.CoreV1().PersistentVolumeClaims("default").Update(ctx, c, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pv, err := cs.CoreV1().PersistentVolumes().Get(ctx, c.Spec.VolumeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		handle = pv.Spec.CSI.VolumeHandle
+		pv.Spec.Capacity[corev1.ResourceStorage] = q
+		if _, err := cs.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		c.Status.AllocatedResources = corev1.ResourceList{corev1.ResourceStorage: q}
+		c.Status.AllocatedResourceStatuses = map[corev1.ResourceName]corev1.ClaimResourceStatus{
+			corev1.ResourceStorage: corev1.PersistentVolumeClaimNodeResizePending,
+		}
+		c.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{
+			Type: corev1.PersistentVolumeClaimFileSystemResizePending, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now(),
+		}}
+		if _, err := cs.CoreV1().PersistentVolumeClaims("default").UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expanded := func(size string) {
+		t.Helper()
+		want := resource.MustParse(size)
+		poll.Until(t, time.Minute, "the claim expanded to "+size+" on the node", func() error {
+			b, err := os.ReadFile(filepath.Join(e.dataDir, handle+".capacity"))
+			if err != nil {
+				return fmt.Errorf("NodeExpandVolume not called: %w", err)
+			}
+			if string(b) != fmt.Sprint(want.Value()) {
+				return fmt.Errorf("NodeExpandVolume asked for %s bytes, want %d", b, want.Value())
+			}
+			c, err := cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, pvc.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if got := c.Status.Capacity[corev1.ResourceStorage]; got.Cmp(want) != 0 {
+				return fmt.Errorf("claim capacity %s, want %s", got.String(), size)
+			}
+			if s, ok := c.Status.AllocatedResourceStatuses[corev1.ResourceStorage]; ok {
+				return fmt.Errorf("claim's storage still %s", s)
+			}
+			for _, cond := range c.Status.Conditions {
+				switch cond.Type {
+				case corev1.PersistentVolumeClaimResizing, corev1.PersistentVolumeClaimFileSystemResizePending, corev1.PersistentVolumeClaimNodeResizeError:
+					return fmt.Errorf("claim condition %s still there", cond.Type)
+				}
+			}
+			return nil
+		})
+	}
+	grow("2Mi")
+	// The pod's volumes are refreshed when their resync is due.
+	e.clock.advance(2 * time.Minute)
+	expanded("2Mi")
+
+	e.deletePod(t, pod)
+	grow("3Mi")
+	pod = e.claimPod(t, "grower-again", pvc.Name, nil)
+	expanded("3Mi")
+	if n := e.csiCalls(t, "NodeExpandVolume", "OK"); n != 2 {
+		t.Errorf("csi_operations_seconds counts %d NodeExpandVolume calls that ended OK, want 2", n)
+	}
+	e.deletePod(t, pod)
+}
+
+// testBlock runs a pod with a claim of volumeMode Block in its
+// volumeDevices: the provisioned volume (the driver's file on a loop
+// device) is staged and published as a device node, the pod's container
+// writes at the start of it as /dev/xvda, the host reads that in the
+// volume's file, and the device is unpublished, unstaged and detached
+// when the pod goes. The same claim in volumeMounts is refused with the
+// kubelet's message.
+func (e *csiEnv) testBlock(t *testing.T) {
+	ctx := context.Background()
+	cs := e.c.Client
+	pvc, err := cs.CoreV1().PersistentVolumeClaims("default").Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "raw"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: ptr.To("hostpath"),
+			VolumeMode:       ptr.To(corev1.PersistentVolumeBlock),
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Mi")}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvc.Name}}
+	pod := e.dataPod(t, "raw", claim, nil, func(p *corev1.Pod) {
+		c := &p.Spec.Containers[0]
+		c.VolumeMounts, c.VolumeDevices = nil, []corev1.VolumeDevice{{Name: "data", DevicePath: "/dev/xvda"}}
+	})
+	pod = e.waitRunning(t, pod)
+	c, err := cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, pvc.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv, err := cs.CoreV1().PersistentVolumes().Get(ctx, c.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	image := filepath.Join(e.dataDir, pv.Spec.CSI.VolumeHandle+".img")
+	id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
+	const text = "written through /dev/xvda"
+	if out, code := e.exec(t, id, "write", "/dev/xvda", text); code != 0 {
+		t.Fatalf("write to the block device in the container: %s (exit %d)", out, code)
+	}
+	f, err := os.Open(image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(text))
+	_, err = f.ReadAt(got, 0)
+	f.Close()
+	if err != nil || string(got) != text {
+		t.Errorf("the volume's file starts with %q (%v), want %q", got, err, text)
+	}
+	device := filepath.Join(e.dir, "pods", string(pod.UID), "volumeDevices", csi.PluginDir, pv.Name, "device")
+	var st unix.Stat_t
+	if err := unix.Stat(device, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFBLK {
+		t.Errorf("%s: mode %o (%v), want a block device", device, st.Mode, err)
+	}
+	e.deletePod(t, pod)
+	poll.Until(t, 30*time.Second, "the block volume unpublished, unstaged and detached", func() error {
+		if got := e.csiMounts(t, e.dir); len(got) > 0 {
+			return fmt.Errorf("mounts left %v", got)
+		}
+		files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+		for _, f := range files {
+			if b, err := os.ReadFile(f); err == nil && strings.TrimSpace(string(b)) == image {
+				return fmt.Errorf("%s still backs %s", image, filepath.Base(filepath.Dir(filepath.Dir(f))))
+			}
+		}
+		return nil
+	})
+
+	// A block claim mounted as a file system is refused.
+	mounted := e.dataPod(t, "raw-mounted", claim, nil)
+	const want = `MountVolume.SetUp failed for volume "data" : volume data has volumeMode Block, but is specified in volumeMounts`
+	poll.Until(t, 60*time.Second, "a FailedMount event for the volume mode", func() error {
+		list, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{
+			FieldSelector: fields.Set{"involvedObject.uid": string(mounted.UID), "reason": "FailedMount"}.String(),
+		})
+		if err != nil {
+			return err
+		}
+		for _, ev := range list.Items {
+			if ev.Message == want {
+				return nil
+			}
+		}
+		return fmt.Errorf("no event %q among %d", want, len(list.Items))
+	})
+	e.deletePod(t, mounted)
 }
 
 // testDriverFailures runs a pod whose volume the driver fails to publish

@@ -63,7 +63,10 @@ func (d *Deployment) Socket() string {
 func (d *Deployment) Create(ctx context.Context, cs kubernetes.Interface, ns string) error {
 	if _, err := cs.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{
 		ObjectMeta: metav1.ObjectMeta{Name: Driver},
+		// File: the pods' fsGroup owns the files, as for
+		// csi-driver-host-path.
 		Spec: storagev1.CSIDriverSpec{AttachRequired: ptr.To(d.AttachRequired), PodInfoOnMount: ptr.To(true),
+			FSGroupPolicy:        ptr.To(storagev1.FileFSGroupPolicy),
 			VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral}},
 	}, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create CSIDriver: %w", err)

@@ -36,10 +36,10 @@
 // are each a tmpfs, never on the node's disk.
 //
 // A pod's fsGroup owns the files of its emptyDir, configMap, secret,
-// downwardAPI and projected volumes, as the kubelet gives them to it.
+// downwardAPI and projected volumes, and of its CSI volumes as their
+// driver's fsGroupPolicy says, as the kubelet gives them to it.
 //
-// Not yet here: other volume types, fsGroup on CSI volumes and
-// clusterTrustBundle sources.
+// Not yet here: other volume types and clusterTrustBundle sources.
 package volumes
 
 import (
@@ -100,8 +100,12 @@ type Manager struct {
 
 // CSI mounts volumes through CSI drivers (agent/csi.Plugins).
 type CSI interface {
-	// SetUp mounts v for pod, through client, and returns its path.
-	SetUp(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, v *corev1.Volume) (string, error)
+	// SetUp mounts v for pod, through client, and returns its path and
+	// whether the pod's fsGroup is to own its files.
+	SetUp(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, v *corev1.Volume) (path string, fsGroup bool, err error)
+	// Expand grows on the node the volume v that SetUp mounted for pod,
+	// if the cluster grew its claim since.
+	Expand(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, v *corev1.Volume) error
 	// TearDown unmounts the volumes of the pod uid that SetUp mounted.
 	TearDown(ctx context.Context, uid types.UID) error
 }
@@ -209,11 +213,22 @@ func (m *Manager) write(ctx context.Context, pod *corev1.Pod, pv *podVolumes, no
 			paths[v.Name] = p
 			continue
 		case isCSI(v) && m.CSI != nil && m.Client != nil:
-			// Mounted once; the driver keeps it.
+			// Mounted once, the driver keeps it; grown on the node
+			// once the cluster grew its claim.
 			p, ok := pv.paths[v.Name]
-			if !ok {
+			if ok {
+				if err := m.CSI.Expand(ctx, m.Client, pod, v); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+			} else {
+				var fsGroup bool
 				var err error
-				if p, err = m.CSI.SetUp(ctx, m.Client, pod, v); err != nil {
+				p, fsGroup, err = m.CSI.SetUp(ctx, m.Client, pod, v)
+				if err == nil && fsGroup {
+					err = setOwnership(p, pod, false)
+				}
+				if err != nil {
 					errs = append(errs, setupError(v.Name, err))
 					continue
 				}

@@ -7,6 +7,13 @@
 // that the upstream external-provisioner and external-attacher drive it.
 // It serves every service on one socket, -endpoint, and logs each call.
 //
+// A block volume (volumeMode Block) is a file, <data-dir>/<volume>.img,
+// attached to a loop device when staged; the device node is bind-mounted
+// at <staging>/dev, and from there at the target path when published.
+//
+// NodeExpandVolume records the size asked for beside the volume's
+// directory, in <data-dir>/<volume>.capacity.
+//
 // Inline (ephemeral) volumes are directories under -data-dir/ephemeral,
 // made by NodePublishVolume and removed by NodeUnpublishVolume. Their
 // volume attributes make the driver misbehave, for tests: fail=true
@@ -20,13 +27,17 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"log"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/moby/sys/mountinfo"
+	"github.com/u-root/u-root/pkg/mount/loop"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -107,7 +118,11 @@ func (d *driver) CreateVolume(_ context.Context, req *csipb.CreateVolumeRequest)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o777); err != nil {
+	if slices.ContainsFunc(req.VolumeCapabilities, func(c *csipb.VolumeCapability) bool { return c.GetBlock() != nil }) {
+		if err := makeImage(dir+".img", req.GetCapacityRange().GetRequiredBytes()); err != nil {
+			return nil, err
+		}
+	} else if err := os.MkdirAll(dir, 0o777); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	return &csipb.CreateVolumeResponse{Volume: &csipb.Volume{VolumeId: req.Name, CapacityBytes: req.GetCapacityRange().GetRequiredBytes()}}, nil
@@ -118,8 +133,10 @@ func (d *driver) DeleteVolume(_ context.Context, req *csipb.DeleteVolumeRequest)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+	for _, path := range []string{dir, dir + ".img", dir + ".capacity"} {
+		if err := os.RemoveAll(path); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
 	}
 	return &csipb.DeleteVolumeResponse{}, nil
 }
@@ -199,6 +216,9 @@ func (d *driver) NodeStageVolume(_ context.Context, req *csipb.NodeStageVolumeRe
 	if d.attach && req.PublishContext["attachedTo"] != d.nodeID {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not attached to %s: publish context %v", req.VolumeId, d.nodeID, req.PublishContext)
 	}
+	if req.GetVolumeCapability().GetBlock() != nil {
+		return &csipb.NodeStageVolumeResponse{}, stageBlock(dir+".img", req.StagingTargetPath)
+	}
 	// A pre-provisioned volume (a PersistentVolume made by hand) is made
 	// when first staged.
 	if err := os.MkdirAll(dir, 0o777); err != nil {
@@ -208,12 +228,109 @@ func (d *driver) NodeStageVolume(_ context.Context, req *csipb.NodeStageVolumeRe
 }
 
 func (d *driver) NodeUnstageVolume(_ context.Context, req *csipb.NodeUnstageVolumeRequest) (*csipb.NodeUnstageVolumeResponse, error) {
+	if dev := filepath.Join(req.StagingTargetPath, "dev"); exists(dev) {
+		return &csipb.NodeUnstageVolumeResponse{}, unstageBlock(dev)
+	}
 	return &csipb.NodeUnstageVolumeResponse{}, unbind(req.StagingTargetPath)
+}
+
+// blockImageSize is the size of a block volume made without one.
+const blockImageSize = 1 << 20
+
+// makeImage makes the file of a block volume, of size bytes, unless it is
+// there.
+func makeImage(path string, size int64) error {
+	if exists(path) {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	defer f.Close()
+	if err := f.Truncate(max(size, blockImageSize)); err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	return nil
+}
+
+// stageBlock attaches the volume's file to a free loop device and
+// bind-mounts the device node at staging/dev, unless it is there.
+func stageBlock(image, staging string) error {
+	dev := filepath.Join(staging, "dev")
+	if mounted, _ := mountinfo.Mounted(dev); mounted {
+		return nil
+	}
+	if err := makeImage(image, blockImageSize); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(staging, 0o750); err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	loopDev, err := loop.FindDevice()
+	if err != nil {
+		return status.Errorf(codes.Internal, "find a free loop device: %v", err)
+	}
+	// A container's /dev has the host's devices of when it started: a
+	// loop device made since is made here too.
+	if !exists(loopDev) {
+		var n int
+		fmt.Sscanf(loopDev, "/dev/loop%d", &n)
+		if err := unix.Mknod(loopDev, unix.S_IFBLK|0o600, int(unix.Mkdev(7, uint32(n)))); err != nil {
+			return status.Errorf(codes.Internal, "make %s: %v", loopDev, err)
+		}
+	}
+	if err := loop.SetFile(loopDev, image); err != nil {
+		return status.Errorf(codes.Internal, "attach %s to %s: %v", image, loopDev, err)
+	}
+	if err := bindFile(loopDev, dev); err != nil {
+		loop.ClearFile(loopDev)
+		return err
+	}
+	return nil
+}
+
+// unstageBlock unmounts the device node at dev and detaches its loop
+// device from the volume's file.
+func unstageBlock(dev string) error {
+	if err := loop.ClearFile(dev); err != nil {
+		return status.Errorf(codes.Internal, "detach the loop device at %s: %v", dev, err)
+	}
+	return unbind(dev)
+}
+
+// bindFile bind-mounts the file (a device node) from at to, a file made
+// for it, unless to is mounted already.
+func bindFile(from, to string) error {
+	if mounted, _ := mountinfo.Mounted(to); mounted {
+		return nil
+	}
+	f, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	f.Close()
+	if err := unix.Mount(from, to, "", unix.MS_BIND, ""); err != nil {
+		return status.Errorf(codes.Internal, "bind %s at %s: %v", from, to, err)
+	}
+	return nil
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }
 
 func (d *driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
 	if req.VolumeContext["csi.storage.k8s.io/ephemeral"] == "true" {
 		return d.publishEphemeral(ctx, req)
+	}
+	if req.GetVolumeCapability().GetBlock() != nil {
+		dev := filepath.Join(req.StagingTargetPath, "dev")
+		if mounted, err := mountinfo.Mounted(dev); err != nil || !mounted {
+			return nil, status.Errorf(codes.FailedPrecondition, "block volume %s is not staged at %s (%v)", req.VolumeId, dev, err)
+		}
+		return &csipb.NodePublishVolumeResponse{}, bindFile(dev, req.TargetPath)
 	}
 	if mounted, err := mountinfo.Mounted(req.StagingTargetPath); err != nil || !mounted {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s (%v)", req.VolumeId, req.StagingTargetPath, err)
@@ -264,7 +381,26 @@ func (d *driver) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilities
 	return &csipb.NodeGetCapabilitiesResponse{Capabilities: []*csipb.NodeServiceCapability{
 		rpc(csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME),
 		rpc(csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS),
+		rpc(csipb.NodeServiceCapability_RPC_EXPAND_VOLUME),
 	}}, nil
+}
+
+// NodeExpandVolume "grows" a published or staged volume: a directory has
+// no size of its own, so the size asked for is written beside it, in
+// <data-dir>/<volume>.capacity, for tests to read.
+func (d *driver) NodeExpandVolume(_ context.Context, req *csipb.NodeExpandVolumeRequest) (*csipb.NodeExpandVolumeResponse, error) {
+	dir, err := d.volumeDir(req.VolumeId)
+	if err != nil {
+		return nil, err
+	}
+	if mounted, err := mountinfo.Mounted(req.VolumePath); err != nil || !mounted {
+		return nil, status.Errorf(codes.NotFound, "volume %s is not mounted at %s (%v)", req.VolumeId, req.VolumePath, err)
+	}
+	size := req.GetCapacityRange().GetRequiredBytes()
+	if err := os.WriteFile(dir+".capacity", []byte(strconv.FormatInt(size, 10)), 0o644); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &csipb.NodeExpandVolumeResponse{CapacityBytes: size}, nil
 }
 
 // NodeGetVolumeStats tells what the filesystem of a published volume,

@@ -9,7 +9,9 @@
 //   - "probee sleep SECONDS" exits 0 after SECONDS: a slow exec probe;
 //   - "probee seq FILE N" appends the line N to FILE if FILE holds the
 //     lines 1 to N-1, and exits 1 otherwise: init containers that prove
-//     their order.
+//     their order;
+//   - "probee write PATH TEXT" writes TEXT at the start of PATH, which is
+//     there (a block device), and syncs it.
 //
 // Otherwise it runs until SIGTERM, printing "probee started" and then
 // "bye" when it ends (with IGNORE_TERM=1 it prints "SIGTERM ignored" and
@@ -106,6 +108,21 @@ func command(name string, args []string) (code int, ok bool) {
 		}
 	case name == "touch" && len(args) == 1:
 		if err := os.WriteFile(args[0], nil, 0o644); err != nil {
+			return fail(err)
+		}
+	case name == "write" && len(args) == 2:
+		// Into a file that is there, a block device: at its start, synced.
+		f, err := os.OpenFile(args[0], os.O_WRONLY, 0)
+		if err != nil {
+			return fail(err)
+		}
+		if _, err := f.WriteAt([]byte(args[1]), 0); err != nil {
+			return fail(err)
+		}
+		if err := f.Sync(); err != nil {
+			return fail(err)
+		}
+		if err := f.Close(); err != nil {
 			return fail(err)
 		}
 	case name == "sleep" && len(args) == 1:
