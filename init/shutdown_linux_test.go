@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -393,5 +394,32 @@ func waitChildless(t *testing.T, r *supervisor.Reaper) {
 	case <-r.Childless():
 	case <-time.After(10 * time.Second):
 		t.Fatal("processes left 10s after endProcesses")
+	}
+}
+
+// TestShutdownSignals sends this process each of the signals PID 1 shuts
+// down on, heard as stage 2 hears them: SIGTERM and SIGPWR (a power
+// button, a UPS daemon) power the node off, Ctrl-Alt-Del's SIGINT
+// restarts it.
+func TestShutdownSignals(t *testing.T) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, shutdownSignals...)
+	defer signal.Stop(sigs)
+	for sig, want := range map[unix.Signal]int{
+		unix.SIGTERM: unix.LINUX_REBOOT_CMD_POWER_OFF,
+		unix.SIGPWR:  unix.LINUX_REBOOT_CMD_POWER_OFF,
+		unix.SIGINT:  unix.LINUX_REBOOT_CMD_RESTART,
+	} {
+		if err := unix.Kill(os.Getpid(), sig); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-sigs:
+			if got != sig || shutdownFor(got) != want {
+				t.Errorf("%v: heard %v, reboot command %#x; want %#x", sig, got, shutdownFor(got), want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%v not heard", sig)
+		}
 	}
 }

@@ -118,7 +118,7 @@ func stage2() error {
 	// power button). They are heard from now on, during the boot too.
 	unix.Reboot(unix.LINUX_REBOOT_CMD_CAD_OFF)
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGPWR)
+	signal.Notify(sigs, shutdownSignals...)
 
 	booted := n.startBoot(n.bootSequence())
 	for {
@@ -128,13 +128,21 @@ func stage2() error {
 				return err // fatal: boot.Main logs it and reboots
 			}
 		case sig := <-sigs:
-			cmd := unix.LINUX_REBOOT_CMD_POWER_OFF
-			if sig == unix.SIGINT {
-				cmd = unix.LINUX_REBOOT_CMD_RESTART
-			}
-			n.requestShutdown(cmd, "signal "+sig.String())
+			n.requestShutdown(shutdownFor(sig), "signal "+sig.String())
 		}
 	}
+}
+
+// shutdownSignals are the signals PID 1 shuts the node down on.
+var shutdownSignals = []os.Signal{unix.SIGTERM, unix.SIGINT, unix.SIGPWR}
+
+// shutdownFor is the reboot(2) command of one of shutdownSignals:
+// Ctrl-Alt-Del's SIGINT restarts, the others power off.
+func shutdownFor(sig os.Signal) int {
+	if sig == unix.SIGINT {
+		return unix.LINUX_REBOOT_CMD_RESTART
+	}
+	return unix.LINUX_REBOOT_CMD_POWER_OFF
 }
 
 // nodeConfig is the machine config the node runs on: STATE's, or in
