@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -67,8 +68,23 @@ func probeFirmware(exitValue byte) []byte {
 // ProbeKVM reports whether KVM can run guest code here, and if not, why.
 // Opening /dev/kvm and creating a VM are not enough: on some nested hosts
 // (a paravirtual KVM) the first guest instruction fails with a KVM internal
-// error and QEMU stays paused for ever.
+// error and QEMU stays paused for ever; on others a few real-mode
+// instructions run, but OVMF's (or a kernel's) fail a little later. So
+// the probe runs a few instructions, then OVMF itself until it writes to
+// its console. The answer is the same for the life of the process: it is
+// found once.
 func ProbeKVM(ctx context.Context, qemu string) (bool, string) {
+	kvmProbe.once.Do(func() { kvmProbe.ok, kvmProbe.why = probeKVM(ctx, qemu) })
+	return kvmProbe.ok, kvmProbe.why
+}
+
+var kvmProbe struct {
+	once sync.Once
+	ok   bool
+	why  string
+}
+
+func probeKVM(ctx context.Context, qemu string) (bool, string) {
 	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
 	if err != nil {
 		return false, fmt.Sprintf("/dev/kvm: %v", err)
@@ -77,7 +93,64 @@ func ProbeKVM(ctx context.Context, qemu string) (bool, string) {
 	if err := runProbe(ctx, qemu, AccelKVM, probeFirmware(probeExitValue), probeTimeout); err != nil {
 		return false, err.Error()
 	}
+	if err := probeOVMF(ctx, qemu); err != nil {
+		return false, err.Error()
+	}
 	return true, ""
+}
+
+// ovmfProbeTimeout bounds the wait for OVMF's first console output under
+// KVM, which takes a second or two where KVM works.
+const ovmfProbeTimeout = 10 * time.Second
+
+// probeOVMF boots OVMF, with no disk, under KVM and waits for it to write
+// to its serial console.
+func probeOVMF(ctx context.Context, qemu string) error {
+	dir, err := os.MkdirTemp("", "cairn-qemu-probe-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	vars, console := filepath.Join(dir, "vars.fd"), filepath.Join(dir, "console")
+	if err := copyFile(ovmfVars, vars); err != nil {
+		return fmt.Errorf("%s: %w: install the Debian package ovmf", ovmfVars, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, ovmfProbeTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, qemu, append(accelArgs(AccelKVM),
+		"-machine", "q35", "-m", "256", "-nodefaults", "-display", "none", "-no-reboot",
+		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+ovmfCode,
+		"-drive", "if=pflash,format=raw,unit=1,file="+vars,
+		"-serial", "file:"+console)...)
+	stderr := &watchedBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			if st, err := os.Stat(console); err == nil && st.Size() > 0 {
+				cancel()
+				<-exited
+				return nil
+			}
+			if why := kvmFailure(stderr.String()); why != "" {
+				cancel()
+				<-exited
+				return errors.New("OVMF under KVM failed: " + why)
+			}
+		case err := <-exited:
+			if ctx.Err() != nil {
+				return fmt.Errorf("OVMF under KVM wrote nothing to its console in %s%s", ovmfProbeTimeout, firstLine(": ", kvmFailure(stderr.String())))
+			}
+			return fmt.Errorf("OVMF under KVM ended before it wrote to its console: %v%s", err, firstLine(": ", stderr.String()))
+		}
+	}
 }
 
 // runProbe boots firmware with accel and checks that it exits through

@@ -228,15 +228,26 @@ func relay(vm *qemu.VM, timeout time.Duration, log func(string)) (result, skip s
 			f.Close()
 		}
 	}()
-	// read takes what QEMU wrote to the console since the last call.
+	// read takes what QEMU wrote to the console since the last call. A
+	// VM started again (KVM could not run it: TCG now) writes a new file
+	// at the path, which is read from its start.
 	read := func() {
-		if f == nil {
-			opened, err := os.Open(vm.Opts.ConsoleLog)
-			if err != nil {
-				return // QEMU has not created it yet
+		if f != nil {
+			more, _ := io.ReadAll(f)
+			c.add(more)
+			old, err1 := f.Stat()
+			now, err2 := os.Stat(vm.Opts.ConsoleLog)
+			if err1 != nil || err2 != nil || os.SameFile(old, now) {
+				return
 			}
-			f = opened
+			f.Close()
+			f = nil
 		}
+		opened, err := os.Open(vm.Opts.ConsoleLog)
+		if err != nil {
+			return // QEMU has not created it yet
+		}
+		f = opened
 		more, _ := io.ReadAll(f)
 		c.add(more)
 	}
