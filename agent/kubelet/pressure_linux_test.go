@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/cairn-os/cairn/agent/kubelet/cri"
@@ -68,6 +71,54 @@ func TestMemoryPressureEviction(t *testing.T) {
 	}
 	if c.Status.Phase != corev1.PodRunning {
 		t.Errorf("critical hog: phase %s (%s %s), want Running", c.Status.Phase, c.Status.Reason, c.Status.Message)
+	}
+}
+
+// TestStaticPodNotEvicted runs a static pod that holds 1 GiB on a node
+// whose memory.available threshold is 300 MiB under what the host had
+// free: the node is under memory pressure, and the static pod, which the
+// kubelet never evicts, runs on in the same container.
+func TestStaticPodNotEvicted(t *testing.T) {
+	e, cfg := newPodEnv(t, "static-hog-1")
+	dir := filepath.Join(t.TempDir(), "static-pods")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cfg.StaticPodDir = dir
+	m, err := host.ReadMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Thresholds.MemoryAvailable = m.Available - 300<<20
+	cfg.join.Thresholds.MemoryAvailable = cfg.Thresholds.MemoryAvailable
+	writeManifest(t, dir, "hog.yaml", &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: "hog"},
+		Spec: corev1.PodSpec{
+			HostNetwork:                   true,
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Containers: []corev1.Container{{Name: "hog", Image: e.probee, ImagePullPolicy: corev1.PullIfNotPresent,
+				Env: []corev1.EnvVar{{Name: "HOLD_BYTES", Value: "1073741824"}}}},
+		},
+	})
+	startStatic(t, cfg)
+	ctr, _ := e.staticContainer(t, "hog-static-hog-1", e.probee, 2*time.Minute)
+	poll.Until(t, time.Minute, "the node under memory pressure", func() error {
+		n, err := e.c.Client.CoreV1().Nodes().Get(context.Background(), e.node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeMemoryPressure && c.Status == corev1.ConditionTrue {
+				return nil
+			}
+		}
+		return errors.New("no MemoryPressure")
+	})
+	time.Sleep(3 * evictionInterval) // looks that find the pressure
+	again, _ := e.staticContainer(t, "hog-static-hog-1", e.probee, time.Second)
+	if again.Id != ctr.Id || again.State != criv1.ContainerState_CONTAINER_RUNNING {
+		t.Errorf("static hog: container %s %v, want %s still running", again.Id, again.State, ctr.Id)
 	}
 }
 
