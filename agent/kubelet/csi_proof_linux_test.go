@@ -224,17 +224,7 @@ func (e *csiEnv) testRegistered(t *testing.T) {
 func (e *csiEnv) testPersistentVolume(t *testing.T) {
 	ctx := context.Background()
 	cs := e.c.Client
-	pvc, err := cs.CoreV1().PersistentVolumeClaims("default").Create(ctx, &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "data"},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			StorageClassName: ptr.To("hostpath"),
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pvc := e.createClaim(t, "data", "hostpath", "1Mi", corev1.PersistentVolumeFilesystem)
 	var pvName string
 	poll.Until(t, 2*time.Minute, "the PVC bound by the external-provisioner", func() error {
 		c, err := cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, pvc.Name, metav1.GetOptions{})
@@ -348,6 +338,44 @@ func (e *csiEnv) testPersistentVolume(t *testing.T) {
 			t.Errorf("csi_operations_seconds counts %v %s calls that ended OK, want at least 1", n, method)
 		}
 	}
+}
+
+// createClaim creates the claim name in default, of the StorageClass
+// class, of size and volume mode.
+func (e *csiEnv) createClaim(t testing.TB, name, class, size string, mode corev1.PersistentVolumeMode) *corev1.PersistentVolumeClaim {
+	t.Helper()
+	pvc, err := e.c.Client.CoreV1().PersistentVolumeClaims("default").Create(context.Background(), &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: ptr.To(class),
+			VolumeMode:       ptr.To(mode),
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pvc
+}
+
+// waitFailedMount waits for a FailedMount event about pod saying want.
+func (e *csiEnv) waitFailedMount(t testing.TB, pod *corev1.Pod, want string) {
+	t.Helper()
+	poll.Until(t, 60*time.Second, "a FailedMount event: "+want, func() error {
+		list, err := e.c.Client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{
+			FieldSelector: fields.Set{"involvedObject.uid": string(pod.UID), "reason": "FailedMount"}.String(),
+		})
+		if err != nil {
+			return err
+		}
+		for _, ev := range list.Items {
+			if ev.Message == want {
+				return nil
+			}
+		}
+		return fmt.Errorf("no event %q among %d", want, len(list.Items))
+	})
 }
 
 // claimPod runs a pod of the probee image with the claim mounted at
@@ -493,17 +521,7 @@ func (e *csiEnv) testFSGroup(t *testing.T) {
 func (e *csiEnv) testExpand(t *testing.T) {
 	ctx := context.Background()
 	cs := e.c.Client
-	pvc, err := cs.CoreV1().PersistentVolumeClaims("default").Create(ctx, &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "growing"},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			StorageClassName: ptr.To("hostpath"),
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pvc := e.createClaim(t, "growing", "hostpath", "1Mi", corev1.PersistentVolumeFilesystem)
 	pod := e.claimPod(t, "grower", pvc.Name, nil)
 	var handle string
 	grow := func(size string) {
@@ -592,18 +610,7 @@ func (e *csiEnv) testExpand(t *testing.T) {
 func (e *csiEnv) testBlock(t *testing.T) {
 	ctx := context.Background()
 	cs := e.c.Client
-	pvc, err := cs.CoreV1().PersistentVolumeClaims("default").Create(ctx, &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "raw"},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			StorageClassName: ptr.To("hostpath"),
-			VolumeMode:       ptr.To(corev1.PersistentVolumeBlock),
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Mi")}},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pvc := e.createClaim(t, "raw", "hostpath", "2Mi", corev1.PersistentVolumeBlock)
 	claim := corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvc.Name}}
 	pod := e.dataPod(t, "raw", claim, nil, func(p *corev1.Pod) {
 		c := &p.Spec.Containers[0]
@@ -655,21 +662,7 @@ func (e *csiEnv) testBlock(t *testing.T) {
 
 	// A block claim mounted as a file system is refused.
 	mounted := e.dataPod(t, "raw-mounted", claim, nil)
-	const want = `MountVolume.SetUp failed for volume "data" : volume data has volumeMode Block, but is specified in volumeMounts`
-	poll.Until(t, 60*time.Second, "a FailedMount event for the volume mode", func() error {
-		list, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{
-			FieldSelector: fields.Set{"involvedObject.uid": string(mounted.UID), "reason": "FailedMount"}.String(),
-		})
-		if err != nil {
-			return err
-		}
-		for _, ev := range list.Items {
-			if ev.Message == want {
-				return nil
-			}
-		}
-		return fmt.Errorf("no event %q among %d", want, len(list.Items))
-	})
+	e.waitFailedMount(t, mounted, `MountVolume.SetUp failed for volume "data" : volume data has volumeMode Block, but is specified in volumeMounts`)
 	e.deletePod(t, mounted)
 }
 
@@ -770,16 +763,7 @@ func (e *csiEnv) csiCalls(t testing.TB, method, code string) uint64 {
 // says the claim is not bound.
 func (e *csiEnv) testUnboundClaim(t *testing.T) {
 	ctx := context.Background()
-	if _, err := e.c.Client.CoreV1().PersistentVolumeClaims("default").Create(ctx, &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "never"},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			StorageClassName: ptr.To("no-such-class"),
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.createClaim(t, "never", "no-such-class", "1Mi", corev1.PersistentVolumeFilesystem)
 	pod := e.createPod(t, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "unbound", Namespace: "default"},
 		Spec: corev1.PodSpec{
@@ -790,21 +774,7 @@ func (e *csiEnv) testUnboundClaim(t *testing.T) {
 			}}},
 		},
 	})
-	want := `MountVolume.SetUp failed for volume "data" : error processing PVC default/never: PVC is not bound`
-	poll.Until(t, 60*time.Second, "a FailedMount event saying the claim is not bound", func() error {
-		list, err := e.c.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{
-			FieldSelector: fields.Set{"involvedObject.uid": string(pod.UID), "reason": "FailedMount"}.String(),
-		})
-		if err != nil {
-			return err
-		}
-		for _, ev := range list.Items {
-			if ev.Message == want {
-				return nil
-			}
-		}
-		return fmt.Errorf("no event %q among %d", want, len(list.Items))
-	})
+	e.waitFailedMount(t, pod, `MountVolume.SetUp failed for volume "data" : error processing PVC default/never: PVC is not bound`)
 	p, err := e.c.Client.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -838,16 +808,7 @@ func BenchmarkCSI(b *testing.B) {
 		var claims, pods []string
 		for i := range n {
 			name := fmt.Sprintf("bench-%d", i)
-			if _, err := e.c.Client.CoreV1().PersistentVolumeClaims("default").Create(ctx, &corev1.PersistentVolumeClaim{
-				ObjectMeta: metav1.ObjectMeta{Name: name},
-				Spec: corev1.PersistentVolumeClaimSpec{
-					StorageClassName: ptr.To("hostpath"),
-					AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-					Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}},
-				},
-			}, metav1.CreateOptions{}); err != nil {
-				b.Fatal(err)
-			}
+			e.createClaim(b, name, "hostpath", "1Mi", corev1.PersistentVolumeFilesystem)
 			claims = append(claims, name)
 		}
 		poll.Until(b, 2*time.Minute, "the claims bound", func() error {
