@@ -77,8 +77,33 @@ type qcow2Format struct{}
 func (qcow2Format) Name() string { return "qcow2" }
 
 func (qcow2Format) Convert(ctx context.Context, raw, out string) error {
-	_, _, err := qemuImg.run(ctx, nil, "convert", "-f", "raw", "-O", "qcow2", raw, out)
-	return err
+	return qemuConvert(ctx, raw, out, "qcow2", nil, nil)
+}
+
+// qemuConvert converts raw to out with qemu-img, to format with the
+// options opts; then, if fix is set, has it rewrite in out what qemu-img
+// made random, from the disk's id (diskID).
+func qemuConvert(ctx context.Context, raw, out, format string, opts []string, fix func(f *os.File, id [32]byte) error) error {
+	args := append(append([]string{"convert", "-f", "raw", "-O", format}, opts...), raw, out)
+	if _, _, err := qemuImg.run(ctx, nil, args...); err != nil {
+		return err
+	}
+	if fix == nil {
+		return nil
+	}
+	id, err := diskID(raw)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(out, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := fix(f, id); err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // diskID identifies the raw disk for the formats that put an ID of
@@ -114,20 +139,17 @@ func (vhdFormat) Convert(ctx context.Context, raw, out string) error {
 	if st.Size()%(1<<20) != 0 {
 		return fmt.Errorf("vhd: the disk is %d bytes, not a whole number of MiB as Azure needs: build it with a --size in MiB", st.Size())
 	}
-	id, err := diskID(raw)
-	if err != nil {
-		return err
-	}
-	if _, _, err := qemuImg.run(ctx, nil, "convert", "-f", "raw", "-O", "vpc", "-o", "subformat=fixed,force_size=on", raw, out); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(out, os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
+	return qemuConvert(ctx, raw, out, "vpc", []string{"-o", "subformat=fixed,force_size=on"}, func(f *os.File, id [32]byte) error {
+		return fixVHDFooter(f, st.Size(), id)
+	})
+}
+
+// fixVHDFooter zeroes the time stamp of the footer of the fixed VHD f of
+// a disk of size bytes, sets its unique id to id's first bytes, and sums
+// it again.
+func fixVHDFooter(f *os.File, size int64, id [32]byte) error {
 	footer := make([]byte, 512)
-	at := st.Size() // a fixed VHD is the disk, then its footer
+	at := size // a fixed VHD is the disk, then its footer
 	if _, err := f.ReadAt(footer, at); err != nil {
 		return fmt.Errorf("vhd footer: %w", err)
 	}
@@ -145,7 +167,7 @@ func (vhdFormat) Convert(ctx context.Context, raw, out string) error {
 	if _, err := f.WriteAt(footer, at); err != nil {
 		return fmt.Errorf("vhd footer: %w", err)
 	}
-	return f.Close()
+	return nil
 }
 
 // vmdkFormat is a streamOptimized VMDK, which VMware and AWS import: its
@@ -156,18 +178,12 @@ type vmdkFormat struct{}
 func (vmdkFormat) Name() string { return "vmdk" }
 
 func (vmdkFormat) Convert(ctx context.Context, raw, out string) error {
-	id, err := diskID(raw)
-	if err != nil {
-		return err
-	}
-	if _, _, err := qemuImg.run(ctx, nil, "convert", "-f", "raw", "-O", "vmdk", "-o", "subformat=streamOptimized", raw, out); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(out, os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
+	return qemuConvert(ctx, raw, out, "vmdk", []string{"-o", "subformat=streamOptimized"}, fixVMDKDescriptor)
+}
+
+// fixVMDKDescriptor sets the CID of the descriptor of the
+// streamOptimized VMDK f from id, and names its extent disk.vmdk.
+func fixVMDKDescriptor(f *os.File, id [32]byte) error {
 	// The sparse extent header: magic, then (at 28 and 36) where the
 	// descriptor is and its size, in sectors.
 	header := make([]byte, 64)
@@ -204,7 +220,7 @@ func (vmdkFormat) Convert(ctx context.Context, raw, out string) error {
 	if _, err := f.WriteAt(region, offset); err != nil {
 		return fmt.Errorf("vmdk descriptor: %w", err)
 	}
-	return f.Close()
+	return nil
 }
 
 // gcpFormat is the archive Google Compute Engine imports: the raw disk as

@@ -66,13 +66,7 @@ func TestEmptyDirSizeLimit(t *testing.T) {
 	// The pod within its limit wrote its file long ago and was synced
 	// since (each pod resyncs every 10 s): it runs on.
 	e.waitWakeups(t, wakeResync, 2)
-	w, err := e.c.Client.CoreV1().Pods("default").Get(context.Background(), within.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w.Status.Phase != corev1.PodRunning {
-		t.Errorf("within: phase %s (%s %s), want Running", w.Status.Phase, w.Status.Reason, w.Status.Message)
-	}
+	e.checkRunning(t, within)
 }
 
 // TestMemoryEmptyDirCharged runs, on a real containerd, a pod that writes

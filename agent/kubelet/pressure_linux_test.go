@@ -43,13 +43,7 @@ func TestMemoryPressureEviction(t *testing.T) {
 	}
 	// The pressure is gone with the hog: a few more looks evict nothing.
 	time.Sleep(5 * time.Second)
-	g, err := e.c.Client.CoreV1().Pods("default").Get(context.Background(), guaranteed.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if g.Status.Phase != corev1.PodRunning {
-		t.Errorf("guaranteed: phase %s (%s %s), want Running", g.Status.Phase, g.Status.Reason, g.Status.Message)
-	}
+	e.checkRunning(t, guaranteed)
 
 	// A critical pod that hogs memory is never evicted: the Guaranteed
 	// pod, the only other, goes in its stead, as with the kubelet.
@@ -65,12 +59,18 @@ func TestMemoryPressureEviction(t *testing.T) {
 		return p.Status.Phase == corev1.PodFailed
 	})
 	time.Sleep(5 * time.Second) // a few more looks: the pressure stays
-	c, err := e.c.Client.CoreV1().Pods("kube-system").Get(context.Background(), critical.Name, metav1.GetOptions{})
+	e.checkRunning(t, critical)
+}
+
+// checkRunning fails t unless pod is Running now.
+func (e *podEnv) checkRunning(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	p, err := e.c.Client.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Status.Phase != corev1.PodRunning {
-		t.Errorf("critical hog: phase %s (%s %s), want Running", c.Status.Phase, c.Status.Reason, c.Status.Message)
+	if p.Status.Phase != corev1.PodRunning {
+		t.Errorf("%s: phase %s (%s %s), want Running", p.Name, p.Status.Phase, p.Status.Reason, p.Status.Message)
 	}
 }
 
