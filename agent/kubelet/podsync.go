@@ -390,18 +390,13 @@ func (s *podSyncer) removed(ctx context.Context, pod *corev1.Pod) {
 // resize was deferred try again: it may fit now.
 func (s *podSyncer) killed(w *podWorker) {
 	defer s.retryDeferredResizes() // once the locks are released
-	var pod *corev1.Pod
-	defer func() {
-		if pod != nil {
-			s.k.qos.remove(pod) // once the locks are released: it lists the pods
-		}
-	}()
+	// Once the locks are released: it lists the pods.
+	defer func() { s.k.qos.weighBurstable(s.activePods()) }()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.advance(podKilled)
-	pod = w.pod
 	if w.phase == podGone && s.workers[w.uid] == w {
 		delete(s.workers, w.uid)
 		// A static pod's manifest put back while the pod was stopping
@@ -764,6 +759,9 @@ func (s *podSyncer) terminate(ctx context.Context, pod *corev1.Pod, objectGone b
 	err := s.worker.Terminate(kctx, pod, grace)
 	cancel()
 	if err != nil {
+		return err
+	}
+	if err := s.k.qos.remove(pod); err != nil {
 		return err
 	}
 	if objectGone {

@@ -201,16 +201,14 @@ func (q *qosCgroups) weighBurstable(active []*corev1.Pod) {
 	q.burstable = w
 }
 
-// remove removes pod's cgroup once its containers are gone, and gives
-// the Burstable class the weight of the pods left.
-func (q *qosCgroups) remove(pod *corev1.Pod) {
+// remove removes pod's cgroup, whose containers and sandbox are gone:
+// the kubelet deletes a Pod's object only once its cgroup is gone too.
+func (q *qosCgroups) remove(pod *corev1.Pod) error {
 	if q.root == "" {
-		return
-	}
-	if q.active != nil {
-		q.weighBurstable(q.active())
+		return nil
 	}
 	if err := os.Remove(filepath.Join(q.root, parent(pod))); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		q.log.Warn("remove pod cgroup", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		return fmt.Errorf("remove the pod's cgroup: %w", err)
 	}
+	return nil
 }
