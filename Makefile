@@ -11,7 +11,7 @@ LDFLAGS := -s -w -buildid= -X github.com/cairn-os/cairn/internal/version.Version
 
 export CGO_ENABLED := 0
 
-.PHONY: all deps components build image run test test-unit test-e2e test-powercut bench bench-pods bench-streams bench-storage proto clean
+.PHONY: all deps components build image run test test-unit test-e2e test-powercut bench bench-build bench-pods bench-streams bench-storage proto clean
 
 all: build
 
@@ -120,6 +120,13 @@ test-unit:
 
 bench: deps bench-pods bench-streams bench-storage
 	$(GO) test -tags e2e -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/e2e/
+
+# Image builds (test/e2e, about 5 min): cold (empty caches), warm (nothing
+# changed), config-only (the hostname changed) and 100 configs at once
+# (--configs), in seconds; the size of the UKI, initramfs, squashfs and
+# each format; a table of where the UKI's bytes are.
+bench-build: deps build
+	$(TEST_ENV) $(GO) test -tags e2e -run '^$$' -bench ImageBuild -benchtime 1x -timeout 30m ./test/e2e/
 
 # Pod startup latency, CPU time and memory of cairn-agent (built from
 # ./agent, the whole process) and of its kubelet part alone (podagent), with

@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"time"
 
 	"github.com/diskfs/go-diskfs/partition/gpt"
@@ -24,8 +22,7 @@ import (
 // EPHEMERAL partition that the first boot makes.
 type Disk struct {
 	Size            int64             // bytes, whole disk (default 2 GiB when 0)
-	Bootloader      string            // path to systemd-bootx64.efi
-	UKIs            map[string]string // name in EFI/Linux/ (e.g. "cairn-0.1.0.efi") -> path
+	ESP             string            // the EFI system partition's image, as WriteESP wrote it
 	State           map[string][]byte // files in the STATE filesystem: relative path -> content (mode 0600 for all)
 	SourceDateEpoch int64             // every timestamp in the image, in seconds since 1970
 	Seed            []byte            // digest of all inputs; disk/partition GUIDs and fs UUIDs/serials are derived from it
@@ -74,11 +71,6 @@ func WriteRaw(ctx context.Context, d Disk, out string) error {
 	}
 	defer os.RemoveAll(work)
 
-	espID := deriveID(d.Seed, "filesystem EFI")
-	esp, err := buildESP(ctx, work, d, binary.BigEndian.Uint32(espID[:4]), espStart/sectorSize)
-	if err != nil {
-		return fmt.Errorf("building EFI system partition: %w", err)
-	}
 	state, err := buildState(ctx, work, d.State, d.SourceDateEpoch,
 		deriveID(d.Seed, "filesystem STATE"), deriveID(d.Seed, "hash seed STATE"))
 	if err != nil {
@@ -107,7 +99,7 @@ func WriteRaw(ctx context.Context, d Disk, out string) error {
 	if err := table.Write(f, d.Size); err != nil {
 		return fmt.Errorf("writing partition table: %w", err)
 	}
-	if err := copyNonZero(ctx, f, esp, espStart); err != nil {
+	if err := copyNonZero(ctx, f, d.ESP, espStart); err != nil {
 		return fmt.Errorf("copying EFI system partition: %w", err)
 	}
 	if err := copyNonZero(ctx, f, state, stateStart); err != nil {
@@ -127,22 +119,17 @@ func (d Disk) validate() error {
 	switch {
 	case d.Size < minSize || d.Size%sectorSize != 0:
 		return fmt.Errorf("disk size %d: must be a multiple of %d and at least %d", d.Size, sectorSize, minSize)
-	case d.Bootloader == "":
-		return errors.New("no bootloader")
-	case len(d.UKIs) == 0:
-		return errors.New("no UKIs")
+	case d.ESP == "":
+		return errors.New("no EFI system partition")
 	case len(d.Seed) == 0:
 		return errors.New("no seed")
 	case d.SourceDateEpoch < minEpoch || d.SourceDateEpoch > maxEpoch:
-		return fmt.Errorf("SOURCE_DATE_EPOCH %d: FAT can only hold times from %d (1980) to %d (2107)",
-			d.SourceDateEpoch, minEpoch, maxEpoch)
+		return errEpoch(d.SourceDateEpoch)
 	}
-	folded := map[string]bool{} // FAT file names ignore case
-	for name := range d.UKIs {
-		if !ukiName.MatchString(name) || folded[strings.ToLower(name)] {
-			return fmt.Errorf("UKI name %q: must be unique ignoring case, end in .efi and use only letters, digits, '.', '_' and '-'", name)
-		}
-		folded[strings.ToLower(name)] = true
+	if st, err := os.Stat(d.ESP); err != nil {
+		return fmt.Errorf("EFI system partition: %w", err)
+	} else if st.Size() != espSize {
+		return fmt.Errorf("EFI system partition %s: %d bytes, want %d", d.ESP, st.Size(), espSize)
 	}
 	for p := range d.State {
 		if !statePath.MatchString(p) || !filepath.IsLocal(p) || p != filepath.Clean(p) {
@@ -150,6 +137,11 @@ func (d Disk) validate() error {
 		}
 	}
 	return nil
+}
+
+// errEpoch says why the time epoch cannot stamp a disk's files.
+func errEpoch(epoch int64) error {
+	return fmt.Errorf("SOURCE_DATE_EPOCH %d: FAT can only hold times from %d (1980) to %d (2107)", epoch, minEpoch, maxEpoch)
 }
 
 // partition returns the GPT entry for a partition at start of size bytes,
@@ -193,28 +185,45 @@ const blockSize = 4096
 
 var zeroBlock [blockSize]byte
 
-// copyNonZero copies the file src into dst at offset off. It reads only the
-// data regions of a sparse src and skips blocks that are all zero, so that
-// holes stay holes in a sparse dst.
+// copyNonZero copies the file src into dst at offset off, leaving holes
+// for blocks that are all zero, so that holes stay holes in a sparse dst.
 func copyNonZero(ctx context.Context, dst io.WriterAt, src string, off int64) error {
-	f, err := os.Open(src)
+	return nonZeroBlocks(ctx, src, func(pos int64, blk []byte) error {
+		_, err := dst.WriteAt(blk, off+pos)
+		return err
+	})
+}
+
+// nonZeroBlocks calls fn with each block of the file path, in order, that
+// is not all zero, and its offset. The blocks are those at multiples of
+// blockSize, whatever the file system's own block size; it reads only the
+// data regions of a sparse file: the holes are never read.
+func nonZeroBlocks(ctx context.Context, path string, fn func(off int64, blk []byte) error) error {
+	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
 	buf := make([]byte, 256*blockSize)
-	for pos := int64(0); ; {
+	for pos := int64(0); pos < st.Size(); {
 		data, err := f.Seek(pos, unix.SEEK_DATA)
 		if errors.Is(err, unix.ENXIO) {
 			return nil // only a hole is left
 		}
 		if err != nil {
-			return fmt.Errorf("finding data in %s: %w", src, err)
+			return fmt.Errorf("finding data in %s: %w", path, err)
 		}
 		hole, err := f.Seek(data, unix.SEEK_HOLE)
 		if err != nil {
-			return fmt.Errorf("finding a hole in %s: %w", src, err)
+			return fmt.Errorf("finding a hole in %s: %w", path, err)
 		}
+		// Whole blocks, from where the last region's reading stopped.
+		data = max(pos, data/blockSize*blockSize)
+		hole = min(st.Size(), (hole+blockSize-1)/blockSize*blockSize)
 		for pos = data; pos < hole; {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -228,11 +237,12 @@ func copyNonZero(ctx context.Context, dst io.WriterAt, src string, off int64) er
 				if bytes.Equal(blk, zeroBlock[:len(blk)]) {
 					continue
 				}
-				if _, err := dst.WriteAt(blk, off+pos+int64(b)); err != nil {
+				if err := fn(pos+int64(b), blk); err != nil {
 					return err
 				}
 			}
 			pos += int64(n)
 		}
 	}
+	return nil
 }

@@ -24,16 +24,32 @@ var testState = map[string][]byte{
 	"etc/cairn/node.yaml": []byte("role: worker\n"),
 }
 
-// testDisk returns a 1 GiB disk with a fake UKI of a few MB, written in dir.
-func testDisk(t *testing.T, dir string) Disk {
+// testESP returns the EFI system partition of testDisk, with a fake UKI
+// of a few MB written in dir.
+func testESP(t *testing.T, dir string) ESP {
 	t.Helper()
 	needFile(t, bootloaderPath, "systemd-boot-efi")
+	seed := sha256.Sum256([]byte("test boot inputs"))
+	return ESP{
+		Bootloader:      bootloaderPath,
+		UKIs:            map[string]string{"cairn-0.1.0.efi": writeFile(t, dir, "uki.efi", randomBytes(3<<20, 3))},
+		SourceDateEpoch: testEpoch,
+		Seed:            seed[:],
+	}
+}
+
+// testDisk returns a 1 GiB disk with the ESP of testESP, written in dir.
+func testDisk(t *testing.T, dir string) Disk {
+	t.Helper()
 	needTools(t, mkfsVfat, mmd, mcopy, mke2fs, debugfs)
+	esp := filepath.Join(dir, "esp.img")
+	if err := WriteESP(context.Background(), testESP(t, dir), esp); err != nil {
+		t.Fatal(err)
+	}
 	seed := sha256.Sum256([]byte("test inputs"))
 	return Disk{
 		Size:            1 << 30,
-		Bootloader:      bootloaderPath,
-		UKIs:            map[string]string{"cairn-0.1.0.efi": writeFile(t, dir, "uki.efi", randomBytes(3<<20, 3))},
+		ESP:             esp,
 		State:           testState,
 		SourceDateEpoch: testEpoch,
 		Seed:            seed[:],
@@ -131,7 +147,7 @@ func TestWriteRaw(t *testing.T) {
 		}
 		for _, f := range []struct{ path, want string }{
 			{"::/EFI/BOOT/BOOTX64.EFI", bootloaderPath},
-			{"::/EFI/Linux/cairn-0.1.0.efi", d.UKIs["cairn-0.1.0.efi"]},
+			{"::/EFI/Linux/cairn-0.1.0.efi", filepath.Join(dir, "uki.efi")},
 		} {
 			got, _, err := mtype.run(ctx, env, "-i", esp, f.path)
 			if err != nil {
@@ -214,9 +230,12 @@ func TestWriteRawReproducible(t *testing.T) {
 }
 
 func TestWriteRawInvalid(t *testing.T) {
+	esp := writeFile(t, t.TempDir(), "esp.img", nil)
+	if err := os.Truncate(esp, espSize); err != nil {
+		t.Fatal(err)
+	}
 	valid := Disk{
-		Bootloader:      "BOOTX64.EFI",
-		UKIs:            map[string]string{"cairn-0.1.0.efi": "uki.efi"},
+		ESP:             esp,
 		State:           map[string][]byte{"config.yaml": nil},
 		SourceDateEpoch: testEpoch,
 		Seed:            []byte("seed"),
@@ -228,13 +247,11 @@ func TestWriteRawInvalid(t *testing.T) {
 	}{
 		{"too small", func(d *Disk) { d.Size = 300 << 20 }, "disk size"},
 		{"odd size", func(d *Disk) { d.Size = 1<<30 + 1 }, "disk size"},
-		{"no bootloader", func(d *Disk) { d.Bootloader = "" }, "no bootloader"},
-		{"no UKIs", func(d *Disk) { d.UKIs = nil }, "no UKIs"},
+		{"no ESP", func(d *Disk) { d.ESP = "" }, "no EFI system partition"},
+		{"ESP missing", func(d *Disk) { d.ESP += ".gone" }, "no such file"},
+		{"ESP of another size", func(d *Disk) { d.ESP = writeFile(t, t.TempDir(), "esp.img", []byte("x")) }, "1 bytes, want 268435456"},
 		{"no seed", func(d *Disk) { d.Seed = nil }, "no seed"},
 		{"epoch before 1980", func(d *Disk) { d.SourceDateEpoch = 0 }, "SOURCE_DATE_EPOCH 0"},
-		{"UKI not .efi", func(d *Disk) { d.UKIs = map[string]string{"cairn": "uki"} }, `UKI name "cairn"`},
-		{"UKI in directory", func(d *Disk) { d.UKIs = map[string]string{"a/b.efi": "uki"} }, `UKI name "a/b.efi"`},
-		{"UKI names equal ignoring case", func(d *Disk) { d.UKIs = map[string]string{"a.efi": "x", "A.efi": "y"} }, "unique ignoring case"},
 		{"STATE path absolute", func(d *Disk) { d.State = map[string][]byte{"/etc/x": nil} }, `STATE path "/etc/x"`},
 		{"STATE path escapes", func(d *Disk) { d.State = map[string][]byte{"../x": nil} }, `STATE path "../x"`},
 		{"STATE path not clean", func(d *Disk) { d.State = map[string][]byte{"a/./x": nil} }, `STATE path "a/./x"`},
@@ -247,6 +264,38 @@ func TestWriteRawInvalid(t *testing.T) {
 			err := WriteRaw(context.Background(), d, filepath.Join(t.TempDir(), "disk.raw"))
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("WriteRaw() error %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestWriteESPInvalid(t *testing.T) {
+	valid := ESP{
+		Bootloader:      "BOOTX64.EFI",
+		UKIs:            map[string]string{"cairn-0.1.0.efi": "uki.efi"},
+		SourceDateEpoch: testEpoch,
+		Seed:            []byte("seed"),
+	}
+	tests := []struct {
+		name   string
+		change func(*ESP)
+		want   string
+	}{
+		{"no bootloader", func(e *ESP) { e.Bootloader = "" }, "no bootloader"},
+		{"no UKIs", func(e *ESP) { e.UKIs = nil }, "no UKIs"},
+		{"no seed", func(e *ESP) { e.Seed = nil }, "no seed"},
+		{"epoch after 2107", func(e *ESP) { e.SourceDateEpoch = maxEpoch + 2 }, "FAT can only hold times"},
+		{"UKI not .efi", func(e *ESP) { e.UKIs = map[string]string{"cairn": "uki"} }, `UKI name "cairn"`},
+		{"UKI in directory", func(e *ESP) { e.UKIs = map[string]string{"a/b.efi": "uki"} }, `UKI name "a/b.efi"`},
+		{"UKI names equal ignoring case", func(e *ESP) { e.UKIs = map[string]string{"a.efi": "x", "A.efi": "y"} }, "unique ignoring case"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := valid
+			tt.change(&e)
+			err := WriteESP(context.Background(), e, filepath.Join(t.TempDir(), "esp.img"))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("WriteESP() error %v, want one containing %q", err, tt.want)
 			}
 		})
 	}

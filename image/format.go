@@ -17,6 +17,11 @@ import (
 type Format interface {
 	// Name is the format's name, as given to FormatByName.
 	Name() string
+	// Ext is the file name extension of its images, with the dot.
+	Ext() string
+	// Sparse says whether its image is as large as the disk, with holes
+	// for what is zero: its manifest entry is then a blocks digest.
+	Sparse() bool
 	// Convert writes the raw disk image raw to out in this format. It
 	// leaves raw in place.
 	Convert(ctx context.Context, raw, out string) error
@@ -48,6 +53,8 @@ func FormatByName(name string) (Format, error) {
 type rawFormat struct{}
 
 func (rawFormat) Name() string { return "raw" }
+func (rawFormat) Ext() string  { return ".raw" }
+func (rawFormat) Sparse() bool { return true }
 
 func (rawFormat) Convert(ctx context.Context, raw, out string) error {
 	st, err := os.Stat(raw)
@@ -75,6 +82,8 @@ func (rawFormat) Convert(ctx context.Context, raw, out string) error {
 type qcow2Format struct{}
 
 func (qcow2Format) Name() string { return "qcow2" }
+func (qcow2Format) Ext() string  { return ".qcow2" }
+func (qcow2Format) Sparse() bool { return false }
 
 func (qcow2Format) Convert(ctx context.Context, raw, out string) error {
 	return qemuConvert(ctx, raw, out, "qcow2", nil, nil)
@@ -130,6 +139,8 @@ func diskID(raw string) ([32]byte, error) {
 type vhdFormat struct{}
 
 func (vhdFormat) Name() string { return "vhd" }
+func (vhdFormat) Ext() string  { return ".vhd" }
+func (vhdFormat) Sparse() bool { return true }
 
 func (vhdFormat) Convert(ctx context.Context, raw, out string) error {
 	st, err := os.Stat(raw)
@@ -176,6 +187,8 @@ func fixVHDFooter(f *os.File, size int64, id [32]byte) error {
 type vmdkFormat struct{}
 
 func (vmdkFormat) Name() string { return "vmdk" }
+func (vmdkFormat) Ext() string  { return ".vmdk" }
+func (vmdkFormat) Sparse() bool { return false }
 
 func (vmdkFormat) Convert(ctx context.Context, raw, out string) error {
 	return qemuConvert(ctx, raw, out, "vmdk", []string{"-o", "subformat=streamOptimized"}, fixVMDKDescriptor)
@@ -229,6 +242,8 @@ func fixVMDKDescriptor(f *os.File, id [32]byte) error {
 type gcpFormat struct{}
 
 func (gcpFormat) Name() string { return "gcp" }
+func (gcpFormat) Ext() string  { return ".tar.gz" }
+func (gcpFormat) Sparse() bool { return false }
 
 func (gcpFormat) Convert(ctx context.Context, raw, out string) error {
 	dir, err := os.MkdirTemp(filepath.Dir(out), ".gcp-")

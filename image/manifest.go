@@ -2,7 +2,9 @@ package image
 
 import (
 	"cmp"
+	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -22,9 +24,15 @@ type Manifest struct {
 // Artifact is a file that went into or came out of a build.
 type Artifact struct {
 	Name   string `json:"name"` // not an absolute path, so manifests compare across machines
-	SHA256 string `json:"sha256"`
-	Size   int64  `json:"size"`
-	Note   string `json:"note,omitempty"` // e.g. the Debian package version
+	SHA256 string `json:"sha256,omitempty"`
+	// BlocksSHA256, instead of SHA256 for a sparse disk, is the SHA-256
+	// of its blocks of 4 KiB that are not all zero, each preceded by its
+	// offset (8 bytes, big-endian), and then of its size (the same): it
+	// depends only on the bytes, never on where the file has holes, and
+	// is made without reading the holes.
+	BlocksSHA256 string `json:"blocksSha256,omitempty"`
+	Size         int64  `json:"size"`
+	Note         string `json:"note,omitempty"` // e.g. the Debian package version
 }
 
 // FileArtifact returns the artifact called name for the file at path.
@@ -40,6 +48,26 @@ func FileArtifact(name, path, note string) (Artifact, error) {
 		return Artifact{}, fmt.Errorf("artifact %s: reading %s: %w", name, path, err)
 	}
 	return Artifact{Name: name, SHA256: hex.EncodeToString(h.Sum(nil)), Size: size, Note: note}, nil
+}
+
+// DiskArtifact returns the artifact called name for the sparse disk image
+// at path, with its BlocksSHA256.
+func DiskArtifact(ctx context.Context, name, path string) (Artifact, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return Artifact{}, fmt.Errorf("artifact %s: %w", name, err)
+	}
+	h := sha256.New()
+	err = nonZeroBlocks(ctx, path, func(off int64, blk []byte) error {
+		h.Write(binary.BigEndian.AppendUint64(nil, uint64(off)))
+		h.Write(blk)
+		return nil
+	})
+	if err != nil {
+		return Artifact{}, fmt.Errorf("artifact %s: reading %s: %w", name, path, err)
+	}
+	h.Write(binary.BigEndian.AppendUint64(nil, uint64(st.Size())))
+	return Artifact{Name: name, BlocksSHA256: hex.EncodeToString(h.Sum(nil)), Size: st.Size()}, nil
 }
 
 // Write writes m to path as indented JSON, with inputs and outputs sorted by

@@ -185,6 +185,20 @@ func hostToolFiles(tools []string) ([]file, error) {
 	return slices.CompactFunc(files, func(a, b file) bool { return a.name == b.name }), nil
 }
 
+// HostToolSources returns the host files that tools bring into the root
+// filesystem: the programs and their shared libraries, symlinks resolved.
+func HostToolSources(tools []string) ([]string, error) {
+	files, err := hostToolFiles(tools)
+	if err != nil {
+		return nil, err
+	}
+	srcs := make([]string, len(files))
+	for i, f := range files {
+		srcs[i] = f.src
+	}
+	return srcs, nil
+}
+
 // moduleFiles returns the files of the modules mods and a module list
 // naming load, all under lib/modules/<release>.
 func moduleFiles(k *Kernel, mods, load []string) []file {

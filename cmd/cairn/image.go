@@ -20,12 +20,24 @@ import (
 func imageCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "image", Short: "Build disk images"}
 	var o build.Options
-	var size string
+	var size, configs string
 	b := &cobra.Command{
-		Use:   "build -c MACHINE.yaml -o OUTPUT [--uki]",
-		Short: "Build a bootable disk image (or with --uki its UKI alone) from a machine config",
-		Args:  cobra.NoArgs,
+		Use:   "build -c MACHINE.yaml -o OUTPUT [--uki] | --configs DIR -o OUTDIR",
+		Short: "Build a bootable disk image (or with --uki its UKI alone) from a machine config, or one per config of a directory",
+		Long: `Build writes a disk image, and manifest.json beside it, from a machine
+config. The UKI and the EFI system partition of recent builds are kept in
+the cache (--cache), keyed by the digest of all that makes them: a build
+whose kernel, node binaries and kernel arguments have not changed reuses
+them and writes only the disk. --no-cache builds them anew.
+
+With --configs DIR, it builds an image for each DIR/NAME.yaml into the
+directory OUTDIR: NAME.raw (or the format's extension) and
+NAME.manifest.json, every config validated first.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if (o.Config == "") == (configs == "") {
+				return errors.New("name one machine config with -c FILE, or a directory of them with --configs DIR")
+			}
 			if size != "" {
 				n, err := humanize.ParseBytes(size)
 				if err != nil {
@@ -42,26 +54,36 @@ func imageCmd() *cobra.Command {
 				o.Assets = defaultAssets()
 			}
 			o.Progress = func(line string) { fmt.Fprintln(cmd.ErrOrStderr(), line) }
+			next := "cairn qemu run "
+			if o.UKI {
+				next = "cairn node upgrade --image "
+			}
+			if configs != "" {
+				o.Config = configs
+				outs, err := build.BuildAll(cmd.Context(), o)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "wrote %d images and their manifests into %s\nnext: %s%s\n", len(outs), o.Output, next, outs[0])
+				return nil
+			}
 			if _, err := build.Build(cmd.Context(), o); err != nil {
 				return err
 			}
-			next := "cairn qemu run " + o.Output
-			if o.UKI {
-				next = "cairn node upgrade --image " + o.Output
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s and %s\nnext: %s\n",
-				o.Output, filepath.Join(filepath.Dir(o.Output), "manifest.json"), next)
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s and %s\nnext: %s%s\n",
+				o.Output, filepath.Join(filepath.Dir(o.Output), "manifest.json"), next, o.Output)
 			return nil
 		},
 	}
-	b.Flags().StringVarP(&o.Config, "config", "c", "", "machine config (required)")
-	b.Flags().StringVarP(&o.Output, "output", "o", "", "disk image to write (required)")
+	b.Flags().StringVarP(&o.Config, "config", "c", "", "machine config")
+	b.Flags().StringVar(&configs, "configs", "", "directory of machine configs (*.yaml): one image each, into the directory -o")
+	b.Flags().StringVarP(&o.Output, "output", "o", "", "disk image to write, or with --configs the directory (required)")
 	b.Flags().StringVar(&o.Format, "format", "raw", "output format: "+strings.Join(image.Formats(), ", "))
 	b.Flags().BoolVar(&o.UKI, "uki", false, "write the UKI alone (kernel, initramfs, command line), to upgrade a node with")
 	b.Flags().StringVar(&o.Assets, "assets", "", "directory with the node binaries init and cairn-agent (default: beside this program)")
-	b.Flags().StringVar(&o.CacheDir, "cache", "", "kernel download cache (default $CAIRN_CACHE or ~/.cache/cairn)")
+	b.Flags().StringVar(&o.CacheDir, "cache", "", "cache of the kernel package and of recent boot parts (default $CAIRN_CACHE or ~/.cache/cairn)")
+	b.Flags().BoolVar(&o.NoCache, "no-cache", false, "build the UKI and EFI system partition anew, without the cache")
 	b.Flags().StringVar(&size, "size", "", "disk size, e.g. 8GiB (default 2GiB)")
-	b.MarkFlagRequired("config")
 	b.MarkFlagRequired("output")
 	cmd.AddCommand(b, pushCmd())
 	return cmd

@@ -12,8 +12,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cairn-os/cairn/image"
@@ -95,15 +95,24 @@ func systemModules() []string {
 
 // Options of one build.
 type Options struct {
-	Config string // machine config file
-	Output string // disk image to write
-	Format string // raw (default) or qcow2
+	// Config is the machine config file; for BuildAll, a directory of
+	// them.
+	Config string
+	// Output is the image to write; for BuildAll, the directory to write
+	// the images into.
+	Output string
+	Format string // an image.Formats name; default raw
 	// UKI, when set, writes the UKI alone to Output, with no disk: what
 	// `cairn node upgrade` sends to a node.
-	UKI      bool
-	Assets   string // directory holding the node binaries (init-stage1, init, cairn-agent, pause) and the components
-	CacheDir string // kernel download cache; default rootfs.DefaultCacheDir()
-	Size     int64  // disk size in bytes; 0 = image default
+	UKI    bool
+	Assets string // directory holding the node binaries (init-stage1, init, cairn-agent, pause) and the components
+	// CacheDir holds the kernel package and the boot parts of recent
+	// builds; default rootfs.DefaultCacheDir().
+	CacheDir string
+	// NoCache builds the boot parts (UKI and EFI system partition) anew,
+	// neither reading nor filling the cache: a cold build.
+	NoCache bool
+	Size    int64 // disk size in bytes; 0 = image default
 	// SourceDateEpoch stamps every file of the image, in seconds since
 	// 1970; 0 = DefaultSourceDateEpoch.
 	SourceDateEpoch int64
@@ -180,27 +189,79 @@ func hostInputs(o Options) []input {
 func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 	o = o.withDefaults()
 	stage := stager(o.Progress)
-
 	stage("validate machine config")
-	cfgBytes, err := os.ReadFile(o.Config)
+	c, err := readConfig(o.Config)
+	if err != nil {
+		return nil, err
+	}
+	b, err := newBuilder(ctx, o, stage)
+	if err != nil {
+		return nil, err
+	}
+	defer b.close()
+	m, err := b.image(ctx, c, o.Output, filepath.Join(filepath.Dir(o.Output), "manifest.json"), stage)
+	if err != nil {
+		return nil, err
+	}
+	stage("done: " + o.Output)
+	return m, nil
+}
+
+// nodeConfig is a machine config file, read and validated.
+type nodeConfig struct {
+	path  string
+	bytes []byte
+	*machineconfig.Config
+}
+
+// readConfig reads and validates the machine config at path.
+func readConfig(path string) (*nodeConfig, error) {
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("machine config: %w (`cairn config gen` writes one)", err)
 	}
-	cfg, err := staticpod.Parse(cfgBytes)
+	cfg, err := staticpod.Parse(data)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", o.Config, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	return &nodeConfig{path: path, bytes: data, Config: cfg}, nil
+}
+
+// A builder makes images from the inputs it checked and hashed once,
+// sharing the boot parts between the images of configs that have the same
+// kernel arguments and modules.
+type builder struct {
+	o       Options
+	format  image.Format
+	kernel  *rootfs.Kernel
+	inputs  []image.Artifact // the kernel package and hostInputs, in the disk seed's order
+	program []byte           // digest of what else makes boot parts: this program and the host tools' libraries
+	scratch string           // with NoCache, where the boot parts are built, removed by close
+
+	mu    sync.Mutex
+	boots map[string]*bootBuild // by the digest of their inputs
+}
+
+// bootBuild is the one build of the boot parts of a digest.
+type bootBuild struct {
+	done  chan struct{}
+	parts *bootParts
+	err   error
+}
+
+// newBuilder checks that every input is there, fetches the kernel and
+// hashes the inputs.
+func newBuilder(ctx context.Context, o Options, stage func(string)) (*builder, error) {
 	format, err := image.FormatByName(o.Format)
 	if err != nil {
 		return nil, err
 	}
-	inputs := hostInputs(o)
-	for _, in := range inputs {
+	ins := hostInputs(o)
+	for _, in := range ins {
 		if _, err := os.Stat(in.path); err != nil {
 			return nil, fmt.Errorf("input %s missing: %w: %s", in.name, err, in.remedy())
 		}
 	}
-	stage1Bin, initBin, agentBin, pauseBin := o.asset("init-stage1"), o.asset("init"), o.asset("cairn-agent"), o.asset("pause")
 
 	stage("fetch kernel " + rootfs.KernelPackage + " " + rootfs.KernelVersion)
 	if err := os.MkdirAll(o.CacheDir, 0o755); err != nil {
@@ -210,11 +271,75 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkModules(kernel, cfg.Machine.Kernel); err != nil {
+
+	stage("hash the inputs")
+	b := &builder{o: o, format: format, kernel: kernel, boots: map[string]*bootBuild{}}
+	ins = append([]input{{name: "kernel-package", path: kernel.Deb, note: rootfs.KernelPackage + "=" + rootfs.KernelVersion}}, ins...)
+	for _, in := range ins {
+		a, err := image.FileArtifact(in.name, in.path, in.note)
+		if err != nil {
+			return nil, err
+		}
+		b.inputs = append(b.inputs, a)
+	}
+	if b.program, err = programDigest(); err != nil {
 		return nil, err
 	}
+	if o.NoCache {
+		if b.scratch, err = os.MkdirTemp(o.CacheDir, ".build-boot-"); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
 
-	outDir := filepath.Dir(o.Output)
+// programDigest hashes what makes the boot parts besides the inputs: this
+// program, whose code lays them out, and the shared libraries that the
+// host tools bring into the root filesystem.
+func programDigest() ([]byte, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("this program: %w", err)
+	}
+	var tools []string
+	for _, t := range hostTools() {
+		tools = append(tools, t.path)
+	}
+	files, err := rootfs.HostToolSources(tools)
+	if err != nil {
+		return nil, err
+	}
+	h := sha256.New()
+	for _, f := range append([]string{exe}, files...) {
+		a, err := image.FileArtifact(f, f, "")
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(h, "%s=%s\n", f, a.SHA256)
+	}
+	return h.Sum(nil), nil
+}
+
+// close removes what the builder made that no image holds.
+func (b *builder) close() {
+	if b.scratch != "" {
+		os.RemoveAll(b.scratch)
+	}
+}
+
+// image writes the image of c to out and its manifest to manifest.
+func (b *builder) image(ctx context.Context, c *nodeConfig, out, manifest string, stage func(string)) (*image.Manifest, error) {
+	boot, err := b.boot(ctx, c, stage)
+	if err != nil {
+		return nil, err
+	}
+	cfgInput, err := image.FileArtifact("machine-config", c.path, "")
+	if err != nil {
+		return nil, err
+	}
+	m := &image.Manifest{Version: version.Version, Inputs: append([]image.Artifact{cfgInput}, b.inputs...)}
+
+	outDir := filepath.Dir(out)
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -223,66 +348,16 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(work)
+	tmpOut := filepath.Join(work, "out")
 
-	stage("build the pod sandbox image")
-	sandbox := filepath.Join(work, "pause.tar")
-	if err := sandboxImage(pauseBin, sandbox, o.SourceDateEpoch); err != nil {
-		return nil, err
-	}
-
-	stage("build root filesystem and initramfs")
-	osRelease := []byte(fmt.Sprintf("NAME=\"Cairn\"\nID=cairn\nVERSION_ID=%s\nIMAGE_VERSION=%s\nPRETTY_NAME=\"Cairn %s\"\n",
-		version.Version, version.Version, version.Version))
-	var tools []string
-	for _, t := range hostTools() {
-		tools = append(tools, t.path)
-	}
-	parts, err := rootfs.Build(ctx, rootfs.Spec{
-		Kernel:          kernel,
-		Stage1:          stage1Bin,
-		Init:            initBin,
-		Agent:           agentBin,
-		Components:      o.Assets,
-		HostTools:       tools,
-		OSRelease:       osRelease,
-		CABundle:        caBundlePath,
-		SandboxImage:    sandbox,
-		BootModules:     bootModules(),
-		SystemModules:   slices.Concat(systemModules(), cfg.Machine.Kernel.Modules),
-		SourceDateEpoch: o.SourceDateEpoch,
-	}, work, o.Progress)
-	if err != nil {
-		return nil, err
-	}
-
-	stage("write UKI")
-	uki := filepath.Join(work, "cairn.efi")
-	if err := image.WriteUKI(uki, image.UKI{
-		Stub:      stubPath,
-		OSRelease: osRelease,
-		Cmdline:   []byte(kernelCmdline(cfg.Machine.Kernel)),
-		Linux:     kernel.Vmlinuz,
-		Initrd:    parts.Initramfs,
-	}); err != nil {
-		return nil, err
-	}
-
-	m := &image.Manifest{Version: version.Version}
-	// The disk's seed hashes the inputs in this order.
-	inputs = append([]input{
-		{name: "machine-config", path: o.Config},
-		{name: "kernel-package", path: kernel.Deb, note: rootfs.KernelPackage + "=" + rootfs.KernelVersion},
-	}, inputs...)
-	for _, in := range inputs {
-		a, err := image.FileArtifact(in.name, in.path, in.note)
-		if err != nil {
+	if b.o.UKI {
+		if err := copyFile(boot.UKI, tmpOut); err != nil {
 			return nil, err
 		}
-		m.Inputs = append(m.Inputs, a)
-	}
-
-	if o.UKI {
-		return m, finish(o, m, uki, []output{{filepath.Base(o.Output), uki}, {"initramfs", parts.Initramfs}, {"rootfs.sqsh", parts.SquashFS}}, stage)
+		uki := boot.Outputs[0]
+		uki.Name = filepath.Base(out)
+		m.Outputs = append([]image.Artifact{uki}, boot.Outputs[1:]...)
+		return m, place(m, tmpOut, out, manifest)
 	}
 
 	stage("write disk")
@@ -292,50 +367,37 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 	}
 	raw := filepath.Join(work, "disk.raw")
 	if err := image.WriteRaw(ctx, image.Disk{
-		Size:            o.Size,
-		Bootloader:      bootloaderPath,
-		UKIs:            map[string]string{"cairn-" + version.Version + ".efi": uki},
-		State:           map[string][]byte{filepath.Base(layout.MachineConfig): cfgBytes, filepath.Base(layout.FirstBootConfig): cfgBytes},
-		SourceDateEpoch: o.SourceDateEpoch,
+		Size:            b.o.Size,
+		ESP:             boot.ESP,
+		State:           map[string][]byte{filepath.Base(layout.MachineConfig): c.bytes, filepath.Base(layout.FirstBootConfig): c.bytes},
+		SourceDateEpoch: b.o.SourceDateEpoch,
 		Seed:            seed.Sum(nil),
 	}, raw); err != nil {
 		return nil, err
 	}
 
-	stage("convert to " + format.Name())
-	tmpOut := filepath.Join(work, "out")
-	if err := format.Convert(ctx, raw, tmpOut); err != nil {
+	stage("convert to " + b.format.Name())
+	if err := b.format.Convert(ctx, raw, tmpOut); err != nil {
 		return nil, err
 	}
-	return m, finish(o, m, tmpOut, []output{
-		{filepath.Base(o.Output), tmpOut},
-		{"uki", uki},
-		{"initramfs", parts.Initramfs},
-		{"rootfs.sqsh", parts.SquashFS},
-	}, stage)
+	artifact := func() (image.Artifact, error) { return image.FileArtifact(filepath.Base(out), tmpOut, "") }
+	if b.format.Sparse() {
+		artifact = func() (image.Artifact, error) { return image.DiskArtifact(ctx, filepath.Base(out), tmpOut) }
+	}
+	disk, err := artifact()
+	if err != nil {
+		return nil, err
+	}
+	m.Outputs = append([]image.Artifact{disk}, boot.Outputs...)
+	return m, place(m, tmpOut, out, manifest)
 }
 
-// output is a file of the build recorded in the manifest.
-type output struct{ name, path string }
-
-// finish records the outputs in the manifest, moves out to o.Output, and
-// writes the manifest beside it.
-func finish(o Options, m *image.Manifest, out string, outputs []output, stage func(string)) error {
-	for _, out := range outputs {
-		a, err := image.FileArtifact(out.name, out.path, "")
-		if err != nil {
-			return err
-		}
-		m.Outputs = append(m.Outputs, a)
-	}
-	if err := os.Rename(out, o.Output); err != nil {
+// place moves the image tmp to out and writes its manifest m.
+func place(m *image.Manifest, tmp, out, manifest string) error {
+	if err := os.Rename(tmp, out); err != nil {
 		return err
 	}
-	if err := m.Write(filepath.Join(filepath.Dir(o.Output), "manifest.json")); err != nil {
-		return err
-	}
-	stage("done: " + o.Output)
-	return nil
+	return m.Write(manifest)
 }
 
 // sandboxImage writes the pod sandbox image, the pause binary alone, as an

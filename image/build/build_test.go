@@ -129,7 +129,7 @@ func needBuildTools(t *testing.T) {
 func TestBuild(t *testing.T) {
 	needBuildTools(t)
 	const day = 24 * 60 * 60
-	config, assets := machineConfig(t), fakeAssets(t, "")
+	config, assets, cache := machineConfig(t), fakeAssets(t, ""), testCache(t)
 	build := func(epoch int64) (string, *image.Manifest) {
 		dir := t.TempDir()
 		var stages []string
@@ -137,6 +137,7 @@ func TestBuild(t *testing.T) {
 			Config:          config,
 			Output:          filepath.Join(dir, "node.raw"),
 			Assets:          assets,
+			CacheDir:        cache,
 			Size:            testSize,
 			SourceDateEpoch: epoch,
 			Progress:        func(line string) { stages = append(stages, line) },
@@ -204,7 +205,6 @@ func TestBuild(t *testing.T) {
 		"init":           filepath.Join(assets, "init"),
 		"cni/portmap":    filepath.Join(assets, "cni", "portmap"),
 		"sbin/nft":       "/sbin/nft",
-		"node.raw":       filepath.Join(a, "node.raw"),
 	}
 	for _, art := range slices.Concat(m.Inputs, m.Outputs) {
 		if path, ok := files[art.Name]; ok {
@@ -212,12 +212,23 @@ func TestBuild(t *testing.T) {
 				t.Errorf("manifest gives %s the sha256 %s, its file %s has %s", art.Name, art.SHA256, path, sum)
 			}
 		}
+		// The sparse disk has the digest of its blocks
+		// (image.TestDiskArtifact checks it against every byte).
+		if art.Name == "node.raw" {
+			want, err := image.DiskArtifact(context.Background(), "node.raw", filepath.Join(a, "node.raw"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if art != want {
+				t.Errorf("manifest gives node.raw %+v, its file has %+v", art, want)
+			}
+		}
 	}
 	// --uki: the UKI alone, the very bytes the disk's build made.
 	t.Run("UKI", func(t *testing.T) {
 		dir := t.TempDir()
 		out := filepath.Join(dir, "node.efi")
-		um, err := Build(context.Background(), Options{Config: config, Output: out, Assets: assets, UKI: true})
+		um, err := Build(context.Background(), Options{Config: config, Output: out, Assets: assets, CacheDir: cache, UKI: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -54,7 +54,7 @@ func TestBuildKernelArgsModules(t *testing.T) {
     modules: [vxlan, dummy]
 `)
 	out := filepath.Join(t.TempDir(), "node.raw")
-	if _, err := Build(context.Background(), Options{Config: config, Output: out, Assets: fakeAssets(t, ""), Size: testSize}); err != nil {
+	if _, err := Build(context.Background(), Options{Config: config, Output: out, Assets: fakeAssets(t, ""), CacheDir: testCache(t), Size: testSize}); err != nil {
 		t.Fatalf("Build: %v", err)
 	}
 	uki := readUKI(t, out)
@@ -101,7 +101,7 @@ func TestBuildUnknownModule(t *testing.T) {
 	needBuildTools(t)
 	config := withMachine(t, "  kernel:\n    modules: [dummy, nosuch_module]\n")
 	dir := t.TempDir()
-	_, err := Build(context.Background(), Options{Config: config, Output: filepath.Join(dir, "out", "node.raw"), Assets: fakeAssets(t, ""), Size: testSize})
+	_, err := Build(context.Background(), Options{Config: config, Output: filepath.Join(dir, "out", "node.raw"), Assets: fakeAssets(t, ""), CacheDir: testCache(t), Size: testSize})
 	if err == nil {
 		t.Fatal("Build succeeded")
 	}

@@ -3,12 +3,18 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"debug/pe"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -17,34 +23,168 @@ import (
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/qemu"
+	"github.com/klauspost/compress/zstd"
+	"github.com/u-root/u-root/pkg/cpio"
 )
 
-// BenchmarkImageBuild prints the build time with an empty kernel cache
-// (cold: download, extract, depmod) and a full one (warm), and the sizes of
-// what it built.
+// BenchmarkImageBuild prints the build time with empty caches (cold:
+// kernel download, extract, depmod, boot parts), with nothing changed
+// since the last build (warm: its boot parts from the cache), with only
+// the config's hostname changed (config-only), and of 100 configs at once
+// (configs-100); the sizes of what it built, the size of each format, and
+// a table of where the UKI's bytes are.
 func BenchmarkImageBuild(b *testing.B) {
 	cfgDir := b.TempDir()
 	cairn(b, "config", "gen", "--out", cfgDir)
 	config := filepath.Join(cfgDir, "machine.yaml")
-	for _, tc := range []struct {
-		name  string
-		cache string
-	}{{"cold", b.TempDir()}, {"warm", ""}} {
-		b.Run(tc.name, func(b *testing.B) {
-			for b.Loop() {
-				out := filepath.Join(b.TempDir(), "node.raw")
-				args := []string{"image", "build", "-c", config, "-o", out, "--assets", binDir}
-				if tc.cache != "" {
-					os.RemoveAll(tc.cache)
-					args = append(args, "--cache", tc.cache)
-				}
-				start := time.Now()
-				cairn(b, args...)
-				b.ReportMetric(time.Since(start).Seconds(), "build-s")
-				reportSizes(b, filepath.Dir(out))
-			}
-		})
+	data, err := os.ReadFile(config)
+	if err != nil {
+		b.Fatal(err)
 	}
+	if !bytes.Contains(data, []byte("hostname: cairn-node")) {
+		b.Fatalf("the generated config has not the hostname cairn-node:\n%s", data)
+	}
+	hostname := func(name string) []byte {
+		return bytes.Replace(data, []byte("hostname: cairn-node"), []byte("hostname: "+name), 1)
+	}
+	build := func(b *testing.B, args ...string) time.Duration {
+		start := time.Now()
+		cairn(b, append([]string{"image", "build", "--assets", binDir}, args...)...)
+		return time.Since(start)
+	}
+	b.Run("cold", func(b *testing.B) {
+		for b.Loop() {
+			out, cache := filepath.Join(b.TempDir(), "node.raw"), b.TempDir()
+			b.ReportMetric(build(b, "-c", config, "-o", out, "--cache", cache).Seconds(), "build-s")
+			reportSizes(b, filepath.Dir(out))
+			uki := filepath.Join(b.TempDir(), "node.efi")
+			build(b, "-c", config, "-o", uki, "--uki", "--cache", cache)
+			ukiTable(b, uki)
+		}
+	})
+	b.Run("warm", func(b *testing.B) {
+		build(b, "-c", config, "-o", filepath.Join(b.TempDir(), "node.raw")) // fills the cache if need be
+		for b.Loop() {
+			b.ReportMetric(build(b, "-c", config, "-o", filepath.Join(b.TempDir(), "node.raw")).Seconds(), "build-s")
+		}
+	})
+	b.Run("config-only", func(b *testing.B) {
+		build(b, "-c", config, "-o", filepath.Join(b.TempDir(), "node.raw"))
+		for i := 0; b.Loop(); i++ {
+			changed := filepath.Join(b.TempDir(), "machine.yaml")
+			if err := os.WriteFile(changed, hostname(fmt.Sprintf("changed-%d", i)), 0o600); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(build(b, "-c", changed, "-o", filepath.Join(b.TempDir(), "node.raw")).Seconds(), "build-s")
+		}
+	})
+	b.Run("configs-100", func(b *testing.B) {
+		dir := b.TempDir()
+		for i := 1; i <= 100; i++ {
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("node-%d.yaml", i)), hostname(fmt.Sprintf("node-%d", i)), 0o600); err != nil {
+				b.Fatal(err)
+			}
+		}
+		build(b, "-c", config, "-o", filepath.Join(b.TempDir(), "node.raw"))
+		for b.Loop() {
+			out := b.TempDir()
+			b.ReportMetric(build(b, "--configs", dir, "-o", out).Seconds(), "build-s")
+			os.RemoveAll(out) // 100 disks
+		}
+	})
+	b.Run("formats", func(b *testing.B) {
+		for b.Loop() {
+			for _, f := range []struct{ format, ext string }{{"raw", "raw"}, {"qcow2", "qcow2"}, {"vhd", "vhd"}, {"vmdk", "vmdk"}, {"gcp", "tar.gz"}} {
+				out := filepath.Join(b.TempDir(), "node."+f.ext)
+				build(b, "-c", config, "-o", out, "--format", f.format)
+				var st syscall.Stat_t
+				if err := syscall.Stat(out, &st); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(st.Size)/1e6, f.format+"-MB")
+				b.ReportMetric(float64(st.Blocks*512)/1e6, f.format+"-allocated-MB")
+			}
+		}
+	})
+}
+
+// ukiTable logs where the bytes of the UKI are: its kernel, and each file
+// of its root filesystem by its size alone compressed with zstd (an
+// estimate of its share of the squashfs), largest first.
+func ukiTable(b *testing.B, uki string) {
+	f, err := pe.Open(uki)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	var table strings.Builder
+	fmt.Fprintf(&table, "%-52s %10s %10s\n", "UKI part", "bytes", "zstd")
+	for _, name := range []string{".linux", ".initrd"} {
+		if s := f.Section(name); s != nil {
+			fmt.Fprintf(&table, "%-52s %10d\n", "section "+name, s.VirtualSize)
+		}
+	}
+	initrd, err := f.Section(".initrd").Data()
+	if err != nil {
+		b.Fatal(err)
+	}
+	records, err := cpio.ReadAllRecords(cpio.Newc.Reader(bytes.NewReader(initrd)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	root := filepath.Join(b.TempDir(), "root")
+	for _, r := range records {
+		if r.Name != "rootfs.sqsh" {
+			fmt.Fprintf(&table, "%-52s %10d\n", "initramfs "+r.Name, r.FileSize)
+			continue
+		}
+		sqsh := filepath.Join(b.TempDir(), "rootfs.sqsh")
+		data, err := io.ReadAll(io.NewSectionReader(r, 0, int64(r.FileSize)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(sqsh, data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		fmt.Fprintf(&table, "%-52s %10d\n", "initramfs rootfs.sqsh", r.FileSize)
+		if out, err := exec.Command("unsquashfs", "-q", "-d", root, sqsh).CombinedOutput(); err != nil {
+			b.Fatalf("unsquashfs: %v\n%s", err, out)
+		}
+	}
+	type entry struct {
+		name       string
+		size, zstd int64
+	}
+	var files []entry
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedBestCompression))
+	if err != nil {
+		b.Fatal(err)
+	}
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		files = append(files, entry{rel, int64(len(data)), int64(len(enc.EncodeAll(data, nil)))})
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	slices.SortFunc(files, func(x, y entry) int { return int(y.zstd - x.zstd) })
+	var size, compressed int64
+	for i, e := range files {
+		size, compressed = size+e.size, compressed+e.zstd
+		if i < 20 {
+			fmt.Fprintf(&table, "%-52s %10d %10d\n", "  "+e.name, e.size, e.zstd)
+		}
+	}
+	fmt.Fprintf(&table, "%-52s %10d %10d\n", fmt.Sprintf("  root filesystem, %d files", len(files)), size, compressed)
+	b.Logf("where the UKI's bytes are:\n%s", table.String())
 }
 
 // reportSizes reads the sizes from the build's manifest and the disk's

@@ -15,24 +15,32 @@ import (
 	"time"
 )
 
-// TestReproducibleBuild builds the same config twice, in different
-// directories and at different times, and wants the same bytes for every
-// output and the same manifest.
+// TestReproducibleBuild builds the same config three times, in different
+// directories and at different times: cold (--no-cache), then twice with
+// the cache, the last taking its boot parts from it; and wants the same
+// bytes for every output and the same manifest.
 func TestReproducibleBuild(t *testing.T) {
 	cfgDir := t.TempDir()
 	cairn(t, "config", "gen", "--out", cfgDir, "--hostname", "repro")
 	config := filepath.Join(cfgDir, "machine.yaml")
-	build := func(dir string) {
-		cairn(t, "image", "build", "-c", config, "-o", filepath.Join(dir, "node.qcow2"), "--format", "qcow2", "--assets", binDir)
+	build := func(dir string, args ...string) string {
+		return cairn(t, append([]string{"image", "build", "-c", config, "-o", filepath.Join(dir, "node.qcow2"), "--format", "qcow2", "--assets", binDir}, args...)...)
 	}
-	a, b := t.TempDir(), t.TempDir()
-	build(a)
+	a, b, c := t.TempDir(), t.TempDir(), t.TempDir()
+	if out := build(a, "--no-cache"); strings.Contains(out, "from the cache") {
+		t.Errorf("a --no-cache build took boot parts from the cache:\n%s", out)
+	}
 	time.Sleep(1100 * time.Millisecond) // a different second for every timestamp
 	build(b)
-	for _, name := range []string{"node.qcow2", "manifest.json"} {
-		ha, hb := sha(t, filepath.Join(a, name)), sha(t, filepath.Join(b, name))
-		if ha != hb {
-			t.Errorf("%s differs between two builds: %s vs %s", name, ha, hb)
+	if out := build(c); !strings.Contains(out, "boot parts from the cache") {
+		t.Errorf("a build with nothing changed did not take its boot parts from the cache:\n%s", out)
+	}
+	for _, dir := range []string{b, c} {
+		for _, name := range []string{"node.qcow2", "manifest.json"} {
+			ha, hb := sha(t, filepath.Join(a, name)), sha(t, filepath.Join(dir, name))
+			if ha != hb {
+				t.Errorf("%s differs between a cold build and one with the cache: %s vs %s", name, ha, hb)
+			}
 		}
 	}
 	manifest, _ := os.ReadFile(filepath.Join(a, "manifest.json"))
