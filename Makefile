@@ -126,7 +126,7 @@ bench: deps bench-pods bench-streams bench-storage
 # (--configs), in seconds; the size of the UKI, initramfs, squashfs and
 # each format; a table of where the UKI's bytes are.
 bench-build: deps build
-	$(TEST_ENV) $(GO) test -tags e2e -run '^$$' -bench ImageBuild -benchtime 1x -timeout 30m ./test/e2e/
+	$(TEST_ENV) $(GO) test -v -tags e2e -run '^$$' -bench ImageBuild -benchtime 1x -timeout 30m ./test/e2e/
 
 # Pod startup latency, CPU time and memory of cairn-agent (built from
 # ./agent, the whole process) and of its kubelet part alone (podagent), with

@@ -274,7 +274,12 @@ func newBuilder(ctx context.Context, o Options, stage func(string)) (*builder, e
 
 	stage("hash the inputs")
 	b := &builder{o: o, format: format, kernel: kernel, boots: map[string]*bootBuild{}}
-	ins = append([]input{{name: "kernel-package", path: kernel.Deb, note: rootfs.KernelPackage + "=" + rootfs.KernelVersion}}, ins...)
+	deb, err := os.Stat(kernel.Deb)
+	if err != nil {
+		return nil, err
+	}
+	// FetchKernel hashed the kernel package already.
+	b.inputs = []image.Artifact{{Name: "kernel-package", SHA256: kernel.DebSHA256, Size: deb.Size(), Note: rootfs.KernelPackage + "=" + rootfs.KernelVersion}}
 	for _, in := range ins {
 		a, err := image.FileArtifact(in.name, in.path, in.note)
 		if err != nil {

@@ -205,6 +205,7 @@ func TestBuild(t *testing.T) {
 		"init":           filepath.Join(assets, "init"),
 		"cni/portmap":    filepath.Join(assets, "cni", "portmap"),
 		"sbin/nft":       "/sbin/nft",
+		"kernel-package": filepath.Join(cache, rootfs.KernelPackage+"_"+rootfs.KernelVersion+"_amd64.deb"),
 	}
 	for _, art := range slices.Concat(m.Inputs, m.Outputs) {
 		if path, ok := files[art.Name]; ok {

@@ -135,7 +135,9 @@ func ukiTable(b *testing.B, uki string) {
 	root := filepath.Join(b.TempDir(), "root")
 	for _, r := range records {
 		if r.Name != "rootfs.sqsh" {
-			fmt.Fprintf(&table, "%-52s %10d\n", "initramfs "+r.Name, r.FileSize)
+			if r.FileSize > 0 {
+				fmt.Fprintf(&table, "%-52s %10d\n", "initramfs "+r.Name, r.FileSize)
+			}
 			continue
 		}
 		sqsh := filepath.Join(b.TempDir(), "rootfs.sqsh")
