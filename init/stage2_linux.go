@@ -181,6 +181,14 @@ func (n *node) bootSequence() boot.Sequence {
 			}
 			return err
 		}},
+		{Name: "find a first-boot config", Run: func() error {
+			dev, err := noCloudFirstBoot(sysBlock, "/dev", layout.MachineConfig, layout.FirstBootConfig)
+			if dev != "" {
+				slog.Info("machine config from a NoCloud volume, written to STATE", "device", dev)
+				n.events.add("config", "first boot", "machine config from the NoCloud volume "+dev)
+			}
+			return err
+		}},
 		{Name: "load machine config", Run: func() (err error) {
 			conf, err = n.loadConfig(layout.MachineConfig)
 			err = errors.Join(err, n.startConfigs(conf))

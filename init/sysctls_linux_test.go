@@ -75,6 +75,8 @@ func TestBootSequenceAppliesConfig(t *testing.T) {
 		at[s.Name] = i + 1
 	}
 	for _, order := range [][2]string{
+		{"mount STATE", "find a first-boot config"},
+		{"find a first-boot config", "load machine config"},
 		{"load machine config", "set sysctls"},
 		{"set sysctls", "configure network"},
 		{"prepare EPHEMERAL", "write machine files"},

@@ -35,8 +35,11 @@ const (
 
 // Options describe one VM.
 type Options struct {
-	Disk    string // raw or qcow2 image; booted in place
-	APIPort int    // host port on 127.0.0.1 forwarded to the node's API (50000)
+	Disk string // raw or qcow2 image; booted in place
+	// Attach are raw images attached read-only after Disk, as virtio
+	// disks: a NoCloud volume (cairn image cidata).
+	Attach  []string
+	APIPort int // host port on 127.0.0.1 forwarded to the node's API (50000)
 	// MetricsPort, if not 0, is the host port on 127.0.0.1 forwarded to
 	// the node's metrics (50001).
 	MetricsPort int
@@ -238,6 +241,9 @@ func (vm *VM) run(a attempt, format string, started chan<- error) (failed string
 			"-netdev", netdev(vm.Opts),
 			"-device", "virtio-net-pci,netdev=n0",
 		)
+		for _, f := range vm.Opts.Attach {
+			args = append(args, "-drive", "if=virtio,format=raw,readonly=on,file="+f)
+		}
 	}
 	if vm.Opts.IsolatedNIC {
 		// A hub with nothing else on it: frames go nowhere, DHCP times out.

@@ -15,6 +15,7 @@ import (
 	"github.com/cairn-os/cairn/image/build"
 	"github.com/cairn-os/cairn/image/oci"
 	"github.com/cairn-os/cairn/internal/bootentry"
+	"github.com/cairn-os/cairn/machineconfig/staticpod"
 )
 
 func imageCmd() *cobra.Command {
@@ -30,13 +31,16 @@ the cache (--cache), keyed by the digest of all that makes them: a build
 whose kernel, node binaries and kernel arguments have not changed reuses
 them and writes only the disk. --no-cache builds them anew.
 
+With --generic, the image holds no machine config: at its first boot
+the node takes one from a NoCloud volume (cairn image cidata) and keeps it.
+
 With --configs DIR, it builds an image for each DIR/NAME.yaml into the
 directory OUTDIR: NAME.raw (or the format's extension) and
 NAME.manifest.json, every config validated first.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if (o.Config == "") == (configs == "") {
-				return errors.New("name one machine config with -c FILE, or a directory of them with --configs DIR")
+			if n := btoi(o.Config != "") + btoi(configs != "") + btoi(o.Generic); n != 1 {
+				return errors.New("name one machine config with -c FILE, a directory of them with --configs DIR, or ask for --generic")
 			}
 			if size != "" {
 				n, err := humanize.ParseBytes(size)
@@ -76,6 +80,7 @@ NAME.manifest.json, every config validated first.`,
 		},
 	}
 	b.Flags().StringVarP(&o.Config, "config", "c", "", "machine config")
+	b.Flags().BoolVar(&o.Generic, "generic", false, "an image with no machine config, which it takes at first boot from a NoCloud volume (cairn image cidata)")
 	b.Flags().StringVar(&configs, "configs", "", "directory of machine configs (*.yaml): one image each, into the directory -o")
 	b.Flags().StringVarP(&o.Output, "output", "o", "", "disk image to write, or with --configs the directory (required)")
 	b.Flags().StringVar(&o.Format, "format", "raw", "output format: "+strings.Join(image.Formats(), ", "))
@@ -85,7 +90,7 @@ NAME.manifest.json, every config validated first.`,
 	b.Flags().BoolVar(&o.NoCache, "no-cache", false, "build the UKI and EFI system partition anew, without the cache")
 	b.Flags().StringVar(&size, "size", "", "disk size, e.g. 8GiB (default 2GiB)")
 	b.MarkFlagRequired("output")
-	cmd.AddCommand(b, pushCmd())
+	cmd.AddCommand(b, pushCmd(), cidataCmd())
 	return cmd
 }
 
@@ -117,6 +122,54 @@ Credentials come from the Docker config (~/.docker/config.json).`,
 	p.Flags().StringVar(&uki, "uki", "", "the UKI to push (required)")
 	p.Flags().BoolVar(&insecure, "insecure", false, "the registry serves plain HTTP")
 	return p
+}
+
+// cidataCmd is cairn image cidata: a NoCloud volume holding a machine
+// config, for a generic image's first boot.
+func cidataCmd() *cobra.Command {
+	var config, out string
+	c := &cobra.Command{
+		Use:   "cidata -c MACHINE.yaml -o CIDATA.img",
+		Short: "Write a NoCloud volume (vfat, labelled CIDATA) holding a machine config, for a generic image's first boot",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			data, err := os.ReadFile(config)
+			if err != nil {
+				return fmt.Errorf("machine config: %w (`cairn config gen` writes one)", err)
+			}
+			cfg, err := staticpod.Parse(data)
+			if err != nil {
+				return fmt.Errorf("%s: %w", config, err)
+			}
+			epoch, err := sourceDateEpoch()
+			if err != nil {
+				return err
+			}
+			if epoch == 0 {
+				epoch = build.DefaultSourceDateEpoch
+			}
+			host := cfg.Machine.Hostname
+			meta := fmt.Sprintf("instance-id: %s\nlocal-hostname: %s\n", host, host)
+			if err := image.WriteNoCloud(cmd.Context(), image.NoCloud{UserData: data, MetaData: []byte(meta), SourceDateEpoch: epoch}, out); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\nnext: attach it to a machine booting a generic image (cairn image build --generic)\n", out)
+			return nil
+		},
+	}
+	c.Flags().StringVarP(&config, "config", "c", "", "machine config (required)")
+	c.Flags().StringVarP(&out, "output", "o", "", "volume to write (required)")
+	c.MarkFlagRequired("config")
+	c.MarkFlagRequired("output")
+	return c
+}
+
+// btoi is 1 for true.
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // defaultAssets is the directory of the running cairn binary: `make` puts

@@ -41,6 +41,7 @@ func qemuCmd() *cobra.Command {
 	}
 	run.Flags().IntVar(&o.APIPort, "api-port", machineconfig.DefaultAPIPort, "port on 127.0.0.1 forwarded to the node's API")
 	run.Flags().IntVar(&o.MetricsPort, "metrics-port", machineconfig.DefaultMetricsPort, "port on 127.0.0.1 forwarded to the node's metrics (0: none)")
+	run.Flags().StringSliceVar(&o.Attach, "attach", nil, "raw image to attach read-only as another disk, e.g. a NoCloud volume (cairn image cidata); repeatable")
 	run.Flags().IntVar(&o.MemoryMiB, "memory", 2048, "memory in MiB")
 	run.Flags().IntVar(&o.CPUs, "cpus", 2, "virtual CPUs")
 	run.Flags().StringVar(&o.Accel, "accel", qemu.DefaultAccel(), "accelerator: auto (KVM if it really runs the guest, else TCG), kvm or tcg; default from $"+qemu.EnvAccel)

@@ -9,6 +9,7 @@ package build
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -98,6 +99,9 @@ type Options struct {
 	// Config is the machine config file; for BuildAll, a directory of
 	// them.
 	Config string
+	// Generic, with no Config, builds an image with no machine config on
+	// its STATE: at first boot it takes one from a NoCloud volume.
+	Generic bool
 	// Output is the image to write; for BuildAll, the directory to write
 	// the images into.
 	Output string
@@ -190,9 +194,15 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 	o = o.withDefaults()
 	stage := stager(o.Progress)
 	stage("validate machine config")
-	c, err := readConfig(o.Config)
-	if err != nil {
-		return nil, err
+	c := &nodeConfig{Config: &machineconfig.Config{}} // a generic image's
+	switch {
+	case o.Generic && o.Config != "":
+		return nil, errors.New("a generic image has no machine config: leave out either")
+	case !o.Generic:
+		var err error
+		if c, err = readConfig(o.Config); err != nil {
+			return nil, err
+		}
 	}
 	b, err := newBuilder(ctx, o, stage)
 	if err != nil {
@@ -207,11 +217,20 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 	return m, nil
 }
 
-// nodeConfig is a machine config file, read and validated.
+// nodeConfig is a machine config file, read and validated; for a generic
+// image, no file and an empty config.
 type nodeConfig struct {
 	path  string
 	bytes []byte
 	*machineconfig.Config
+}
+
+// state is what the STATE partition of c's image holds.
+func (c *nodeConfig) state() map[string][]byte {
+	if c.path == "" {
+		return nil
+	}
+	return map[string][]byte{filepath.Base(layout.MachineConfig): c.bytes, filepath.Base(layout.FirstBootConfig): c.bytes}
 }
 
 // readConfig reads and validates the machine config at path.
@@ -338,11 +357,14 @@ func (b *builder) image(ctx context.Context, c *nodeConfig, out, manifest string
 	if err != nil {
 		return nil, err
 	}
-	cfgInput, err := image.FileArtifact("machine-config", c.path, "")
-	if err != nil {
-		return nil, err
+	m := &image.Manifest{Version: version.Version, Inputs: b.inputs}
+	if c.path != "" {
+		cfgInput, err := image.FileArtifact("machine-config", c.path, "")
+		if err != nil {
+			return nil, err
+		}
+		m.Inputs = append([]image.Artifact{cfgInput}, b.inputs...)
 	}
-	m := &image.Manifest{Version: version.Version, Inputs: append([]image.Artifact{cfgInput}, b.inputs...)}
 
 	outDir := filepath.Dir(out)
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
@@ -374,7 +396,7 @@ func (b *builder) image(ctx context.Context, c *nodeConfig, out, manifest string
 	if err := image.WriteRaw(ctx, image.Disk{
 		Size:            b.o.Size,
 		ESP:             boot.ESP,
-		State:           map[string][]byte{filepath.Base(layout.MachineConfig): c.bytes, filepath.Base(layout.FirstBootConfig): c.bytes},
+		State:           c.state(),
 		SourceDateEpoch: b.o.SourceDateEpoch,
 		Seed:            seed.Sum(nil),
 	}, raw); err != nil {

@@ -2,7 +2,9 @@ package build
 
 import (
 	"context"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -10,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-os/cairn/image"
 	"github.com/cairn-os/cairn/rootfs"
+	"github.com/cairn-os/cairn/test/need"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -238,4 +242,71 @@ func TestBuildAll(t *testing.T) {
 			t.Errorf("BuildAll of an empty directory: error %v", err)
 		}
 	})
+}
+
+// TestBuildGeneric builds an image with no machine config: its manifest
+// has no machine-config input, and its STATE holds no file; and wants
+// a config and Generic together refused.
+func TestBuildGeneric(t *testing.T) {
+	needBuildTools(t)
+	need.Tool(t, "debugfs", "e2fsprogs")
+	cache, assets := testCache(t), fakeAssets(t, "")
+	out := filepath.Join(t.TempDir(), "generic.raw")
+	m, err := Build(context.Background(), Options{Generic: true, Output: out, Assets: assets, Size: testSize, CacheDir: cache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(m.Inputs, func(a image.Artifact) bool { return a.Name == "machine-config" }) {
+		t.Error("a generic image's manifest lists a machine config")
+	}
+	if names := stateFiles(t, out); len(names) != 0 {
+		t.Errorf("a generic image's STATE holds %q, want nothing", names)
+	}
+	// The same read of an image of a config finds it.
+	withConfig := filepath.Join(t.TempDir(), "node.raw")
+	if _, err := Build(context.Background(), Options{Config: machineConfig(t), Output: withConfig, Assets: assets, Size: testSize, CacheDir: cache}); err != nil {
+		t.Fatal(err)
+	}
+	if names, want := stateFiles(t, withConfig), []string{"config.yaml", "first-boot.yaml"}; !cmp.Equal(names, want) {
+		t.Errorf("the STATE of an image of a config holds %q, want %q", names, want)
+	}
+
+	_, err = Build(context.Background(), Options{Generic: true, Config: machineConfig(t), Output: out, Assets: assets, CacheDir: cache})
+	if err == nil || !strings.Contains(err.Error(), "a generic image has no machine config") {
+		t.Errorf("Build with Generic and a config: %v", err)
+	}
+}
+
+// stateFiles lists the files of the STATE partition of the disk image at
+// path (100 MiB from 257 MiB, as image.WriteRaw lays it out), with
+// debugfs.
+func stateFiles(t *testing.T, path string) []string {
+	t.Helper()
+	disk, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer disk.Close()
+	state := filepath.Join(t.TempDir(), "state.img")
+	f, err := os.Create(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := io.Copy(f, io.NewSectionReader(disk, 257<<20, 100<<20)); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := exec.Command("debugfs", "-R", "ls -p /", state).Output()
+	if err != nil {
+		t.Fatalf("debugfs ls: %v", err)
+	}
+	var names []string
+	for _, line := range strings.Split(strings.TrimSpace(string(ls)), "\n") {
+		// /inode/mode/uid/gid/name/size/
+		if fields := strings.Split(line, "/"); len(fields) > 5 && fields[5] != "." && fields[5] != ".." && fields[5] != "lost+found" {
+			names = append(names, fields[5])
+		}
+	}
+	slices.Sort(names)
+	return names
 }

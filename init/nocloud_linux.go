@@ -1,0 +1,144 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/diskfs/go-diskfs/backend/file"
+	"github.com/diskfs/go-diskfs/filesystem"
+	"github.com/diskfs/go-diskfs/filesystem/fat12"
+	"github.com/diskfs/go-diskfs/filesystem/fat16"
+	"github.com/diskfs/go-diskfs/filesystem/fat32"
+	"github.com/diskfs/go-diskfs/filesystem/iso9660"
+
+	"github.com/cairn-os/cairn/internal/atomicfile"
+	"github.com/cairn-os/cairn/machineconfig"
+)
+
+// A NoCloud volume gives a node whose STATE holds no machine config its
+// first one, so that one generic image serves many machines: a vfat or
+// iso9660 filesystem labelled CIDATA whose user-data file is the machine
+// config, what cloud and virtualization platforms attach. Its config is
+// validated and written to STATE as the running and the first-boot
+// config: later boots, and a reset, use it without the volume.
+const noCloudLabel = "CIDATA"
+
+// noCloudFirstBoot gives STATE the machine config of a NoCloud volume
+// among the block devices named in sysBlock (found in devDir) when STATE
+// has none at statePath; firstBootPath gets it too. It returns the volume
+// it took the config from, "" when STATE had a config. An invalid config
+// is written nowhere: its error has the field paths.
+func noCloudFirstBoot(sysBlock, devDir, statePath, firstBootPath string) (string, error) {
+	if _, err := os.Stat(statePath); !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	dev, data, err := findNoCloud(sysBlock, devDir)
+	if err != nil {
+		return "", err
+	}
+	if _, err := machineconfig.Parse(data); err != nil {
+		return "", fmt.Errorf("NoCloud volume %s: user-data: %w", dev, err)
+	}
+	// first-boot.yaml first: a power cut between the two leaves no
+	// config.yaml, and the next boot reads the volume again.
+	for _, p := range []string{firstBootPath, statePath} {
+		if err := atomicfile.WriteFile(p, data, 0o600); err != nil {
+			return "", err
+		}
+	}
+	return dev, nil
+}
+
+// findNoCloud returns the device of the filesystem labelled CIDATA among
+// the block devices named in sysBlock, and its user-data. go-diskfs reads
+// the filesystems (vfat, iso9660): nothing is mounted, and no kernel
+// module is needed.
+func findNoCloud(sysBlock, devDir string) (dev string, userData []byte, err error) {
+	entries, err := os.ReadDir(sysBlock)
+	if err != nil {
+		return "", nil, err
+	}
+	for _, e := range entries {
+		dev := filepath.Join(devDir, e.Name())
+		fsys, closeDisk, err := openFilesystem(dev)
+		if err != nil {
+			continue // no filesystem go-diskfs reads
+		}
+		if !strings.EqualFold(strings.TrimSpace(fsys.Label()), noCloudLabel) {
+			closeDisk()
+			continue
+		}
+		data, err := readAll(fsys, "/user-data")
+		closeDisk()
+		if err != nil {
+			return "", nil, fmt.Errorf("NoCloud volume %s: %w", dev, err)
+		}
+		return dev, data, nil
+	}
+	return "", nil, fmt.Errorf("STATE holds no machine config and no filesystem is labelled %s (a NoCloud volume): write one with `cairn image build -c FILE`, or attach one made by `cairn image cidata`", noCloudLabel)
+}
+
+// openFilesystem opens, read-only, the FAT or iso9660 filesystem that
+// fills dev, with go-diskfs's readers of those alone.
+func openFilesystem(dev string) (filesystem.FileSystem, func(), error) {
+	f, err := os.Open(dev)
+	if err != nil {
+		return nil, nil, err
+	}
+	size, err := f.Seek(0, io.SeekEnd) // a block device's size too
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	b := file.New(f, true)
+	closeFile := func() { f.Close() }
+	if fsys, err := fat32.Read(b, size, 0, 0); err == nil {
+		return fsys, closeFile, nil
+	}
+	if fsys, err := fat16.Read(b, size, 0, 0); err == nil {
+		return fsys, closeFile, nil
+	}
+	if fsys, err := fat12.Read(b, size, 0, 0); err == nil {
+		return fsys, closeFile, nil
+	}
+	// Block size 0: it finds its 2 KiB blocks itself.
+	if fsys, err := iso9660.Read(b, size, 0, 0); err == nil {
+		return fsys, closeFile, nil
+	}
+	f.Close()
+	return nil, nil, errors.New("no FAT or iso9660 filesystem")
+}
+
+// readAll reads the file at path, in the root directory of fsys. It reads
+// no more than the directory says the file holds: go-diskfs 1.9's FAT12
+// reader returns a small file's whole cluster.
+func readAll(fsys filesystem.FileSystem, path string) ([]byte, error) {
+	entries, err := fsys.ReadDir(".")
+	if err != nil {
+		return nil, fmt.Errorf("read the root directory: %w", err)
+	}
+	i := slices.IndexFunc(entries, func(e fs.DirEntry) bool { return "/"+e.Name() == path })
+	if i < 0 {
+		return nil, fmt.Errorf("no %s", path)
+	}
+	info, err := entries[i].Info()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	f, err := fsys.OpenFile(path, os.O_RDONLY)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, info.Size()))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return data, nil
+}

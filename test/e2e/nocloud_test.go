@@ -1,0 +1,60 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/qemu"
+)
+
+// TestNoCloud boots a generic image (`image build --generic`: no machine
+// config on STATE) with a NoCloud volume from `image cidata` attached,
+// and wants the node up on the volume's config: its API answers the
+// config's credentials with the config's hostname, the boot's first-boot
+// step succeeded, and the console says where the config came from.
+func TestNoCloud(t *testing.T) {
+	dir := t.TempDir()
+	port := freePort(t)
+	endpoint := fmt.Sprintf("127.0.0.1:%d", port)
+	cairn(t, "config", "gen", "--out", dir, "--hostname", "nocloud-node", "--endpoint", endpoint)
+	disk, cidata := filepath.Join(dir, "generic.raw"), filepath.Join(dir, "cidata.img")
+	cairn(t, "image", "build", "--generic", "-o", disk, "--assets", binDir)
+	cairn(t, "image", "cidata", "-c", filepath.Join(dir, "machine.yaml"), "-o", cidata)
+	c, _ := dialNode(t, dir, endpoint)
+
+	vm := bootVM(t, qemu.Options{Disk: disk, APIPort: port, Attach: []string{cidata}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if err := vm.WaitReady(ctx, "the API on the NoCloud volume's config", apiReady(c), nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("API ready %s after QEMU started (accel %s)", time.Since(start).Round(time.Second), vm.Accel())
+	v, err := c.Version(ctx, &machine.VersionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Hostname != "nocloud-node" {
+		t.Errorf("Version().Hostname = %q, want nocloud-node, the NoCloud volume's", v.Hostname)
+	}
+	for _, name := range []string{"find a first-boot config", "load machine config"} {
+		if s := step(v.BootTimeline, name); s == nil || s.Error != "" {
+			t.Errorf("boot step %q = %v, want it done without error", name, s)
+		}
+	}
+	log, err := os.ReadFile(vm.Opts.ConsoleLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "machine config from a NoCloud volume, written to STATE device=/dev/vdb"; !strings.Contains(string(log), want) {
+		t.Errorf("console log lacks %q:\n%s", want, log)
+	}
+}
