@@ -97,6 +97,9 @@ func realSystem(r *supervisor.Reaper) system {
 }
 
 const (
+	// configFetchWait bounds how long a node with no config tries to
+	// fetch one from cairn.config.url.
+	configFetchWait = 2 * time.Minute
 	// shutdownWait bounds how long shutdown waits for a boot step that is
 	// running (an fsck, a DHCP exchange) before it goes on regardless.
 	shutdownWait = 90 * time.Second
@@ -165,6 +168,10 @@ func (n *node) bootSequence() boot.Sequence {
 	// recovery mode.
 	rec := machineconfig.Recover(nil)
 	conf := nodeConfig{Config: rec.Config, recovery: rec}
+	// Where a node with no config on STATE fetches its first one, if the
+	// kernel command line says.
+	cmdline, _ := os.ReadFile("/proc/cmdline")
+	src := configSourceFrom(string(cmdline))
 	return boot.Sequence{Name: "boot", Steps: []boot.Step{
 		{Name: "mount system filesystems", Run: mountSystem, Fatal: true},
 		{Name: "load kernel modules", Run: boot.LoadModules},
@@ -182,6 +189,9 @@ func (n *node) bootSequence() boot.Sequence {
 			return err
 		}},
 		{Name: "find a first-boot config", Run: func() error {
+			if src.url != "" {
+				return nil // fetched once the network is up
+			}
 			dev, err := noCloudFirstBoot(sysBlock, "/dev", layout.MachineConfig, layout.FirstBootConfig)
 			if dev != "" {
 				slog.Info("machine config from a NoCloud volume, written to STATE", "device", dev)
@@ -203,6 +213,27 @@ func (n *node) bootSequence() boot.Sequence {
 		{Name: "set hostname", Run: func() error { return setHostname(conf.Machine.Hostname) }},
 		{Name: "write machine files", Run: func() error { _, err := writeFiles("/", conf.Machine.Files); return err }},
 		{Name: "configure network", Run: func() error { return n.configureNetwork(conf.Network) }},
+		{Name: "fetch the first-boot config", Run: func() error {
+			if src.url == "" || conf.recovery == nil {
+				return nil
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			boot.Go("stop the config fetch at the shutdown", func() {
+				select {
+				case <-n.stop:
+					cancel()
+				case <-ctx.Done():
+				}
+			})
+			fetched, err := fetchFirstBootConfig(ctx, src, layout.MachineConfig, layout.FirstBootConfig, configFetchWait)
+			if fetched {
+				slog.Info("machine config fetched, written to STATE: rebooting to boot on it", "url", src.url)
+				n.events.add("config", "first boot", "machine config from "+src.url)
+				n.requestShutdown(unix.LINUX_REBOOT_CMD_RESTART, "the first-boot config from "+configURLArg)
+			}
+			return err
+		}},
 		{Name: "set the clock", Run: func() error {
 			err := n.startTimeKeeper(conf.Machine.Time.Servers)
 			n.configs.setTimeKeeper(n.timeKeeper)

@@ -79,6 +79,8 @@ func TestBootSequenceAppliesConfig(t *testing.T) {
 		{"find a first-boot config", "load machine config"},
 		{"load machine config", "set sysctls"},
 		{"set sysctls", "configure network"},
+		{"configure network", "fetch the first-boot config"},
+		{"fetch the first-boot config", "start services"},
 		{"prepare EPHEMERAL", "write machine files"},
 		{"load machine config", "write machine files"},
 		{"write machine files", "start services"},

@@ -52,6 +52,14 @@ const MaxKernelArgsLen = 1536
 // moduleNameRE is a kernel module's name, without .ko.
 var moduleNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
+// ValidateKernel validates k alone, as machine.kernel: what the build of
+// a generic image, which has no config, takes.
+func ValidateKernel(k Kernel) error {
+	var v validator
+	v.kernel(&k)
+	return v.err("kernel arguments")
+}
+
 func (v *validator) kernel(k *Kernel) {
 	for i, arg := range k.Args {
 		p := fmt.Sprintf("machine.kernel.args[%d]", i)

@@ -81,6 +81,7 @@ NAME.manifest.json, every config validated first.`,
 	}
 	b.Flags().StringVarP(&o.Config, "config", "c", "", "machine config")
 	b.Flags().BoolVar(&o.Generic, "generic", false, "an image with no machine config, which it takes at first boot from a NoCloud volume (cairn image cidata)")
+	b.Flags().StringArrayVar(&o.KernelArgs, "kernel-arg", nil, "with --generic, a kernel argument, e.g. cairn.config.url=URL and cairn.config.sha256=HEX; repeatable")
 	b.Flags().StringVar(&configs, "configs", "", "directory of machine configs (*.yaml): one image each, into the directory -o")
 	b.Flags().StringVarP(&o.Output, "output", "o", "", "disk image to write, or with --configs the directory (required)")
 	b.Flags().StringVar(&o.Format, "format", "raw", "output format: "+strings.Join(image.Formats(), ", "))

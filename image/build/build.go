@@ -100,8 +100,12 @@ type Options struct {
 	// them.
 	Config string
 	// Generic, with no Config, builds an image with no machine config on
-	// its STATE: at first boot it takes one from a NoCloud volume.
+	// its STATE: at first boot it takes one from cairn.config.url or a
+	// NoCloud volume.
 	Generic bool
+	// KernelArgs are a generic image's kernel arguments, as a config's
+	// machine.kernel.args: cairn.config.url=… and cairn.config.sha256=….
+	KernelArgs []string
 	// Output is the image to write; for BuildAll, the directory to write
 	// the images into.
 	Output string
@@ -194,11 +198,17 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 	o = o.withDefaults()
 	stage := stager(o.Progress)
 	stage("validate machine config")
-	c := &nodeConfig{Config: &machineconfig.Config{}} // a generic image's
+	c := &nodeConfig{Config: &machineconfig.Config{Machine: machineconfig.Machine{Kernel: machineconfig.Kernel{Args: o.KernelArgs}}}} // a generic image's
 	switch {
 	case o.Generic && o.Config != "":
 		return nil, errors.New("a generic image has no machine config: leave out either")
-	case !o.Generic:
+	case !o.Generic && len(o.KernelArgs) > 0:
+		return nil, errors.New("kernel arguments of an image of a machine config are its machine.kernel.args")
+	case o.Generic:
+		if err := machineconfig.ValidateKernel(c.Machine.Kernel); err != nil {
+			return nil, err
+		}
+	default:
 		var err error
 		if c, err = readConfig(o.Config); err != nil {
 			return nil, err

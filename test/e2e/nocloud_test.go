@@ -4,10 +4,16 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,6 +61,67 @@ func TestNoCloud(t *testing.T) {
 		t.Fatal(err)
 	}
 	if want := "machine config from a NoCloud volume, written to STATE device=/dev/vdb"; !strings.Contains(string(log), want) {
+		t.Errorf("console log lacks %q:\n%s", want, log)
+	}
+}
+
+// TestConfigURL boots a generic image built with the kernel arguments
+// cairn.config.url (the host's HTTP server, 10.0.2.2 from the guest) and
+// cairn.config.sha256, and wants the node to fetch its config at first
+// boot, reboot on it, and answer its API with the config's hostname.
+func TestConfigURL(t *testing.T) {
+	dir := t.TempDir()
+	port := freePort(t)
+	endpoint := fmt.Sprintf("127.0.0.1:%d", port)
+	cairn(t, "config", "gen", "--out", dir, "--hostname", "url-node", "--endpoint", endpoint)
+	config, err := os.ReadFile(filepath.Join(dir, "machine.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		if r.URL.Path != "/machine.yaml" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write(config)
+	}))
+	defer srv.Close()
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(config)
+	disk := filepath.Join(dir, "generic.raw")
+	cairn(t, "image", "build", "--generic", "-o", disk, "--assets", binDir,
+		"--kernel-arg", "cairn.config.url=http://10.0.2.2:"+u.Port()+"/machine.yaml",
+		"--kernel-arg", "cairn.config.sha256="+hex.EncodeToString(sum[:]))
+	c, _ := dialNode(t, dir, endpoint)
+
+	vm := bootVM(t, qemu.Options{Disk: disk, APIPort: port})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if err := vm.WaitReady(ctx, "the API on the config from cairn.config.url", apiReady(c), nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("API ready %s after QEMU started, the config fetched and the node rebooted (accel %s)", time.Since(start).Round(time.Second), vm.Accel())
+	v, err := c.Version(ctx, &machine.VersionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Hostname != "url-node" {
+		t.Errorf("Version().Hostname = %q, want url-node, the fetched config's", v.Hostname)
+	}
+	if n := requests.Load(); n != 1 {
+		t.Errorf("the config server had %d requests, want 1: fetched at the first boot only", n)
+	}
+	log, err := os.ReadFile(vm.Opts.ConsoleLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "machine config fetched, written to STATE: rebooting to boot on it"; !strings.Contains(string(log), want) {
 		t.Errorf("console log lacks %q:\n%s", want, log)
 	}
 }
