@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/cairn-os/cairn/internal/atomicfile"
 	"github.com/cairn-os/cairn/machineconfig"
+	"sigs.k8s.io/yaml"
 )
 
 // A NoCloud volume gives a node whose STATE holds no machine config its
@@ -38,9 +40,12 @@ func noCloudFirstBoot(sysBlock, devDir, statePath, firstBootPath string) (string
 	if _, err := os.Stat(statePath); !errors.Is(err, fs.ErrNotExist) {
 		return "", err
 	}
-	dev, data, err := findNoCloud(sysBlock, devDir)
+	dev, data, meta, err := findNoCloud(sysBlock, devDir)
 	if err != nil {
 		return "", err
+	}
+	if data, err = withLocalHostname(data, meta); err != nil {
+		return "", fmt.Errorf("NoCloud volume %s: %w", dev, err)
 	}
 	if _, err := machineconfig.Parse(data); err != nil {
 		return "", fmt.Errorf("NoCloud volume %s: user-data: %w", dev, err)
@@ -59,10 +64,10 @@ func noCloudFirstBoot(sysBlock, devDir, statePath, firstBootPath string) (string
 // the block devices named in sysBlock, and its user-data. go-diskfs reads
 // the filesystems (vfat, iso9660): nothing is mounted, and no kernel
 // module is needed.
-func findNoCloud(sysBlock, devDir string) (dev string, userData []byte, err error) {
+func findNoCloud(sysBlock, devDir string) (dev string, userData, metaData []byte, err error) {
 	entries, err := os.ReadDir(sysBlock)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	for _, e := range entries {
 		dev := filepath.Join(devDir, e.Name())
@@ -75,13 +80,20 @@ func findNoCloud(sysBlock, devDir string) (dev string, userData []byte, err erro
 			continue
 		}
 		data, err := readAll(fsys, "/user-data")
+		meta, merr := readAll(fsys, "/meta-data")
 		closeDisk()
 		if err != nil {
-			return "", nil, fmt.Errorf("NoCloud volume %s: %w", dev, err)
+			return "", nil, nil, fmt.Errorf("NoCloud volume %s: %w", dev, err)
 		}
-		return dev, data, nil
+		if errors.Is(merr, fs.ErrNotExist) {
+			meta, merr = nil, nil // meta-data is optional here
+		}
+		if merr != nil {
+			return "", nil, nil, fmt.Errorf("NoCloud volume %s: %w", dev, merr)
+		}
+		return dev, data, meta, nil
 	}
-	return "", nil, fmt.Errorf("STATE holds no machine config and no filesystem is labelled %s (a NoCloud volume): write one with `cairn image build -c FILE`, or attach one made by `cairn image cidata`", noCloudLabel)
+	return "", nil, nil, fmt.Errorf("STATE holds no machine config and no filesystem is labelled %s (a NoCloud volume): write one with `cairn image build -c FILE`, or attach one made by `cairn image cidata`", noCloudLabel)
 }
 
 // openFilesystem opens, read-only, the FAT or iso9660 filesystem that
@@ -125,7 +137,7 @@ func readAll(fsys filesystem.FileSystem, path string) ([]byte, error) {
 	}
 	i := slices.IndexFunc(entries, func(e fs.DirEntry) bool { return "/"+e.Name() == path })
 	if i < 0 {
-		return nil, fmt.Errorf("no %s", path)
+		return nil, fmt.Errorf("%s: %w", path, fs.ErrNotExist)
 	}
 	info, err := entries[i].Info()
 	if err != nil {
@@ -141,4 +153,33 @@ func readAll(fsys filesystem.FileSystem, path string) ([]byte, error) {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	return data, nil
+}
+
+// withLocalHostname gives the machine config userData the local-hostname
+// of the NoCloud meta-data when it names no machine.hostname itself: one
+// user-data then serves many machines, each named by its meta-data.
+func withLocalHostname(userData, metaData []byte) ([]byte, error) {
+	var meta struct {
+		LocalHostname string `json:"local-hostname"`
+	}
+	if err := yaml.Unmarshal(metaData, &meta); err != nil {
+		return nil, fmt.Errorf("meta-data: %w", err)
+	}
+	var doc struct {
+		Machine struct {
+			Hostname string `json:"hostname"`
+		} `json:"machine"`
+	}
+	if meta.LocalHostname == "" || yaml.Unmarshal(userData, &doc) != nil || doc.Machine.Hostname != "" {
+		return userData, nil // validation says what is wrong with a config that does not decode
+	}
+	patch, err := json.Marshal(map[string]any{"machine": map[string]string{"hostname": meta.LocalHostname}})
+	if err != nil {
+		return nil, err
+	}
+	patched, err := machineconfig.ApplyPatch(userData, patch)
+	if err != nil {
+		return nil, fmt.Errorf("user-data: %w", err)
+	}
+	return yaml.JSONToYAML(patched)
 }

@@ -11,10 +11,10 @@ import (
 	"github.com/cairn-os/cairn/test/need"
 )
 
-// noCloudVolume writes user-data (and meta-data) into a new filesystem
+// noCloudVolume writes user-data and meta-data into a new filesystem
 // image of fstype (vfat or iso9660) labelled label, attaches it to a
 // loop device, and returns the device's name.
-func noCloudVolume(t *testing.T, fstype, label string, userData []byte) string {
+func noCloudVolume(t *testing.T, fstype, label string, userData []byte, metaData ...string) string {
 	t.Helper()
 	need.Root(t, "loop devices and mounts")
 	dir := t.TempDir()
@@ -22,7 +22,8 @@ func noCloudVolume(t *testing.T, fstype, label string, userData []byte) string {
 	if err := os.Mkdir(files, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for name, data := range map[string][]byte{"user-data": userData, "meta-data": []byte("instance-id: test\n")} {
+	meta := "instance-id: test\n" + strings.Join(metaData, "")
+	for name, data := range map[string][]byte{"user-data": userData, "meta-data": []byte(meta)} {
 		if err := os.WriteFile(filepath.Join(files, name), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -115,6 +116,25 @@ func TestNoCloudFirstBoot(t *testing.T) {
 			}
 		})
 	}
+	// One user-data for many machines, each named by its meta-data.
+	t.Run("hostname from meta-data", func(t *testing.T) {
+		noHostname := []byte(strings.Replace(string(valid), "  hostname: from-cidata\n", "", 1))
+		for _, tc := range []struct {
+			name     string
+			userData []byte
+			want     string
+		}{{"config without one", noHostname, "from-meta"}, {"config with one", valid, "from-cidata"}} {
+			vol := noCloudVolume(t, "vfat", "CIDATA", tc.userData, "local-hostname: from-meta\n")
+			_, state, firstBoot, err := run(sysBlock(vol), nil)
+			if err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			cfg, err := machineconfig.Parse([]byte(read(state)))
+			if err != nil || cfg.Machine.Hostname != tc.want || read(firstBoot) != read(state) {
+				t.Errorf("%s: STATE's config has the hostname %v (%v), want %s, first-boot.yaml the same", tc.name, cfg, err, tc.want)
+			}
+		}
+	})
 	t.Run("STATE has a config", func(t *testing.T) {
 		vol := noCloudVolume(t, "vfat", "CIDATA", valid)
 		dev, state, firstBoot, err := run(sysBlock(vol), []byte("kept"))
