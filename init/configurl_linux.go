@@ -7,15 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
-	"github.com/cairn-os/cairn/internal/atomicfile"
 	"github.com/cairn-os/cairn/machineconfig"
 )
 
@@ -75,7 +72,7 @@ var errRefused = errors.New("refused")
 // again, for up to wait. A config whose digest differs or that does not
 // validate is written nowhere: the error says why, with the field paths.
 func fetchFirstBootConfig(ctx context.Context, src configSource, statePath, firstBootPath string, wait time.Duration) (bool, error) {
-	if _, err := os.Stat(statePath); !errors.Is(err, fs.ErrNotExist) {
+	if has, err := stateHasConfig(statePath); has || err != nil {
 		return false, err
 	}
 	if err := src.check(); err != nil {
@@ -99,12 +96,8 @@ func fetchFirstBootConfig(ctx context.Context, src configSource, statePath, firs
 		case <-time.After(2 * time.Second):
 		}
 	}
-	// first-boot.yaml first: a power cut between the two leaves no
-	// config.yaml, and the next boot fetches it again.
-	for _, p := range []string{firstBootPath, statePath} {
-		if err := atomicfile.WriteFile(p, data, 0o600); err != nil {
-			return false, err
-		}
+	if err := keepFirstBootConfig(data, statePath, firstBootPath); err != nil {
+		return false, err
 	}
 	return true, nil
 }

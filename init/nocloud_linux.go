@@ -37,7 +37,7 @@ const noCloudLabel = "CIDATA"
 // it took the config from, "" when STATE had a config. An invalid config
 // is written nowhere: its error has the field paths.
 func noCloudFirstBoot(sysBlock, devDir, statePath, firstBootPath string) (string, error) {
-	if _, err := os.Stat(statePath); !errors.Is(err, fs.ErrNotExist) {
+	if has, err := stateHasConfig(statePath); has || err != nil {
 		return "", err
 	}
 	dev, data, meta, err := findNoCloud(sysBlock, devDir)
@@ -50,14 +50,28 @@ func noCloudFirstBoot(sysBlock, devDir, statePath, firstBootPath string) (string
 	if _, err := machineconfig.Parse(data); err != nil {
 		return "", fmt.Errorf("NoCloud volume %s: user-data: %w", dev, err)
 	}
-	// first-boot.yaml first: a power cut between the two leaves no
-	// config.yaml, and the next boot reads the volume again.
+	return dev, keepFirstBootConfig(data, statePath, firstBootPath)
+}
+
+// stateHasConfig says whether STATE holds a machine config at statePath.
+func stateHasConfig(statePath string) (bool, error) {
+	_, err := os.Stat(statePath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// keepFirstBootConfig writes a node's first config, from wherever it came,
+// to STATE: first-boot.yaml first, so that a power cut between the two
+// leaves no config.yaml and the next boot looks for it again.
+func keepFirstBootConfig(data []byte, statePath, firstBootPath string) error {
 	for _, p := range []string{firstBootPath, statePath} {
 		if err := atomicfile.WriteFile(p, data, 0o600); err != nil {
-			return "", err
+			return err
 		}
 	}
-	return dev, nil
+	return nil
 }
 
 // findNoCloud returns the device of the filesystem labelled CIDATA among

@@ -31,7 +31,7 @@ type bootParts struct {
 
 // The cache keeps the boot parts of the cachedBoots most recent builds,
 // each in a directory named by the digest of all that made them.
-const cachedBoots = 3
+const cachedBoots = 6
 
 // Files of a cache entry.
 const (

@@ -198,21 +198,9 @@ func Build(ctx context.Context, o Options) (*image.Manifest, error) {
 	o = o.withDefaults()
 	stage := stager(o.Progress)
 	stage("validate machine config")
-	c := &nodeConfig{Config: &machineconfig.Config{Machine: machineconfig.Machine{Kernel: machineconfig.Kernel{Args: o.KernelArgs}}}} // a generic image's
-	switch {
-	case o.Generic && o.Config != "":
-		return nil, errors.New("a generic image has no machine config: leave out either")
-	case !o.Generic && len(o.KernelArgs) > 0:
-		return nil, errors.New("kernel arguments of an image of a machine config are its machine.kernel.args")
-	case o.Generic:
-		if err := machineconfig.ValidateKernel(c.Machine.Kernel); err != nil {
-			return nil, err
-		}
-	default:
-		var err error
-		if c, err = readConfig(o.Config); err != nil {
-			return nil, err
-		}
+	c, err := configOf(o)
+	if err != nil {
+		return nil, err
 	}
 	b, err := newBuilder(ctx, o, stage)
 	if err != nil {
@@ -241,6 +229,24 @@ func (c *nodeConfig) state() map[string][]byte {
 		return nil
 	}
 	return map[string][]byte{filepath.Base(layout.MachineConfig): c.bytes, filepath.Base(layout.FirstBootConfig): c.bytes}
+}
+
+// configOf returns the config that o builds an image of: o.Config's, or
+// for a generic image none, with o.KernelArgs.
+func configOf(o Options) (*nodeConfig, error) {
+	switch {
+	case o.Generic && o.Config != "":
+		return nil, errors.New("a generic image has no machine config: leave out either")
+	case !o.Generic && len(o.KernelArgs) > 0:
+		return nil, errors.New("kernel arguments of an image of a machine config are its machine.kernel.args")
+	case !o.Generic:
+		return readConfig(o.Config)
+	}
+	k := machineconfig.Kernel{Args: o.KernelArgs}
+	if err := machineconfig.ValidateKernel(k); err != nil {
+		return nil, err
+	}
+	return &nodeConfig{Config: &machineconfig.Config{Machine: machineconfig.Machine{Kernel: k}}}, nil
 }
 
 // readConfig reads and validates the machine config at path.

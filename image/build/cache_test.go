@@ -2,6 +2,7 @@ package build
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -157,18 +158,24 @@ func writeReplaced(t *testing.T, src, dst, old, new string) {
 func TestPruneBoots(t *testing.T) {
 	cache := t.TempDir()
 	now := time.Now()
-	for i, name := range []string{"a", "b", "c", "d", "e", ".new-123"} {
+	var names []string // the most recent first
+	for i := range cachedBoots + 2 {
+		names = append(names, fmt.Sprintf("entry-%d", i))
+	}
+	for i, name := range append(names, ".new-123") {
 		p := filepath.Join(cache, name)
 		if err := os.Mkdir(p, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		at := now.Add(-time.Duration(i) * time.Hour) // a is the most recent
+		at := now.Add(-time.Duration(i) * time.Hour)
 		if err := os.Chtimes(p, at, at); err != nil {
 			t.Fatal(err)
 		}
 	}
-	pruneBoots(cache, filepath.Join(cache, "e"))
-	if got, want := dirNames(t, cache), []string{".new-123", "a", "b", "c", "e"}; !cmp.Equal(got, want) {
+	oldest := names[len(names)-1]
+	pruneBoots(cache, filepath.Join(cache, oldest))
+	want := append(append([]string{".new-123"}, names[:cachedBoots]...), oldest)
+	if got := dirNames(t, cache); !cmp.Equal(got, want) {
 		t.Errorf("after pruning the cache holds %q, want %q", got, want)
 	}
 }
@@ -271,9 +278,19 @@ func TestBuildGeneric(t *testing.T) {
 		t.Errorf("the STATE of an image of a config holds %q, want %q", names, want)
 	}
 
-	_, err = Build(context.Background(), Options{Generic: true, Config: machineConfig(t), Output: out, Assets: assets, CacheDir: cache})
-	if err == nil || !strings.Contains(err.Error(), "a generic image has no machine config") {
-		t.Errorf("Build with Generic and a config: %v", err)
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want string
+	}{
+		{"a config too", Options{Generic: true, Config: machineConfig(t)}, "a generic image has no machine config"},
+		{"an argument of Cairn's", Options{Generic: true, KernelArgs: []string{"cairn.config.url=https://config.example/m.yaml", "console=ttyS1"}}, `machine.kernel.args[1]: "console=ttyS1" is Cairn's`},
+		{"arguments to a config's image", Options{Config: machineConfig(t), KernelArgs: []string{"quiet"}}, "are its machine.kernel.args"},
+	} {
+		tc.o.Output, tc.o.Assets, tc.o.CacheDir = filepath.Join(t.TempDir(), "node.raw"), assets, cache
+		if _, err := Build(context.Background(), tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Build with %s: %v, want an error saying %q", tc.name, err, tc.want)
+		}
 	}
 }
 
