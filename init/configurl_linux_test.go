@@ -13,8 +13,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/cairn-os/cairn/machineconfig"
 )
 
 func TestConfigSourceFrom(t *testing.T) {
@@ -48,15 +46,7 @@ func TestConfigSourceFrom(t *testing.T) {
 // failures while it comes up; one of another digest or invalid refused at
 // once and written nowhere; and nothing fetched when STATE has a config.
 func TestFetchFirstBootConfig(t *testing.T) {
-	b, err := machineconfig.Generate(machineconfig.GenerateOptions{Hostname: "from-url"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	valid, err := b.Config.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	invalid := []byte(strings.Replace(string(valid), "hostname: from-url", "hostname: Not_A_Hostname", 1))
+	valid, invalid := firstConfigs(t, "from-url")
 	digest := func(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
 
 	var requests, failFirst atomic.Int32

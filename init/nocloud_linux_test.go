@@ -59,20 +59,26 @@ func noCloudVolume(t *testing.T, fstype, label string, userData []byte, metaData
 	return filepath.Base(dev)
 }
 
+// firstConfigs returns a valid machine config of hostname, as a node's
+// first config comes, and the same with an invalid hostname.
+func firstConfigs(t *testing.T, hostname string) (valid, invalid []byte) {
+	t.Helper()
+	b, err := machineconfig.Generate(machineconfig.GenerateOptions{Hostname: hostname})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if valid, err = b.Config.Marshal(); err != nil {
+		t.Fatal(err)
+	}
+	return valid, []byte(strings.Replace(string(valid), "hostname: "+hostname, "hostname: Not_A_Hostname", 1))
+}
+
 // TestNoCloudFirstBoot gives STATE its machine config from a NoCloud
 // volume, vfat or iso9660, among other block devices; and wants nothing
 // read when STATE has a config, and nothing written for an invalid config
 // or no volume, with errors that say why.
 func TestNoCloudFirstBoot(t *testing.T) {
-	b, err := machineconfig.Generate(machineconfig.GenerateOptions{Hostname: "from-cidata"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	valid, err := b.Config.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	invalid := []byte(strings.Replace(string(valid), "hostname: from-cidata", "hostname: Not_A_Hostname", 1))
+	valid, invalid := firstConfigs(t, "from-cidata")
 	other := noCloudVolume(t, "vfat", "OTHER", valid)
 
 	// sysBlock lists the devices looked at, as /sys/class/block does.

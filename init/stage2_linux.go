@@ -234,6 +234,15 @@ func (n *node) bootSequence() boot.Sequence {
 			}
 			return err
 		}},
+		{Name: "maintenance mode", Run: func() error {
+			if conf.recovery == nil || conf.recovery.API {
+				return nil
+			}
+			if has, err := stateHasConfig(layout.MachineConfig); has || err != nil {
+				return err // a config that does not load is not replaced unseen
+			}
+			return n.startMaintenance(machineconfig.DefaultAPIPort)
+		}},
 		{Name: "set the clock", Run: func() error {
 			err := n.startTimeKeeper(conf.Machine.Time.Servers)
 			n.configs.setTimeKeeper(n.timeKeeper)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -27,8 +28,9 @@ var applyModes = map[string]machine.ApplyMode{
 
 // applyCmds are cairn node apply and confirm.
 func applyCmds(f *nodeFlags) []*cobra.Command {
-	var file, mode string
+	var file, mode, fingerprint string
 	var timeout time.Duration
+	var insecure bool
 	apply := &cobra.Command{
 		Use:   "apply -f FILE [--mode auto|no-reboot|reboot|staged|try|dry-run]",
 		Short: "Apply a machine config to the node: live where it can, else at a reboot",
@@ -43,7 +45,11 @@ with the config it runs. Each change is printed with when it takes effect
   try        live for --timeout, then reverted unless 'cairn node confirm'
   dry-run    nothing changed: only the changes are printed
 
-An invalid config, or one its mode cannot apply, changes nothing.`,
+An invalid config, or one its mode cannot apply, changes nothing.
+
+A node in maintenance mode (it found no config at its first boot) takes
+its first config with --insecure --fingerprint FP -n IP:PORT, FP being
+what its console prints: it has no certificate of your CA yet.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			m, ok := applyModes[mode]
@@ -61,6 +67,9 @@ An invalid config, or one its mode cannot apply, changes nothing.`,
 			if m == machine.ApplyMode_APPLY_MODE_TRY {
 				req.TryTimeout = durationpb.New(timeout)
 			}
+			if insecure {
+				return applyInsecure(cmd, f.nodes, fingerprint, req)
+			}
 			return f.onNodes(cmd, callTimeout, func(ctx context.Context, n *target) error {
 				resp, err := n.Client.ApplyConfig(ctx, req)
 				if err != nil {
@@ -74,6 +83,8 @@ An invalid config, or one its mode cannot apply, changes nothing.`,
 	apply.Flags().StringVarP(&file, "file", "f", "", "the machine config (YAML)")
 	apply.Flags().StringVar(&mode, "mode", "auto", "auto, no-reboot, reboot, staged, try or dry-run")
 	apply.Flags().DurationVar(&timeout, "timeout", time.Minute, "with --mode try: how long until the config is reverted unless confirmed")
+	apply.Flags().BoolVar(&insecure, "insecure", false, "to a node in maintenance mode: no client certificate, the node trusted by --fingerprint")
+	apply.Flags().StringVar(&fingerprint, "fingerprint", "", "with --insecure: the fingerprint of the node's certificate, from its console")
 	confirm := f.call("confirm", "Keep the config being tried (apply --mode try): written to STATE, used at every boot", func(ctx context.Context, c *client.Client, w io.Writer) error {
 		resp, err := c.ConfirmConfig(ctx, &machine.ConfirmConfigRequest{})
 		if err != nil {
@@ -83,6 +94,27 @@ An invalid config, or one its mode cannot apply, changes nothing.`,
 		return err
 	})
 	return []*cobra.Command{apply, confirm}
+}
+
+// applyInsecure applies req to the one node of nodes, in maintenance
+// mode, trusted by its certificate's fingerprint.
+func applyInsecure(cmd *cobra.Command, nodes []string, fingerprint string, req *machine.ApplyConfigRequest) error {
+	if len(nodes) != 1 || fingerprint == "" {
+		return errors.New("--insecure applies to one node in maintenance mode: name it with -n IP:PORT and its certificate with --fingerprint (its console prints both)")
+	}
+	c, err := client.DialFingerprint(nodes[0], fingerprint)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
+	defer cancel()
+	resp, err := c.ApplyConfig(ctx, req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", nodes[0], err)
+	}
+	printApply(cmd.OutOrStdout(), resp)
+	return nil
 }
 
 // printApply prints each change with when it takes effect, then what the

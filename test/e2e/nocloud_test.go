@@ -6,12 +6,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -123,5 +125,80 @@ func TestConfigURL(t *testing.T) {
 	}
 	if want := "machine config fetched, written to STATE: rebooting to boot on it"; !strings.Contains(string(log), want) {
 		t.Errorf("console log lacks %q:\n%s", want, log)
+	}
+}
+
+// TestMaintenance boots a generic image with no config anywhere, reads
+// the fingerprint of its maintenance-mode certificate on the console, and
+// applies a config with `node apply --insecure`: an invalid one is refused
+// with its field path, then a valid one becomes the node's, which reboots
+// and answers its API with the config's hostname.
+func TestMaintenance(t *testing.T) {
+	dir := t.TempDir()
+	port := freePort(t)
+	endpoint := fmt.Sprintf("127.0.0.1:%d", port)
+	cairn(t, "config", "gen", "--out", dir, "--hostname", "maintained-node", "--endpoint", endpoint)
+	disk := filepath.Join(dir, "generic.raw")
+	cairn(t, "image", "build", "--generic", "-o", disk, "--assets", binDir)
+	c, _ := dialNode(t, dir, endpoint)
+
+	vm := bootVM(t, qemu.Options{Disk: disk, APIPort: port})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	fingerprintRE := regexp.MustCompile(`maintenance mode: .* fingerprint=([0-9a-f]{64})`)
+	var fingerprint string
+	err := vm.WaitReady(ctx, "the fingerprint of maintenance mode on the console", func(context.Context) error {
+		log, err := os.ReadFile(vm.Opts.ConsoleLog)
+		if err != nil {
+			return err
+		}
+		m := fingerprintRE.FindSubmatch(log)
+		if m == nil {
+			return errors.New("not on the console yet")
+		}
+		fingerprint = string(m[1])
+		return nil
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("maintenance mode %s after QEMU started (accel %s), fingerprint %s", time.Since(start).Round(time.Second), vm.Accel(), fingerprint)
+
+	invalid := filepath.Join(dir, "invalid.yaml")
+	config, err := os.ReadFile(filepath.Join(dir, "machine.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(invalid, []byte(strings.Replace(string(config), "hostname: maintained-node", "hostname: Not_A_Hostname", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	apply := func(file string) (string, error) {
+		return cairnCLI(ctx, "node", "apply", "--insecure", "--fingerprint", fingerprint, "-n", endpoint, "-f", file, "--mode", "reboot")
+	}
+	// The API port is forwarded before the node listens: try until it does.
+	var out string
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(2 * time.Second) {
+		out, err = apply(invalid)
+		if strings.Contains(out, "InvalidArgument") || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err == nil || !strings.Contains(out, "machine.hostname") {
+		t.Errorf("apply of an invalid config: %v\n%s\nwant it refused naming machine.hostname", err, out)
+	}
+	if out, err := apply(filepath.Join(dir, "machine.yaml")); err != nil || !strings.Contains(out, "rebooting") {
+		t.Fatalf("apply of the config: %v\n%s", err, out)
+	}
+	if err := vm.WaitReady(ctx, "the API on the config applied in maintenance mode", apiReady(c), nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("API ready %s after QEMU started (accel %s)", time.Since(start).Round(time.Second), vm.Accel())
+	v, err := c.Version(ctx, &machine.VersionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Hostname != "maintained-node" {
+		t.Errorf("Version().Hostname = %q, want maintained-node, the applied config's", v.Hostname)
 	}
 }
