@@ -28,7 +28,7 @@ type Format interface {
 }
 
 // formats are the known formats, sorted by name.
-var formats = []Format{gcpFormat{}, qcow2Format{}, rawFormat{}, vhdFormat{}, vmdkFormat{}}
+var formats = []Format{gcpFormat{}, isoFormat{}, qcow2Format{}, rawFormat{}, vhdFormat{}, vmdkFormat{}}
 
 // Formats returns the names of the known formats, sorted.
 func Formats() []string {

@@ -13,7 +13,7 @@ import (
 )
 
 func TestFormats(t *testing.T) {
-	if diff := cmp.Diff([]string{"gcp", "qcow2", "raw", "vhd", "vmdk"}, Formats()); diff != "" {
+	if diff := cmp.Diff([]string{"gcp", "iso", "qcow2", "raw", "vhd", "vmdk"}, Formats()); diff != "" {
 		t.Errorf("Formats() (-want +got):\n%s", diff)
 	}
 	for _, name := range Formats() {
@@ -23,7 +23,7 @@ func TestFormats(t *testing.T) {
 		}
 	}
 	_, err := FormatByName("vdi")
-	if want := `unknown image format "vdi": valid formats are gcp, qcow2, raw, vhd, vmdk`; err == nil || err.Error() != want {
+	if want := `unknown image format "vdi": valid formats are gcp, iso, qcow2, raw, vhd, vmdk`; err == nil || err.Error() != want {
 		t.Errorf("FormatByName(vdi) error %v, want %q", err, want)
 	}
 }

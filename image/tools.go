@@ -21,6 +21,7 @@ var (
 	qemuImg  = tool{"qemu-img", "qemu-utils"}
 	gnuTar   = tool{"tar", "tar"}
 	gzipTool = tool{"gzip", "gzip"}
+	xorriso  = tool{"xorriso", "xorriso"}
 )
 
 // path finds the tool in PATH or in the sbin directories, which Debian

@@ -68,6 +68,9 @@ type Machine struct {
 	// Kernel adds kernel arguments and modules to the image that
 	// `cairn image build` makes.
 	Kernel Kernel `json:"kernel,omitzero"`
+	// Install says where the installer of the image's ISO writes the
+	// node's disk.
+	Install Install `json:"install,omitzero"`
 	// Shutdown sets how long the pods get to end when the node shuts
 	// down.
 	Shutdown Shutdown `json:"shutdown,omitzero"`

@@ -132,6 +132,7 @@ func (v *validator) machine(m *Machine) {
 
 	v.time(&m.Time)
 	v.kernel(&m.Kernel)
+	v.install(&m.Install)
 	v.shutdown(&m.Shutdown)
 	v.eviction(&m.Eviction)
 }

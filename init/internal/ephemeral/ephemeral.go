@@ -11,6 +11,8 @@ import (
 	"slices"
 
 	"github.com/diskfs/go-diskfs/partition/gpt"
+
+	"github.com/cairn-os/cairn/image"
 )
 
 // Label is the GPT partition name of EPHEMERAL.
@@ -67,18 +69,12 @@ func read(f *os.File, path string) (*disk, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the GPT of %s: %w", path, err)
 	}
-	// A fresh table with the same partitions: go-diskfs places the backup
-	// header and the last usable sector from the disk's current size.
-	d := &disk{size: size, table: &gpt.Table{GUID: old.GUID, ProtectiveMBR: true, LogicalSectorSize: sectorSize, PhysicalSectorSize: sectorSize}}
-	for _, p := range old.Partitions {
-		if p.Type == gpt.Unused {
-			continue
-		}
+	// A fresh table with the same partitions, for the disk's current size.
+	d := &disk{size: size, table: image.FreshTable(old)}
+	for _, p := range d.table.Partitions {
 		d.lastIndex = max(d.lastIndex, p.Index)
-		np := &gpt.Partition{Index: p.Index, Start: p.Start, End: p.End, Size: p.Size, Type: p.Type, Name: p.Name, GUID: p.GUID, Attributes: p.Attributes}
-		d.table.Partitions = append(d.table.Partitions, np)
 		if p.Name == Label {
-			d.eph = np
+			d.eph = p
 		} else {
 			d.lastEnd = max(d.lastEnd, p.End)
 		}
