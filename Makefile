@@ -124,7 +124,8 @@ bench: deps bench-pods bench-streams bench-storage
 # Image builds (test/e2e, about 5 min): cold (empty caches), warm (nothing
 # changed), config-only (the hostname changed) and 100 configs at once
 # (--configs), in seconds; the size of the UKI, initramfs, squashfs and
-# each format; a table of where the UKI's bytes are.
+# each format; a table of where the UKI's bytes are; an install from the
+# ISO under QEMU (the write, and QEMU start → the installed API).
 bench-build: deps build
 	$(TEST_ENV) $(GO) test -v -tags e2e -run '^$$' -bench ImageBuild -benchtime 1x -timeout 30m ./test/e2e/
 

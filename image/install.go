@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/diskfs/go-diskfs/backend/file"
@@ -117,9 +120,9 @@ func readMediumFile(m *Medium, name, dir string, compressed bool) (string, error
 	return out, f.Close()
 }
 
-// StateFile returns the content of the file at path in the medium's
+// StateFile returns the content of the file name in the medium's
 // STATE (e.g. "/config.yaml"), read with go-diskfs's ext4 reader.
-func (u *Unpacked) StateFile(path string) ([]byte, error) {
+func (u *Unpacked) StateFile(name string) ([]byte, error) {
 	f, err := os.Open(u.state)
 	if err != nil {
 		return nil, err
@@ -133,9 +136,18 @@ func (u *Unpacked) StateFile(path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("install medium: STATE: %w", err)
 	}
-	r, err := fsys.OpenFile(path, os.O_RDONLY)
+	// go-diskfs's error for a missing file is not fs.ErrNotExist.
+	dir := path.Dir(strings.TrimPrefix(name, "/")) // ReadDir takes fs.FS paths
+	entries, err := fsys.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("install medium: STATE %s: %w", path, err)
+		return nil, fmt.Errorf("install medium: STATE %s: %w", dir, err)
+	}
+	if !slices.ContainsFunc(entries, func(e fs.DirEntry) bool { return e.Name() == filepath.Base(name) }) {
+		return nil, fmt.Errorf("install medium: STATE %s: %w", name, fs.ErrNotExist)
+	}
+	r, err := fsys.OpenFile(name, os.O_RDONLY)
+	if err != nil {
+		return nil, fmt.Errorf("install medium: STATE %s: %w", name, err)
 	}
 	defer r.Close()
 	return io.ReadAll(r)

@@ -20,44 +20,57 @@ const partitionWait = 10 * time.Second
 
 // findPartition returns the /dev path of the partition whose GPT label is
 // label among the block devices listed in dir (sysBlock), waiting up to
-// timeout for it: each block device the kernel adds or changes is
-// announced by a uevent, and the devices are looked at again then.
+// timeout for it.
 func findPartition(dir, label string, timeout time.Duration) (string, error) {
-	// Listen before looking, so that a partition added in between is not
+	var dev, labels string
+	err := waitBlock(timeout, func() bool {
+		dev, labels = scanPartitions(dir, label)
+		return dev != ""
+	})
+	switch {
+	case dev != "":
+		return dev, nil
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return "", fmt.Errorf("no partition labelled %s after %s (partitions: %s)", label, timeout, labels)
+	}
+	return "", fmt.Errorf("no partition labelled %s (partitions: %s): %w", label, labels, err)
+}
+
+// waitBlock calls look until it returns true, at first and then each
+// time the kernel adds or changes a block device (announced by a uevent:
+// a disk's partitions appear one by one), for up to timeout; after that
+// it returns os.ErrDeadlineExceeded. Without uevents, look is called once.
+func waitBlock(timeout time.Duration, look func() bool) error {
+	// Listen before looking, so that a device added in between is not
 	// missed.
 	events, err := listenUevents()
 	if err != nil {
-		dev, labels := scanPartitions(dir, label)
-		if dev == "" {
-			return "", fmt.Errorf("no partition labelled %s (partitions: %s), and none can be waited for: %w", label, labels, err)
+		if look() {
+			return nil
 		}
-		return dev, nil
+		return fmt.Errorf("block devices cannot be waited for: %w", err)
 	}
 	defer events.Close()
 	events.SetReadDeadline(time.Now().Add(timeout))
 	buf := make([]byte, 8192)
-	for {
-		dev, labels := scanPartitions(dir, label)
-		if dev != "" {
-			return dev, nil
-		}
-		// Any block uevent: a disk's partitions appear one by one.
+	for !look() {
 		for {
 			n, err := events.Read(buf)
 			if errors.Is(err, os.ErrDeadlineExceeded) {
-				return "", fmt.Errorf("no partition labelled %s after %s (partitions: %s)", label, timeout, labels)
+				return err
 			}
 			if errors.Is(err, unix.ENOBUFS) {
 				break // uevents were lost: look again
 			}
 			if err != nil {
-				return "", fmt.Errorf("read uevents: %w", err)
+				return fmt.Errorf("read uevents: %w", err)
 			}
 			if slices.Contains(strings.Split(string(buf[:n]), "\x00"), "SUBSYSTEM=block") {
 				break
 			}
 		}
 	}
+	return nil
 }
 
 // listenUevents opens a socket on which the kernel's uevents arrive, one

@@ -177,6 +177,20 @@ func (n *node) bootSequence() boot.Sequence {
 		{Name: "load kernel modules", Run: boot.LoadModules},
 		{Name: "listen for the power button", Run: n.listenPowerButton},
 		{Name: "enable cgroup controllers", Run: func() error { return enableControllers(cgroupRoot) }},
+		{Name: "install from an install medium", Run: func() error {
+			dev, err := n.installStep()
+			switch {
+			case err != nil:
+				slog.Error("install failed: fix machine.install in the machine config, build the ISO again (cairn image build --format iso) and boot it; until then the machine waits for its power button", "err", err)
+			case dev != "":
+				n.events.add("install", "installed", "onto "+dev)
+				n.requestShutdown(unix.LINUX_REBOOT_CMD_RESTART, "the install onto "+dev)
+			default:
+				return nil
+			}
+			<-n.stop // nothing else boots from the medium
+			return err
+		}},
 		{Name: "prepare EPHEMERAL", Run: func() error { varErr = n.prepareEphemeral(); return varErr }},
 		{Name: "mount STATE", Run: n.mountState},
 		{Name: "read the boot entries", Run: func() error { return n.boots.check() }},

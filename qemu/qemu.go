@@ -38,7 +38,12 @@ type Options struct {
 	Disk string // raw or qcow2 image; booted in place
 	// Attach are raw images attached read-only after Disk, as virtio
 	// disks: a NoCloud volume (cairn image cidata).
-	Attach  []string
+	Attach []string
+	// CDROM is an ISO in a CD-ROM drive (cairn image build --format
+	// iso). The firmware boots from Disk first, from the CD-ROM when
+	// Disk has nothing to boot: an ISO installs onto an empty Disk, then
+	// the VM boots the disk.
+	CDROM   string
 	APIPort int // host port on 127.0.0.1 forwarded to the node's API (50000)
 	// MetricsPort, if not 0, is the host port on 127.0.0.1 forwarded to
 	// the node's metrics (50001).
@@ -237,10 +242,16 @@ func (vm *VM) run(a attempt, format string, started chan<- error) (failed string
 		args = append(args,
 			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+ovmfCode,
 			"-drive", "if=pflash,format=raw,unit=1,file="+vm.Opts.EFIVars,
-			"-drive", "if=virtio,format="+format+",file="+vm.Opts.Disk,
+			"-drive", "if=none,id=disk0,format="+format+",file="+vm.Opts.Disk,
+			"-device", "virtio-blk-pci,drive=disk0,bootindex=0",
 			"-netdev", netdev(vm.Opts),
 			"-device", "virtio-net-pci,netdev=n0",
 		)
+		if vm.Opts.CDROM != "" {
+			// q35's AHCI controller: the node's ahci and sr_mod drivers.
+			args = append(args, "-drive", "if=none,id=cd0,media=cdrom,readonly=on,format=raw,file="+vm.Opts.CDROM,
+				"-device", "ide-cd,drive=cd0,bus=ide.0,bootindex=1")
+		}
 		for _, f := range vm.Opts.Attach {
 			args = append(args, "-drive", "if=virtio,format=raw,readonly=on,file="+f)
 		}

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/signal"
 	"syscall"
@@ -20,12 +22,18 @@ func qemuCmd() *cobra.Command {
 	var o qemu.Options
 	var cairnconfig string
 	var timeout time.Duration
+	var diskSize string
 	run := &cobra.Command{
 		Use:   "run DISK",
 		Short: "Boot a disk image, wait for its API, and shut it down cleanly on Ctrl-C",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Disk = args[0]
+			if o.CDROM != "" {
+				if err := emptyDisk(o.Disk, diskSize); err != nil {
+					return err
+				}
+			}
 			cc, err := machineconfig.LoadClientConfig(cairnconfig)
 			if err != nil {
 				return fmt.Errorf("%w (the API is probed with it: pass --cairnconfig)", err)
@@ -42,6 +50,8 @@ func qemuCmd() *cobra.Command {
 	run.Flags().IntVar(&o.APIPort, "api-port", machineconfig.DefaultAPIPort, "port on 127.0.0.1 forwarded to the node's API")
 	run.Flags().IntVar(&o.MetricsPort, "metrics-port", machineconfig.DefaultMetricsPort, "port on 127.0.0.1 forwarded to the node's metrics (0: none)")
 	run.Flags().StringSliceVar(&o.Attach, "attach", nil, "raw image to attach read-only as another disk, e.g. a NoCloud volume (cairn image cidata); repeatable")
+	run.Flags().StringVar(&o.CDROM, "cdrom", "", "ISO to put in a CD-ROM drive (image build --format iso): it installs onto DISK, made empty if missing, then the VM boots DISK")
+	run.Flags().StringVar(&diskSize, "disk-size", "4Gi", "size of the empty DISK that --cdrom makes")
 	run.Flags().IntVar(&o.MemoryMiB, "memory", 2048, "memory in MiB")
 	run.Flags().IntVar(&o.CPUs, "cpus", 2, "virtual CPUs")
 	run.Flags().StringVar(&o.Accel, "accel", qemu.DefaultAccel(), "accelerator: auto (KVM if it really runs the guest, else TCG), kvm or tcg; default from $"+qemu.EnvAccel)
@@ -111,4 +121,26 @@ func runVM(ctx context.Context, o qemu.Options, c *client.Client, endpoint, cair
 		vm.Kill()
 		return nil
 	}
+}
+
+// emptyDisk makes the raw disk path, empty and sparse, of size (a
+// quantity such as 8Gi), unless it exists.
+func emptyDisk(path, size string) error {
+	n, err := machineconfig.Quantity(size).Bytes()
+	if err != nil {
+		return fmt.Errorf("--disk-size: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := f.Truncate(n / 512 * 512); err != nil {
+		f.Close()
+		return err
+	}
+	fmt.Printf("made the empty disk %s of %s to install onto\n", path, size)
+	return f.Close()
 }

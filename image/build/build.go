@@ -86,9 +86,12 @@ func bootModules() []string { return []string{"loop", "squashfs", "overlay"} }
 // dataplane and of portmap among them. button is the ACPI button driver:
 // init powers off on the power button's events. bonding and 8021q make the
 // config's network.interfaces[].bond and vlans. tcp_diag and udp_diag
-// answer sock_diag, for the sockets the node API lists.
+// answer sock_diag, for the sockets the node API lists. The disk and
+// CD-ROM drivers beyond virtio (AHCI, NVMe, SCSI, USB storage) let the
+// installer of the ISO read its medium and write a machine's disk.
 func systemModules() []string {
-	return []string{"virtio_pci", "virtio_blk", "virtio_net", "crc32c_generic", "ext4", "vfat", "nls_cp437", "nls_ascii", "button",
+	return []string{"virtio_pci", "virtio_blk", "virtio_net", "virtio_scsi", "ahci", "nvme", "sd_mod", "sr_mod", "xhci_pci", "usb_storage",
+		"crc32c_generic", "ext4", "vfat", "nls_cp437", "nls_ascii", "button",
 		"bridge", "veth", "br_netfilter", "nf_conntrack", "nf_conntrack_netlink", "nf_tables",
 		"nft_chain_nat", "nft_nat", "nft_masq", "nft_ct", "nft_fib_inet", "nft_numgen", "nft_reject_inet",
 		"bonding", "8021q", "tcp_diag", "udp_diag"}
@@ -457,11 +460,27 @@ func sandboxImage(pauseBin, out string, epoch int64) error {
 	return oci.WriteArchive(img, layout.SandboxImage, out)
 }
 
-// stager returns a func that reports each stage with the time since the
-// build started.
+// stager returns a func that reports each stage as it starts, with the
+// time since the build started, and how long the stage before it took. A
+// stage named "done…" ends the build. It may be called from several
+// goroutines: a stage lasts until the next one starts.
 func stager(progress func(string)) func(string) {
 	start := time.Now()
+	var mu sync.Mutex
+	var open string // the stage running, if any
+	var openAt time.Time
 	return func(name string) {
-		progress(fmt.Sprintf("[%5.1fs] %s", time.Since(start).Seconds(), name))
+		mu.Lock()
+		defer mu.Unlock()
+		now := time.Now()
+		at := fmt.Sprintf("[%5.1fs]", now.Sub(start).Seconds())
+		if open != "" {
+			progress(fmt.Sprintf("%s   %s took %s", at, open, now.Sub(openAt).Round(time.Millisecond)))
+		}
+		progress(at + " " + name)
+		open, openAt = name, now
+		if strings.HasPrefix(name, "done") {
+			open = ""
+		}
 	}
 }

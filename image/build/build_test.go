@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -147,6 +148,15 @@ func TestBuild(t *testing.T) {
 		}
 		if len(stages) == 0 || !strings.HasSuffix(stages[len(stages)-1], "done: "+filepath.Join(dir, "node.raw")) {
 			t.Errorf("Build reported the stages %q, want them to end with done", stages)
+		}
+		// Each stage but the last is followed by how long it took (lines
+		// within a stage have no time).
+		timed := slices.DeleteFunc(slices.Clone(stages), func(l string) bool { return !strings.HasPrefix(l, "[") })
+		took := regexp.MustCompile(`^\[ *[0-9.]+s\]   (.+) took [0-9.]+[mµn]?s$`)
+		for i := 0; i+1 < len(timed); i += 2 {
+			if m := took.FindStringSubmatch(timed[i+1]); m == nil || !strings.HasSuffix(timed[i], "] "+m[1]) {
+				t.Errorf("stage %q is followed by %q, want how long it took", timed[i], timed[i+1])
+			}
 		}
 		return dir, m
 	}

@@ -94,7 +94,7 @@ func BenchmarkImageBuild(b *testing.B) {
 	})
 	b.Run("formats", func(b *testing.B) {
 		for b.Loop() {
-			for _, f := range []struct{ format, ext string }{{"raw", "raw"}, {"qcow2", "qcow2"}, {"vhd", "vhd"}, {"vmdk", "vmdk"}, {"gcp", "tar.gz"}} {
+			for _, f := range []struct{ format, ext string }{{"raw", "raw"}, {"qcow2", "qcow2"}, {"vhd", "vhd"}, {"vmdk", "vmdk"}, {"gcp", "tar.gz"}, {"iso", "iso"}} {
 				out := filepath.Join(b.TempDir(), "node."+f.ext)
 				build(b, "-c", config, "-o", out, "--format", f.format)
 				var st syscall.Stat_t
@@ -104,6 +104,16 @@ func BenchmarkImageBuild(b *testing.B) {
 				b.ReportMetric(float64(st.Size)/1e6, f.format+"-MB")
 				b.ReportMetric(float64(st.Blocks*512)/1e6, f.format+"-allocated-MB")
 			}
+		}
+	})
+	// Boots the ISO with an empty disk: the installer's time to write the
+	// disk, and QEMU start → the installed node's API (two boots).
+	b.Run("iso-install", func(b *testing.B) {
+		for b.Loop() {
+			in := installFromISO(b, "bench-node")
+			b.ReportMetric(in.write.Seconds(), "install-write-s")
+			b.ReportMetric(in.ready.Seconds(), "qemu-to-installed-api-s")
+			in.vm.Kill()
 		}
 	})
 }
