@@ -20,8 +20,8 @@ import (
 // isoInstall is one install from an ISO in QEMU, until the installed
 // node's API answered.
 type isoInstall struct {
-	vm        *qemu.VM
-	c         *client.Client
+	vm    *qemu.VM
+	c     *client.Client
 	write time.Duration // the installer's, from finding the medium to the disk written
 	ready time.Duration // QEMU start → the installed node's API answers
 }
