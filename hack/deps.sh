@@ -13,7 +13,8 @@ pkgs=(
   iproute2                             # ip netns, veth: the network tests
   chrony                               # chronyd -x: a real NTP server on loopback for init's time keeper tests
   binutils ca-certificates             # objdump in tests, CA bundle
-  xorriso                              # iso9660 NoCloud volumes in the tests
+  xorriso                              # the iso format, iso9660 NoCloud volumes in the tests
+  efitools sbsigntool                  # Secure Boot: signed key enrollment files; sbsign/sbverify check Cairn's signatures in the tests
   libseccomp-dev gcc libc6-dev pkg-config  # runc: cgo, static, with seccomp
 )
 missing=()

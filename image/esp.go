@@ -27,6 +27,10 @@ type ESP struct {
 	UKIs            map[string]string // name in EFI/Linux/ (e.g. "cairn-0.1.0.efi") -> path
 	SourceDateEpoch int64             // every timestamp, in seconds since 1970
 	Seed            []byte            // digest of its inputs; the volume ID is derived from it
+	// Enroll are the Secure Boot keys' signed variable updates
+	// (SecureBootKeys.WriteEnrollment), by name in loader/keys/auto:
+	// systemd-boot enrolls them while the firmware is in setup mode.
+	Enroll map[string]string
 }
 
 // validate checks e.
@@ -82,11 +86,19 @@ func writeESP(ctx context.Context, dir string, e ESP, img string) error {
 	}
 
 	conf := filepath.Join(dir, "loader.conf")
-	if err := os.WriteFile(conf, []byte(loaderConf), 0o644); err != nil {
+	dirs := []string{"::/EFI", "::/EFI/BOOT", "::/EFI/Linux", "::/loader"}
+	confText := loaderConf
+	if len(e.Enroll) > 0 {
+		// force: without asking, as a VM's or a new machine's first boot
+		// needs; systemd-boot reboots once they are in.
+		confText += "secure-boot-enroll force\n"
+		dirs = append(dirs, "::/loader/keys", "::/loader/keys/auto")
+	}
+	if err := os.WriteFile(conf, []byte(confText), 0o644); err != nil {
 		return fmt.Errorf("writing loader.conf: %w", err)
 	}
 	env := []string{"MTOOLS_SKIP_CHECK=1", "SOURCE_DATE_EPOCH=" + strconv.FormatInt(e.SourceDateEpoch, 10)}
-	if _, _, err := mmd.run(ctx, env, "-i", img, "::/EFI", "::/EFI/BOOT", "::/EFI/Linux", "::/loader"); err != nil {
+	if _, _, err := mmd.run(ctx, env, append([]string{"-i", img}, dirs...)...); err != nil {
 		return err
 	}
 	copies := [][2]string{
@@ -95,6 +107,9 @@ func writeESP(ctx context.Context, dir string, e ESP, img string) error {
 	}
 	for _, name := range slices.Sorted(maps.Keys(e.UKIs)) {
 		copies = append(copies, [2]string{e.UKIs[name], "::/EFI/Linux/" + name})
+	}
+	for _, name := range slices.Sorted(maps.Keys(e.Enroll)) {
+		copies = append(copies, [2]string{e.Enroll[name], "::/loader/keys/auto/" + name})
 	}
 	for _, c := range copies {
 		if _, _, err := mcopy.run(ctx, env, "-i", img, c[0], c[1]); err != nil {

@@ -114,7 +114,7 @@ func stage2() error {
 	n.reaper = reaper
 	n.shutdownMarker = layout.ShutdownMarker
 	n.boots = &boots{esp: espPartition{dir: layout.ESPMount}, recordPath: layout.UpgradeRecord, spoolDir: layout.UpgradeSpool,
-		running: version.Version, reboot: func(why string) { n.requestShutdown(unix.LINUX_REBOOT_CMD_RESTART, why) }, note: n.events.add,
+		running: version.Version, efivars: efivarsDir, reboot: func(why string) { n.requestShutdown(unix.LINUX_REBOOT_CMD_RESTART, why) }, note: n.events.add,
 		pull: pullUKI(containerdconfig.Node.Socket, containerdconfig.Node.HostsDir)}
 	// Ctrl-Alt-Del arrives as SIGINT to PID 1; SIGTERM asks for a power
 	// off, and so does SIGPWR (a UPS daemon's, a container runtime's
@@ -193,7 +193,7 @@ func (n *node) bootSequence() boot.Sequence {
 		}},
 		{Name: "prepare EPHEMERAL", Run: func() error { varErr = n.prepareEphemeral(); return varErr }},
 		{Name: "mount STATE", Run: n.mountState},
-		{Name: "read the boot entries", Run: func() error { return n.boots.check() }},
+		{Name: "read the boot entries", Run: func() error { return errors.Join(mountEfivars(), n.boots.check()) }},
 		{Name: "check the config on trial", Run: func() error {
 			why, err := checkTrial(layout.MachineConfig)
 			reverted = why

@@ -24,6 +24,7 @@ import (
 	"github.com/cairn-os/cairn/api/machine"
 	"github.com/cairn-os/cairn/init/internal/containers"
 	"github.com/cairn-os/cairn/internal/atomicfile"
+	"github.com/cairn-os/cairn/internal/authenticode"
 	"github.com/cairn-os/cairn/internal/bootentry"
 )
 
@@ -76,6 +77,9 @@ type boots struct {
 	pull func(ctx context.Context, ref string, w io.Writer) (size int64, digest string, err error)
 	// running is the version this boot runs.
 	running string
+	// efivars is where the firmware's variables are (efivarsDir); ""
+	// reads none.
+	efivars string
 	// reboot asks for a clean reboot.
 	reboot func(why string)
 	// note records an event (kind, subject, message); nil records none.
@@ -229,6 +233,16 @@ func (b *boots) check() error {
 		} else {
 			st.RollbackReason += ": none reached init"
 		}
+	}
+	if b.efivars != "" {
+		on, err := secureBootEnabled(b.efivars)
+		if err != nil && st.Error != "" {
+			st.Error += "; " + err.Error()
+		} else if err != nil {
+			st.Error = err.Error()
+		}
+		st.SecureBoot = on
+		slog.Info("Secure Boot", "enforced", on)
 	}
 	if trial != nil {
 		st.Pending = fmt.Sprintf("%s on trial: boot %d of %d, blessed once healthy within %s", running.Name(), running.Done, trial.Tries, trial.HealthTimeout)
@@ -505,7 +519,11 @@ func (b *boots) receive(stream grpc.BidiStreamingServer[machine.UpgradeRequest, 
 		}
 		return f.Name(), info, refuse(codes.FailedPrecondition, "the UKI's version %s is %s the running %s, and systemd-boot boots the newest: to go back, use `cairn node rollback`", info.Version, what, b.running)
 	}
-	msg := fmt.Sprintf("a Cairn UKI of version %s, %d bytes, SHA-256 as announced", info.Version, n)
+	signer, err := b.checkSignature(f, int64(n))
+	if err != nil {
+		return f.Name(), info, refuse(codes.PermissionDenied, "the node boots with Secure Boot, and the firmware would not boot this UKI: %v; sign it with the keys the node's image was built with (cairn image build --secure-boot)", err)
+	}
+	msg := fmt.Sprintf("a Cairn UKI of version %s, %d bytes, SHA-256 as announced%s", info.Version, n, signer)
 	return f.Name(), info, stream.Send(&machine.UpgradeProgress{Step: "verified", Message: msg, Bytes: n, Version: info.Version})
 }
 
@@ -685,4 +703,25 @@ func pullUKI(socket, hostsDir string) func(ctx context.Context, ref string, w io
 		desc, err := containers.PullBlob(ctx, socket, hostsDir, ref, bootentry.MediaType, w)
 		return desc.Size, desc.Digest.String(), err
 	}
+}
+
+// checkSignature checks, when the node booted with Secure Boot, that the
+// UKI in r of size bytes is signed by a key of the firmware's db, and
+// says by which; it checks nothing otherwise.
+func (b *boots) checkSignature(r io.ReaderAt, size int64) (string, error) {
+	b.guard.Lock()
+	on := b.state != nil && b.state.SecureBoot
+	b.guard.Unlock()
+	if !on {
+		return "", nil
+	}
+	db, err := readSignatureDB(b.efivars)
+	if err != nil {
+		return "", err
+	}
+	signer, err := authenticode.Verify(r, size, db)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf(", signed by %q of the firmware's db", signer.Subject.CommonName), nil
 }

@@ -30,7 +30,10 @@ import (
 // for the writable variable store.
 const (
 	ovmfCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
-	ovmfVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+	// ovmfSecureCode enforces Secure Boot once keys are enrolled; it needs
+	// SMM, so that only the firmware writes its variables.
+	ovmfSecureCode = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd"
+	ovmfVars       = "/usr/share/OVMF/OVMF_VARS_4M.fd"
 )
 
 // Options describe one VM.
@@ -43,8 +46,13 @@ type Options struct {
 	// iso). The firmware boots from Disk first, from the CD-ROM when
 	// Disk has nothing to boot: an ISO installs onto an empty Disk, then
 	// the VM boots the disk.
-	CDROM   string
-	APIPort int // host port on 127.0.0.1 forwarded to the node's API (50000)
+	CDROM string
+	// SecureBoot boots OVMF's Secure Boot firmware. A new variable store
+	// starts in setup mode, where an image built with --secure-boot has
+	// systemd-boot enroll its keys; from then on the firmware boots only
+	// what they signed.
+	SecureBoot bool
+	APIPort    int // host port on 127.0.0.1 forwarded to the node's API (50000)
 	// MetricsPort, if not 0, is the host port on 127.0.0.1 forwarded to
 	// the node's metrics (50001).
 	MetricsPort int
@@ -165,7 +173,7 @@ func newVM(o Options) (*VM, error) {
 	if o.Kernel != nil {
 		return &VM{Opts: o, qemu: qemu, qmp: o.ConsoleLog + ".qmp", accel: o.Accel, done: make(chan struct{})}, nil
 	}
-	for _, f := range []string{ovmfCode, ovmfVars} {
+	for _, f := range []string{firmware(o), ovmfVars} {
 		if _, err := os.Stat(f); err != nil {
 			return nil, fmt.Errorf("%s missing: install the Debian package ovmf", f)
 		}
@@ -229,7 +237,7 @@ func (vm *VM) run(a attempt, format string, started chan<- error) (failed string
 	os.Remove(vm.Opts.ConsoleLog)
 	os.Remove(vm.qmp)
 	args := append(accelArgs(a.accel),
-		"-machine", "q35",
+		"-machine", machine(vm.Opts),
 		"-smp", strconv.Itoa(vm.Opts.CPUs),
 		"-m", strconv.Itoa(vm.Opts.MemoryMiB),
 		"-nodefaults", "-display", "none", "-vga", "none",
@@ -240,13 +248,17 @@ func (vm *VM) run(a attempt, format string, started chan<- error) (failed string
 		args = append(args, "-kernel", k.Kernel, "-initrd", k.Initrd, "-append", k.Append, "-no-reboot")
 	} else {
 		args = append(args,
-			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+ovmfCode,
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+firmware(vm.Opts),
 			"-drive", "if=pflash,format=raw,unit=1,file="+vm.Opts.EFIVars,
 			"-drive", "if=none,id=disk0,format="+format+",file="+vm.Opts.Disk,
 			"-device", "virtio-blk-pci,drive=disk0,bootindex=0",
 			"-netdev", netdev(vm.Opts),
 			"-device", "virtio-net-pci,netdev=n0",
 		)
+		if vm.Opts.SecureBoot {
+			// Only code in SMM writes the variable store's flash.
+			args = append(args, "-global", "driver=cfi.pflash01,property=secure,value=on")
+		}
 		if vm.Opts.CDROM != "" {
 			// q35's AHCI controller: the node's ahci and sr_mod drivers.
 			args = append(args, "-drive", "if=none,id=cd0,media=cdrom,readonly=on,format=raw,file="+vm.Opts.CDROM,
@@ -544,4 +556,20 @@ func netdev(o Options) string {
 		s += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:%d", o.MetricsPort, machineconfig.DefaultMetricsPort)
 	}
 	return s
+}
+
+// machine is QEMU's -machine for o: q35, with SMM for Secure Boot.
+func machine(o Options) string {
+	if o.SecureBoot {
+		return "q35,smm=on"
+	}
+	return "q35"
+}
+
+// firmware is the OVMF code o boots.
+func firmware(o Options) string {
+	if o.SecureBoot {
+		return ovmfSecureCode
+	}
+	return ovmfCode
 }

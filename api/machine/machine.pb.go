@@ -3640,7 +3640,10 @@ type BootState struct {
 	RolledBackFrom string `protobuf:"bytes,5,opt,name=rolled_back_from,json=rolledBackFrom,proto3" json:"rolled_back_from,omitempty"`
 	RollbackReason string `protobuf:"bytes,6,opt,name=rollback_reason,json=rollbackReason,proto3" json:"rollback_reason,omitempty"`
 	// Why the EFI system partition could not be read or written, if so.
-	Error         string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	// Set when the firmware booted the node with Secure Boot enforced: it
+	// runs only what the enrolled keys signed.
+	SecureBoot    bool `protobuf:"varint,8,opt,name=secure_boot,json=secureBoot,proto3" json:"secure_boot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3722,6 +3725,13 @@ func (x *BootState) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *BootState) GetSecureBoot() bool {
+	if x != nil {
+		return x.SecureBoot
+	}
+	return false
 }
 
 type ResetRequest struct {
@@ -4563,7 +4573,7 @@ const file_machine_proto_rawDesc = "" +
 	"\x10RollbackResponse\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\"\x13\n" +
-	"\x11BootStatusRequest\"\xd4\x01\n" +
+	"\x11BootStatusRequest\"\xf5\x01\n" +
 	"\tBootState\x12\x14\n" +
 	"\x05entry\x18\x01 \x01(\tR\x05entry\x12\x18\n" +
 	"\ablessed\x18\x02 \x01(\bR\ablessed\x12\x14\n" +
@@ -4571,7 +4581,9 @@ const file_machine_proto_rawDesc = "" +
 	"\apending\x18\x04 \x01(\tR\apending\x12(\n" +
 	"\x10rolled_back_from\x18\x05 \x01(\tR\x0erolledBackFrom\x12'\n" +
 	"\x0frollback_reason\x18\x06 \x01(\tR\x0erollbackReason\x12\x14\n" +
-	"\x05error\x18\a \x01(\tR\x05error\"\xa1\x01\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x12\x1f\n" +
+	"\vsecure_boot\x18\b \x01(\bR\n" +
+	"secureBoot\"\xa1\x01\n" +
 	"\fResetRequest\x12\x1d\n" +
 	"\n" +
 	"wipe_state\x18\x01 \x01(\bR\twipeState\x12\x1a\n" +

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/cairn-os/cairn/image"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/machineconfig/staticpod"
 	"github.com/spf13/cobra"
@@ -21,9 +22,10 @@ func configCmd() *cobra.Command {
 
 func configGenCmd() *cobra.Command {
 	var (
-		opts  machineconfig.GenerateOptions
-		dir   string
-		force bool
+		opts       machineconfig.GenerateOptions
+		dir        string
+		force      bool
+		secureBoot bool
 	)
 	cmd := &cobra.Command{
 		Use:   "gen",
@@ -49,8 +51,17 @@ func configGenCmd() *cobra.Command {
 			} {
 				fmt.Fprintln(out, "wrote", filepath.Join(dir, name))
 			}
-			fmt.Fprintf(out, "next: cairn image build -c %s -o %s\n",
-				filepath.Join(dir, machineconfig.MachineConfigFile), filepath.Join(dir, "node.raw"))
+			next := ""
+			if secureBoot {
+				keys, err := image.GenerateSecureBootKeys(filepath.Join(dir, secureBootDir))
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(out, "wrote the Secure Boot keys PK, KEK and db in", keys)
+				next = " --secure-boot " + string(keys)
+			}
+			fmt.Fprintf(out, "next: cairn image build -c %s -o %s%s\n",
+				filepath.Join(dir, machineconfig.MachineConfigFile), filepath.Join(dir, "node.raw"), next)
 			return nil
 		},
 	}
@@ -63,8 +74,13 @@ func configGenCmd() *cobra.Command {
 	f.StringArrayVar(&opts.Nameservers, "nameserver", nil, "DNS server IP address (repeatable)")
 	f.StringArrayVar(&opts.Endpoints, "endpoint", []string{"127.0.0.1:50000"}, "node API address HOST:PORT for the client config; the server certificate covers its host (repeatable)")
 	f.BoolVar(&force, "force", false, "overwrite existing files, including the CA")
+	f.BoolVar(&secureBoot, "secure-boot", false, "also make UEFI Secure Boot keys (PK, KEK, db) in OUT/"+secureBootDir+", for image build --secure-boot; never overwritten")
 	return cmd
 }
+
+// secureBootDir is where config gen writes the Secure Boot keys, in its
+// output directory.
+const secureBootDir = "secureboot"
 
 func configValidateCmd() *cobra.Command {
 	return &cobra.Command{

@@ -89,6 +89,7 @@ NAME.manifest.json, every config validated first.`,
 	b.Flags().StringVar(&o.Assets, "assets", "", "directory with the node binaries init and cairn-agent (default: beside this program)")
 	b.Flags().StringVar(&o.CacheDir, "cache", "", "cache of the kernel package and of recent boot parts (default $CAIRN_CACHE or ~/.cache/cairn)")
 	b.Flags().BoolVar(&o.NoCache, "no-cache", false, "build the UKI and EFI system partition anew, without the cache")
+	b.Flags().StringVar((*string)(&o.SecureBoot), "secure-boot", "", "directory of Secure Boot keys (config gen --secure-boot): sign systemd-boot and the UKI, and have the firmware enroll the keys at first boot")
 	b.Flags().StringVar(&size, "size", "", "disk size, e.g. 8GiB (default 2GiB)")
 	b.MarkFlagRequired("output")
 	cmd.AddCommand(b, pushCmd(), cidataCmd())

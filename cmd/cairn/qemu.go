@@ -52,6 +52,7 @@ func qemuCmd() *cobra.Command {
 	run.Flags().StringSliceVar(&o.Attach, "attach", nil, "raw image to attach read-only as another disk, e.g. a NoCloud volume (cairn image cidata); repeatable")
 	run.Flags().StringVar(&o.CDROM, "cdrom", "", "ISO to put in a CD-ROM drive (image build --format iso): it installs onto DISK, made empty if missing, then the VM boots DISK")
 	run.Flags().StringVar(&diskSize, "disk-size", "4Gi", "size of the empty DISK that --cdrom makes")
+	run.Flags().BoolVar(&o.SecureBoot, "secure-boot", false, "boot OVMF's Secure Boot firmware: a new variable store enrolls the keys of an image built with --secure-boot, then boots only what they signed")
 	run.Flags().IntVar(&o.MemoryMiB, "memory", 2048, "memory in MiB")
 	run.Flags().IntVar(&o.CPUs, "cpus", 2, "virtual CPUs")
 	run.Flags().StringVar(&o.Accel, "accel", qemu.DefaultAccel(), "accelerator: auto (KVM if it really runs the guest, else TCG), kvm or tcg; default from $"+qemu.EnvAccel)

@@ -219,6 +219,9 @@ func bootState(b *machine.BootState) string {
 	if b.Blessed {
 		s += " (blessed)"
 	}
+	if b.SecureBoot {
+		s += "; Secure Boot enforced"
+	}
 	if b.Other != "" {
 		s += "; other: " + b.Other
 	}

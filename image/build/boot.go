@@ -172,7 +172,12 @@ func (b *builder) writeBoot(ctx context.Context, dir string, seed []byte, cmdlin
 
 	stage("write UKI")
 	uki := filepath.Join(dir, ukiFile)
-	if err := image.WriteUKI(uki, image.UKI{
+	unsigned := uki
+	keys := b.o.SecureBoot
+	if keys != "" {
+		unsigned = filepath.Join(work, "unsigned.efi")
+	}
+	if err := image.WriteUKI(unsigned, image.UKI{
 		Stub:      stubPath,
 		OSRelease: osRelease,
 		Cmdline:   []byte(cmdline),
@@ -181,14 +186,28 @@ func (b *builder) writeBoot(ctx context.Context, dir string, seed []byte, cmdlin
 	}); err != nil {
 		return err
 	}
-
-	stage("write EFI system partition")
-	if err := image.WriteESP(ctx, image.ESP{
+	esp := image.ESP{
 		Bootloader:      bootloaderPath,
 		UKIs:            map[string]string{"cairn-" + version.Version + ".efi": uki},
 		SourceDateEpoch: b.o.SourceDateEpoch,
 		Seed:            seed,
-	}, filepath.Join(dir, espFile)); err != nil {
+	}
+	if keys != "" {
+		stage("sign systemd-boot and the UKI for Secure Boot")
+		esp.Bootloader = filepath.Join(work, "BOOTX64.EFI")
+		if err := keys.SignPE(bootloaderPath, esp.Bootloader); err != nil {
+			return err
+		}
+		if err := keys.SignPE(unsigned, uki); err != nil {
+			return err
+		}
+		if esp.Enroll, err = keys.WriteEnrollment(ctx, work, b.o.SourceDateEpoch); err != nil {
+			return err
+		}
+	}
+
+	stage("write EFI system partition")
+	if err := image.WriteESP(ctx, esp, filepath.Join(dir, espFile)); err != nil {
 		return err
 	}
 

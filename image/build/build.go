@@ -91,7 +91,7 @@ func bootModules() []string { return []string{"loop", "squashfs", "overlay"} }
 // installer of the ISO read its medium and write a machine's disk.
 func systemModules() []string {
 	return []string{"virtio_pci", "virtio_blk", "virtio_net", "virtio_scsi", "ahci", "nvme", "sd_mod", "sr_mod", "xhci_pci", "usb_storage",
-		"crc32c_generic", "ext4", "vfat", "nls_cp437", "nls_ascii", "button",
+		"crc32c_generic", "ext4", "vfat", "nls_cp437", "nls_ascii", "efivarfs", "button",
 		"bridge", "veth", "br_netfilter", "nf_conntrack", "nf_conntrack_netlink", "nf_tables",
 		"nft_chain_nat", "nft_nat", "nft_masq", "nft_ct", "nft_fib_inet", "nft_numgen", "nft_reject_inet",
 		"bonding", "8021q", "tcp_diag", "udp_diag"}
@@ -120,6 +120,10 @@ type Options struct {
 	// CacheDir holds the kernel package and the boot parts of recent
 	// builds; default rootfs.DefaultCacheDir().
 	CacheDir string
+	// SecureBoot, if set, is the directory of the Secure Boot keys that
+	// systemd-boot and the UKI are signed with and that the ESP carries
+	// for the firmware to enroll (cairn config gen --secure-boot).
+	SecureBoot image.SecureBootKeys
 	// NoCache builds the boot parts (UKI and EFI system partition) anew,
 	// neither reading nor filling the cache: a cold build.
 	NoCache bool
@@ -159,10 +163,14 @@ type input struct {
 	note       string // recorded in the manifest, e.g. the Debian package
 	pkg        string // the Debian package providing the file, or
 	target     string // the make target building it into the assets
+	fix        string // else, what makes it
 }
 
 // remedy says what provides the missing input.
 func (in input) remedy() string {
+	if in.fix != "" {
+		return in.fix
+	}
 	if in.pkg != "" {
 		return "install the Debian package " + in.pkg + " (hack/deps.sh)"
 	}
@@ -192,6 +200,14 @@ func hostInputs(o Options) []input {
 	}
 	for _, t := range hostTools() {
 		ins = append(ins, deb(strings.TrimPrefix(t.path, "/"), t.path, t.pkg))
+	}
+	// The certificates name the keys: the same certificates, the same
+	// signatures.
+	if o.SecureBoot != "" {
+		for _, c := range o.SecureBoot.Certs() {
+			ins = append(ins, input{name: "secure-boot-" + filepath.Base(c), path: c, note: "Secure Boot certificate",
+				fix: "`cairn config gen --secure-boot` makes the keys"})
+		}
 	}
 	return ins
 }
@@ -293,6 +309,11 @@ func newBuilder(ctx context.Context, o Options, stage func(string)) (*builder, e
 	format, err := image.FormatByName(o.Format)
 	if err != nil {
 		return nil, err
+	}
+	if o.SecureBoot != "" {
+		if err := o.SecureBoot.Check(); err != nil {
+			return nil, err
+		}
 	}
 	ins := hostInputs(o)
 	for _, in := range ins {
