@@ -212,6 +212,23 @@ func copyPartition(ctx context.Context, dev io.WriterAt, p *gpt.Partition, src i
 	return nil
 }
 
+// Partition is where a partition of the installed disk is: what a
+// firmware boot entry names.
+type Partition struct {
+	Number         int    // 1-based, as in the GPT
+	Start, Sectors uint64 // in 512-byte sectors
+	GUID           string // the partition's unique GUID
+}
+
+// ESP returns where the disk's EFI system partition is.
+func (u *Unpacked) ESP() (Partition, error) {
+	p := partitionNamed(u.table, "EFI")
+	if p == nil {
+		return Partition{}, errors.New("install medium: the disk has no EFI system partition")
+	}
+	return Partition{Number: p.Index, Start: p.Start, Sectors: uint64(p.GetSize()) / sectorSize, GUID: p.GUID}, nil
+}
+
 // FreshTable returns a new GPT with old's disk GUID and partitions (the
 // unused entries dropped): go-diskfs places its backup header and last
 // usable sector from the size of the disk it is written to, where a

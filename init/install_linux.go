@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cairn-os/cairn/image"
 	"github.com/cairn-os/cairn/init/internal/boot"
 	"github.com/cairn-os/cairn/internal/layout"
@@ -88,9 +90,10 @@ func findMedium(sysBlock, devDir string, timeout time.Duration) (string, error) 
 }
 
 // install installs the disk of the medium at mediumDev onto the disk its
-// machine config names, using scratch for the unpacked medium. It writes
-// nothing to a disk it refuses.
-func install(ctx context.Context, sysBlock, devDir, mediumDev, scratch string) (blockDisk, error) {
+// machine config names, using scratch for the unpacked medium, and with
+// efivars set (the firmware's variables, efivarfs) makes the firmware boot
+// it first. It writes nothing to a disk it refuses.
+func install(ctx context.Context, sysBlock, devDir, mediumDev, scratch, efivars string) (blockDisk, error) {
 	m, err := image.OpenMedium(mediumDev)
 	if err != nil {
 		return blockDisk{}, err
@@ -140,7 +143,23 @@ func install(ctx context.Context, sysBlock, devDir, mediumDev, scratch string) (
 	if err := u.Install(ctx, m, dev, target.size); err != nil {
 		return target, fmt.Errorf("installing onto %s: %w", target, err)
 	}
-	return target, dev.Close()
+	if err := dev.Close(); err != nil {
+		return target, err
+	}
+	if efivars != "" {
+		esp, err := u.ESP()
+		if err == nil {
+			var entry string
+			entry, err = addBootEntry(efivars, esp)
+			if err == nil {
+				slog.Info("boot entry written, first in the firmware's boot order", "entry", entry, "loader", bootLoaderPath)
+			}
+		}
+		if err != nil {
+			slog.Warn("the firmware's boot entry could not be written: the disk boots only where the firmware tries its default path", "err", err)
+		}
+	}
+	return target, nil
 }
 
 // listDisks returns the whole disks named in sysBlock that the installer
@@ -262,7 +281,14 @@ func (n *node) installStep() (string, error) {
 		}
 	})
 	start := time.Now()
-	target, err := install(ctx, sysBlock, "/dev", medium, installScratch)
+	efivars, err := mountEfivars(true)
+	if err != nil {
+		slog.Warn("no boot entry will be written", "err", err)
+	}
+	target, err := install(ctx, sysBlock, "/dev", medium, installScratch, efivars)
+	if efivars != "" {
+		unix.Unmount(efivars, 0)
+	}
 	if err != nil {
 		return "", err
 	}

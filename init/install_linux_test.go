@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -132,7 +133,8 @@ func TestInstall(t *testing.T) {
 	t.Run("by path", func(t *testing.T) {
 		iso, raw := installISO(t, installDoc(t, machineconfig.Install{Disk: "/dev/vdb"}))
 		sys, dev := installBlock(t, iso, fakeDisk{name: "vda", size: 2 * gib, ro: true}, fakeDisk{name: "vdb", size: 2 * gib, serial: "b"})
-		got, err := install(ctx, sys, dev, filepath.Join(dev, "sr0"), t.TempDir())
+		efivars := t.TempDir()
+		got, err := install(ctx, sys, dev, filepath.Join(dev, "sr0"), t.TempDir(), efivars)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,6 +142,18 @@ func TestInstall(t *testing.T) {
 			t.Errorf("installed onto %s, want vdb", got)
 		}
 		checkInstalled(t, raw, filepath.Join(dev, "vdb"))
+		// The boot entry names the installed ESP.
+		entry, err := os.ReadFile(filepath.Join(efivars, "Boot0000-"+efiGlobal))
+		if err != nil {
+			t.Fatal(err)
+		}
+		esp := readGPT(t, raw).Partitions[0]
+		if want, _ := loadOption(image.Partition{Number: 1, Start: esp.Start, Sectors: uint64(esp.GetSize()) / 512, GUID: esp.GUID}); !bytes.Equal(entry[4:], want) {
+			t.Error("Boot0000 does not name the installed EFI system partition")
+		}
+		if order := readBootOrder(t, efivars); !slices.Equal(order, []uint16{0}) {
+			t.Errorf("BootOrder = %v, want [0]", order)
+		}
 	})
 
 	t.Run("by selector", func(t *testing.T) {
@@ -148,7 +162,7 @@ func TestInstall(t *testing.T) {
 			fakeDisk{name: "vda", size: 4 * gib, serial: "boot-1"},
 			fakeDisk{name: "vdb", size: gib, serial: "data-1"},
 			fakeDisk{name: "vdc", size: 3 * gib, serial: "data-2"})
-		got, err := install(ctx, sys, dev, filepath.Join(dev, "sr0"), t.TempDir())
+		got, err := install(ctx, sys, dev, filepath.Join(dev, "sr0"), t.TempDir(), "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,7 +201,7 @@ func TestInstall(t *testing.T) {
 			iso, _ := installISO(t, doc)
 			sys, dev := installBlock(t, iso, tt.disk)
 			before := diskDigest(t, filepath.Join(dev, tt.disk.name))
-			_, err := install(ctx, sys, dev, filepath.Join(dev, "sr0"), t.TempDir())
+			_, err := install(ctx, sys, dev, filepath.Join(dev, "sr0"), t.TempDir(), "")
 			if want := strings.ReplaceAll(tt.want, "DEV", dev); err == nil || !strings.Contains(err.Error(), want) {
 				t.Fatalf("install: %v, want %q", err, want)
 			}
@@ -200,7 +214,7 @@ func TestInstall(t *testing.T) {
 	t.Run("wipe", func(t *testing.T) {
 		iso, raw := installISO(t, installDoc(t, machineconfig.Install{Disk: "/dev/vda", Wipe: true}))
 		sys, dev := installBlock(t, iso, fakeDisk{name: "vda", size: 2 * gib, data: used})
-		if _, err := install(ctx, sys, dev, filepath.Join(dev, "sr0"), t.TempDir()); err != nil {
+		if _, err := install(ctx, sys, dev, filepath.Join(dev, "sr0"), t.TempDir(), ""); err != nil {
 			t.Fatal(err)
 		}
 		checkInstalled(t, raw, filepath.Join(dev, "vda"))

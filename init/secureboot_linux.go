@@ -37,17 +37,22 @@ func readSignatureDB(dir string) ([]*x509.Certificate, error) {
 	return authenticode.ParseSignatureDatabase(data[4:]) // after its attributes
 }
 
-// mountEfivars mounts efivarfs read-only on efivarsDir, unless the node
-// did not boot through UEFI or it is mounted already.
-func mountEfivars() error {
+// mountEfivars mounts efivarfs on efivarsDir, read-only unless writable
+// (the installer's boot entry), and returns where: "" when the node did
+// not boot through UEFI. One mounted already is kept.
+func mountEfivars(writable bool) (string, error) {
 	if _, err := os.Stat(efivarsDir); errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return "", nil
 	}
-	err := unix.Mount("efivarfs", efivarsDir, "efivarfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC|unix.MS_RDONLY, "")
+	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+	if !writable {
+		flags |= unix.MS_RDONLY
+	}
+	err := unix.Mount("efivarfs", efivarsDir, "efivarfs", flags, "")
 	if err != nil && !errors.Is(err, unix.EBUSY) {
-		return fmt.Errorf("mount efivarfs: %w", err)
+		return "", fmt.Errorf("mount efivarfs: %w", err)
 	}
-	return nil
+	return efivarsDir, nil
 }
 
 // secureBootEnabled says whether the firmware enforces Secure Boot, from

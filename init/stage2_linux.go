@@ -193,7 +193,10 @@ func (n *node) bootSequence() boot.Sequence {
 		}},
 		{Name: "prepare EPHEMERAL", Run: func() error { varErr = n.prepareEphemeral(); return varErr }},
 		{Name: "mount STATE", Run: n.mountState},
-		{Name: "read the boot entries", Run: func() error { return errors.Join(mountEfivars(), n.boots.check()) }},
+		{Name: "read the boot entries", Run: func() error {
+			_, err := mountEfivars(false)
+			return errors.Join(err, n.boots.check())
+		}},
 		{Name: "check the config on trial", Run: func() error {
 			why, err := checkTrial(layout.MachineConfig)
 			reverted = why
