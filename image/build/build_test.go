@@ -299,7 +299,7 @@ network:
 			pods: "    - {apiVersion: v1, kind: Pod, metadata: {name: web}, spec: {containers: [{name: web}]}}\n",
 			want: []string{"machine.yaml: ", "machine.staticPods[0].spec.containers[0].image: required"},
 		},
-		{name: "unknown format", format: "vdi", want: []string{`unknown image format "vdi": valid formats are gcp, qcow2, raw, vhd, vmdk`}},
+		{name: "unknown format", format: "vdi", want: []string{`unknown image format "vdi": valid formats are gcp, iso, qcow2, raw, vhd, vmdk`}},
 		{name: "missing node binary", skip: "init", want: []string{"input init missing: ", "`make build` builds it into the assets directory"}},
 		{name: "missing component", skip: "cni/portmap", want: []string{"input cni/portmap missing: ", "`make components` builds it into the assets directory"}},
 	}
