@@ -82,10 +82,11 @@ func TestPowerCut(t *testing.T) {
 	t.Run("Apply", func(t *testing.T) {
 		survived := 0
 		for i := range n {
-			v, err := c.Version(ctx, &machine.VersionRequest{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			// A config applied with a reboot is on trial at the boot after
+			// it, and a cut before it shows it is healthy takes the node
+			// back to the one before it, by design: each cut tests one
+			// apply, on a node whose config is kept.
+			v := waitOffTrial(t, ctx, c)
 			oldGen := v.Config.Generation
 			oldSwap, _ := readNode(ctx, c, "/proc/sys/vm/swappiness")
 			oldFile, _ := readNode(ctx, c, appliedFile)
@@ -103,7 +104,7 @@ func TestPowerCut(t *testing.T) {
 				defer cancel()
 				c.ApplyConfig(callCtx, &machine.ApplyConfigRequest{Config: doc, Mode: mode}) // cut at any point: its result does not count
 			})
-			v, err = c.Version(ctx, &machine.VersionRequest{})
+			v, err := c.Version(ctx, &machine.VersionRequest{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -190,4 +191,19 @@ func fileSize(t *testing.T, path string) int64 {
 		t.Fatal(err)
 	}
 	return fi.Size()
+}
+
+// waitOffTrial waits, up to 5 minutes, until the config the node booted
+// with is no longer on trial, and returns its Version then.
+func waitOffTrial(t *testing.T, ctx context.Context, c *client.Client) *machine.VersionResponse {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(time.Second) {
+		v, err := c.Version(ctx, &machine.VersionRequest{})
+		if err == nil && !v.Config.GetOnTrial() {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the node's config is still on trial after 5 minutes (%v)", err)
+		}
+	}
 }
