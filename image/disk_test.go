@@ -86,15 +86,7 @@ func TestWriteRaw(t *testing.T) {
 	})
 
 	t.Run("partitions", func(t *testing.T) {
-		f, err := os.Open(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		table, err := gpt.Read(f, sectorSize, sectorSize)
-		if err != nil {
-			t.Fatal(err)
-		}
+		table := readTable(t, raw)
 		if got, want := table.GUID, deriveID(d.Seed, "disk").String(); !strings.EqualFold(got, want) {
 			t.Errorf("disk GUID %s, want %s", got, want)
 		}
