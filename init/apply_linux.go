@@ -562,7 +562,9 @@ func (c *configs) keepIfHealthy(healthy func() bool, deadline time.Duration, sto
 		c.setOnTrial(false)
 		return // a config was written to STATE meanwhile
 	}
-	if err := os.Remove(c.statePath + trialSuffix); err != nil {
+	// Kept only once the marker's removal is on disk: a power cut before
+	// the journal commits it would revert the config at the next boot.
+	if err := errors.Join(os.Remove(c.statePath+trialSuffix), atomicfile.SyncDir(filepath.Dir(c.statePath))); err != nil {
 		slog.Error("the config's trial marker not removed", "err", err)
 		return
 	}
