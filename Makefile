@@ -18,10 +18,10 @@ all: build
 deps:
 	@./hack/deps.sh
 
-# The node's components, built from their own module in rootfs/components
-# (see hack/build-components.sh); rebuilt only when their pins change.
-COMPONENTS := $(addprefix $(BIN)/,containerd containerd-shim-runc-v2 runc) \
-              $(addprefix $(BIN)/cni/,bridge host-local loopback portmap)
+# The node's components that are programs of their own, runc and the CNI
+# plugins, built from their own module in rootfs/components (see
+# hack/build-components.sh); rebuilt only when their pins change.
+COMPONENTS := $(BIN)/runc $(addprefix $(BIN)/cni/,bridge host-local loopback portmap)
 
 components: $(COMPONENTS)
 
@@ -65,11 +65,21 @@ csi-sidecars: $(CSI_SIDECARS)
 $(CSI_SIDECARS) &: hack/build-csi.sh
 	GO=$(GO) ./hack/build-csi.sh $(CSI_BIN)
 
+# The node binary (./init) is init, cairn-agent and containerd in one,
+# hard-linked under those names: it runs as the one it is called by.
+# containerd and its shim are pinned in go.mod; the shim is built as
+# upstream builds it, without gRPC.
+CONTAINERD := github.com/containerd/containerd/v2
+CONTAINERD_LDFLAGS = -X $(CONTAINERD)/version.Version=$(shell $(GO) list -m -f '{{.Version}}' $(CONTAINERD)) \
+  -X $(CONTAINERD)/version.Package=$(CONTAINERD)
+
 build: components
 	$(GO) build $(GOFLAGS_NODE) -ldflags '$(LDFLAGS)' -o $(BIN)/cairn ./cmd/cairn
-	$(GO) build $(GOFLAGS_NODE) -ldflags '$(LDFLAGS)' -o $(BIN)/init ./init
+	$(GO) build $(GOFLAGS_NODE) -ldflags '$(LDFLAGS) $(CONTAINERD_LDFLAGS)' -o $(BIN)/init ./init
+	ln -f $(BIN)/init $(BIN)/cairn-agent
+	ln -f $(BIN)/init $(BIN)/containerd
+	$(GO) build $(GOFLAGS_NODE) -tags no_grpc -ldflags '$(LDFLAGS) $(CONTAINERD_LDFLAGS)' -o $(BIN)/containerd-shim-runc-v2 $(CONTAINERD)/cmd/containerd-shim-runc-v2
 	$(GO) build $(GOFLAGS_NODE) -ldflags '$(LDFLAGS)' -o $(BIN)/init-stage1 ./init/stage1
-	$(GO) build $(GOFLAGS_NODE) -ldflags '$(LDFLAGS)' -o $(BIN)/cairn-agent ./agent
 	$(GO) build $(GOFLAGS_NODE) -ldflags '$(LDFLAGS)' -o $(BIN)/pause ./rootfs/pause
 
 $(OUT)/machine.yaml: | build
@@ -81,7 +91,7 @@ image: deps build $(OUT)/machine.yaml
 run: image
 	$(BIN)/cairn qemu run --cairnconfig $(OUT)/cairnconfig $(OUT)/node.raw
 
-# The control plane of test/cluster and the node's components are built
+# The control plane of test/cluster and the node's binaries are built
 # first (cold: 10-25 min, warm: nothing to do), and the tests that use them
 # must run, not skip.
 # gotestsum runs go test and ends with a summary: how many tests ran,
@@ -97,7 +107,7 @@ $(GOTESTSUM):
 TEST_ENV := CAIRN_NO_SKIP=1 CAIRN_CLUSTER_BIN=$(abspath $(CLUSTER_BIN)) CAIRN_BIN=$(abspath $(BIN)) \
   CAIRN_CONFORMANCE_BIN=$(abspath $(CONFORMANCE_BIN)) CAIRN_CSI_BIN=$(abspath $(CSI_BIN))
 
-test: deps cluster components conformance-suite csi-sidecars $(GOTESTSUM)
+test: deps cluster build conformance-suite csi-sidecars $(GOTESTSUM)
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e/
 	$(GO) vet -tags bench ./test/bench/
@@ -129,19 +139,19 @@ bench: deps bench-pods bench-streams bench-storage
 bench-build: deps build
 	$(TEST_ENV) $(GO) test -v -tags e2e -run '^$$' -bench ImageBuild -benchtime 1x -timeout 30m ./test/e2e/
 
-# Pod startup latency, CPU time and memory of cairn-agent (built from
-# ./agent, the whole process) and of its kubelet part alone (podagent), with
+# Pod startup latency, CPU time and memory of cairn-agent (the node binary
+# run as the agent, the whole process) and of its kubelet part alone (podagent), with
 # the raw CRI calls and the upstream kubelet on the same control plane and
 # containerd (test/bench, as root; 5-10 min). CAIRN_BENCH_AGENT_PROFILE=FILE
 # also writes a CPU profile of podagent.
-bench-pods: cluster components
+bench-pods: cluster build
 	$(TEST_ENV) $(GO) test -tags bench -run '^$$' -bench PodStartup -benchtime 1x -timeout 40m ./test/bench/
 
 # kubectl exec round trip (p50, p99) and port-forward throughput through
 # the API server to cairn-agent and to the upstream kubelet, both running
 # at once on containerds of one build and sampled in turn, with the ratios
 # and each node's CPU time (test/bench, as root; about 2 min).
-bench-streams: cluster components
+bench-streams: cluster build
 	$(TEST_ENV) $(GO) test -tags bench -run '^$$' -bench Streams -benchtime 1x -timeout 30m ./test/bench/
 
 # Storage and pressure on a node on the host (agent/kubelet, as root;
@@ -150,7 +160,7 @@ bench-streams: cluster components
 # deletion its volume is unmounted, on the test driver with the upstream
 # provisioner and attacher; how long a pod that crosses memory.available
 # takes to be evicted.
-bench-storage: cluster components csi-sidecars
+bench-storage: cluster build csi-sidecars
 	$(TEST_ENV) $(GO) test -run '^$$' -bench 'CSI|Eviction' -benchtime 1x -timeout 20m ./agent/kubelet/
 
 # The upstream suite's [sig-node] specs of [NodeConformance] and
@@ -158,7 +168,7 @@ bench-storage: cluster components csi-sidecars
 # root): a JUnit report in $(OUT)/conformance/report and the line
 # "conformance: N passed, N failed, N skipped in Xm". Not in make test,
 # which runs a few of them (TestSelection).
-conformance: deps cluster components conformance-suite
+conformance: deps cluster build conformance-suite
 	$(TEST_ENV) $(GO) test -v -tags conformance -run '^TestConformance$$' -timeout 100m -count=1 ./test/conformance/
 
 proto:

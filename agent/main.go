@@ -1,4 +1,5 @@
-// Command cairn-agent is the node agent of Cairn. It serves the management
+// Package agent is cairn-agent, the node agent of Cairn: Main runs it, in
+// the node binary (init) called by that name. It serves the management
 // API over mutual TLS and asks init, over its control socket, for what only
 // PID 1 may do (reboot, shutdown, applying a machine config). It runs on
 // the config that init writes to /run/cairn, and follows the changes that
@@ -8,10 +9,9 @@
 // pod loop (agent/kubelet), the kubelet server on the kubelet's port
 // (agent/kubelet/server: kubectl logs), the Service dataplane
 // (agent/proxy), the pod network writer and the Node's labels from the
-// config; that never holds up or stops
-// the management API. The pod loop runs the machine config's static pods
+// config; that never holds up or stops the management API. The pod loop runs the machine config's static pods
 // from the agent's start, joined or not, cluster section or not.
-package main
+package agent
 
 import (
 	"context"
@@ -46,7 +46,9 @@ import (
 	"github.com/cairn-os/cairn/machineconfig"
 )
 
-func main() {
+// Main runs the agent until it is signalled to stop, its flags read from
+// os.Args.
+func Main() {
 	configPath := flag.String("config", layout.RunningConfig, "the machine config the node runs, which init writes")
 	initSocket := flag.String("init-socket", layout.InitSocket, "init's control socket")
 	kubeletDir := flag.String("kubelet-dir", layout.KubeletDir, "the kubelet part's state: client and serving certificates")

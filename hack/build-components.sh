@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the node's components from the module in rootfs/components into
-# OUTDIR: containerd, containerd-shim-runc-v2 and runc, and the CNI plugins
-# in OUTDIR/cni. Every binary is static and reproducible: no paths, no VCS
-# stamp, no build IDs. Versions come from rootfs/components/go.mod; bump
+# OUTDIR: runc, and the CNI plugins in OUTDIR/cni (containerd and its shim
+# come from the main module: make build). Every binary is static and
+# reproducible: no paths, no VCS stamp, no build IDs. Versions come from rootfs/components/go.mod; bump
 # them there (go get -tool MODULE/PKG@VERSION) and nowhere else.
 set -euo pipefail
 
@@ -13,23 +13,13 @@ out=$(cd "$out" && pwd)
 cd "$(dirname "$0")/../rootfs/components"
 export GOWORK=off # the module stands alone, whatever go.work says
 
-containerd=github.com/containerd/containerd/v2
 runc=github.com/opencontainers/runc
 cni=github.com/containernetworking/plugins
 version() { $GO list -m -f '{{.Version}}' "$1"; }
 
-build() { # build CGO_ENABLED TAGS LDFLAGS OUTPUT PACKAGE
-	CGO_ENABLED=$1 $GO build -trimpath -buildvcs=false -tags "$2" \
-		-ldflags "-s -w -buildid= $3" -o "$4" "$5"
+build() { # build LDFLAGS OUTPUT PACKAGE: pure Go
+	CGO_ENABLED=0 $GO build -trimpath -buildvcs=false -ldflags "-s -w -buildid= $1" -o "$2" "$3"
 }
-
-# containerd: pure Go, as upstream's static release; the shim without gRPC
-# as upstream builds it.
-v=$(version $containerd)
-tags='no_btrfs urfave_cli_no_docs osusergo netgo static_build'
-x="-X $containerd/version.Version=$v -X $containerd/version.Package=$containerd"
-build 0 "$tags" "$x" "$out/containerd" $containerd/cmd/containerd
-build 0 "$tags no_grpc" "$x" "$out/containerd-shim-runc-v2" $containerd/cmd/containerd-shim-runc-v2
 
 # runc needs cgo for nsenter and libseccomp (Debian: libseccomp-dev), linked
 # as a static PIE like upstream's release; without the libpathrs tag (a Rust
@@ -49,9 +39,9 @@ CGO_ENABLED=1 $GO build -trimpath -buildvcs=false -buildmode=pie \
 # CNI plugins: pure Go.
 v=$(version $cni)
 for p in main/bridge ipam/host-local main/loopback meta/portmap; do
-	build 0 '' "-X $cni/pkg/utils/buildversion.BuildVersion=$v" "$out/cni/${p#*/}" $cni/plugins/$p
+	build "-X $cni/pkg/utils/buildversion.BuildVersion=$v" "$out/cni/${p#*/}" $cni/plugins/$p
 done
 
 cd "$out"
-stat -c '%s %n' containerd containerd-shim-runc-v2 runc cni/bridge cni/host-local cni/loopback cni/portmap |
+stat -c '%s %n' runc cni/bridge cni/host-local cni/loopback cni/portmap |
 	awk '{ n += $1; printf "%-26s %5.1f MB\n", $2, $1/1e6 } END { printf "%-26s %5.1f MB\n", "total", n/1e6 }'

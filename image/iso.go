@@ -18,7 +18,7 @@ import (
 // a Cairn disk as its partition table and the images of its partitions.
 // Its EFI system partition image is also the ISO's El Torito EFI boot
 // image, so the medium boots the disk's own UKI, whose init finds the
-// medium and installs the disk (init/install_linux.go).
+// medium and installs the disk (init/stage2/install_linux.go).
 const (
 	MediumLabel = "CAIRN_INSTALL"
 	mediumTable = "/cairn/gpt.img"   // the disk's first MiB: protective MBR and GPT

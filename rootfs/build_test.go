@@ -44,8 +44,7 @@ func testSpec(t *testing.T, k *Kernel) Spec {
 	return Spec{
 		Kernel:          k,
 		Stage1:          write("stage1", "\x7fELF fake stage1\n"),
-		Init:            write("init", "\x7fELF fake init\n"),
-		Agent:           write("agent", "\x7fELF fake cairn-agent\n"),
+		Node:            write("init", "\x7fELF fake node binary\n"),
 		Components:      fakeComponents(t, ""),
 		OSRelease:       []byte("ID=cairn\nNAME=Cairn\n"),
 		CABundle:        write("ca.pem", "-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n"),
@@ -124,6 +123,7 @@ func TestBuild(t *testing.T) {
 		files := map[string]string{ // name -> mode
 			"sbin/init":                         "-rwxr-xr-x",
 			"usr/bin/cairn-agent":               "-rwxr-xr-x",
+			"usr/bin/containerd":                "-rwxr-xr-x",
 			"etc/os-release":                    "-rw-r--r--",
 			"etc/ssl/certs/ca-certificates.crt": "-rw-r--r--",
 			"usr/share/cairn/images/pause.tar":  "-rw-r--r--",
@@ -133,7 +133,7 @@ func TestBuild(t *testing.T) {
 			files[modDir+"/"+mod] = "-rw-r--r--"
 		}
 		for _, p := range []string{
-			"usr/bin/containerd", "usr/bin/containerd-shim-runc-v2", "usr/bin/runc",
+			"usr/bin/containerd-shim-runc-v2", "usr/bin/runc",
 			"opt/cni/bin/bridge", "opt/cni/bin/host-local", "opt/cni/bin/loopback", "opt/cni/bin/portmap",
 		} {
 			files[p] = "-rwxr-xr-x"
@@ -179,8 +179,30 @@ func TestBuild(t *testing.T) {
 			t.Errorf("squashfs listing mismatch (-want +got):\n%s", diff)
 		}
 
+		// The node binary's three names are one inode: unsquashfs
+		// extracts them as hard links.
+		tree := filepath.Join(t.TempDir(), "tree")
+		if out, err := exec.Command("unsquashfs", "-d", tree, res.SquashFS).CombinedOutput(); err != nil {
+			t.Fatalf("unsquashfs: %v\n%s", err, out)
+		}
+		initInfo, err := os.Stat(filepath.Join(tree, "sbin/init"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"usr/bin/cairn-agent", "usr/bin/containerd"} {
+			st, err := os.Stat(filepath.Join(tree, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !os.SameFile(initInfo, st) {
+				t.Errorf("%s is not a hard link to sbin/init", name)
+			}
+		}
+
 		for name, want := range map[string]string{
-			"sbin/init":                      readFile(t, spec.Init),
+			"sbin/init":                      readFile(t, spec.Node),
+			"usr/bin/cairn-agent":            readFile(t, spec.Node),
+			"usr/bin/containerd":             readFile(t, spec.Node),
 			"etc/os-release":                 string(spec.OSRelease),
 			modDir + "/" + layout.ModuleList: moduleList(system),
 			"usr/bin/runc":                   readFile(t, filepath.Join(spec.Components, "runc")),
@@ -278,7 +300,7 @@ func TestBuildReproducible(t *testing.T) {
 
 	// Build again elsewhere, later, from inputs with other timestamps and
 	// under another umask, and once more over the first build's outputs.
-	inputs := []string{spec.Init, spec.Agent, spec.CABundle}
+	inputs := []string{spec.Node, spec.CABundle}
 	for _, c := range Components {
 		inputs = append(inputs, filepath.Join(spec.Components, c.Name))
 	}
@@ -349,9 +371,10 @@ func TestBuildErrors(t *testing.T) {
 		{name: "negative epoch", change: func(s *Spec) { s.SourceDateEpoch = -1 }, wantErr: "SourceDateEpoch -1 out of range"},
 		{name: "unknown boot module", change: func(s *Spec) { s.BootModules = []string{"nosuch"} }, wantErr: `boot modules: module "nosuch" not found`},
 		{name: "unknown system module", change: func(s *Spec) { s.SystemModules = []string{"squashfs", "nosuch"} }, wantErr: `system modules: module "nosuch" not found`},
-		{name: "missing init", change: func(s *Spec) { s.Init = filepath.Join(root, "nosuch") }, wantErr: "nosuch: no such file"},
-		{name: "no components", change: func(s *Spec) { s.Components = "" }, wantErr: "no components directory (containerd, runc, CNI plugins): run make components"},
+		{name: "missing node binary", change: func(s *Spec) { s.Node = filepath.Join(root, "nosuch") }, wantErr: "nosuch: no such file"},
+		{name: "no components", change: func(s *Spec) { s.Components = "" }, wantErr: "no components directory (the shim, runc, CNI plugins): run make build"},
 		{name: "missing runc", change: func(s *Spec) { s.Components = fakeComponents(t, "runc") }, wantErr: "component runc missing from "},
+		{name: "missing shim", change: func(s *Spec) { s.Components = fakeComponents(t, "containerd-shim-runc-v2") }, wantErr: "run make build"},
 		{name: "missing portmap", change: func(s *Spec) { s.Components = fakeComponents(t, "cni/portmap") }, wantErr: "component cni/portmap missing from "},
 	}
 	for _, tt := range tests {

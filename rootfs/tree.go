@@ -18,11 +18,13 @@ import (
 
 // Spec describes the root filesystem and initramfs to build.
 type Spec struct {
-	Kernel        *Kernel
-	Stage1        string   // path of the initramfs's /init (static Go)
-	Init          string   // path of the init binary (static Go)
-	Agent         string   // path of the cairn-agent binary
-	Components    string   // directory of containerd, runc and the CNI plugins, as `make components` lays it out
+	Kernel *Kernel
+	Stage1 string // path of the initramfs's /init (static Go)
+	// Node is the path of the node binary (static Go): init, cairn-agent
+	// and containerd in one, placed under the three names as hard links,
+	// which share its data and its page cache.
+	Node          string
+	Components    string   // directory of the shim, runc and the CNI plugins, as `make build` lays it out
 	OSRelease     []byte   // contents of /etc/os-release
 	CABundle      string   // path to a PEM bundle for /etc/ssl/certs/ca-certificates.crt
 	BootModules   []string // loaded by init stage 1 from the initramfs (e.g. loop, squashfs, overlay)
@@ -50,22 +52,24 @@ var emptyDirs = []string{
 	"etc/cairn", "etc/containerd", "etc/cni/net.d", "system/state", "system/overlay",
 }
 
-// A Component is one of the node's container runtime binaries.
+// A Component is one of the node's container runtime binaries that is a
+// program of its own.
 type Component struct {
 	Name string // path below Spec.Components, slash-separated
 	Path string // path in the root filesystem, installed with mode 0755
+	Make string // the make target that builds it
 }
 
-// Components are the binaries Build takes from Spec.Components: what
-// `make components` builds from the module in rootfs/components.
+// Components are the binaries Build takes from Spec.Components: the shim,
+// which the main module pins with containerd, and what `make components`
+// builds from the module in rootfs/components.
 var Components = []Component{
-	{"containerd", "usr/bin/containerd"},
-	{"containerd-shim-runc-v2", "usr/bin/containerd-shim-runc-v2"},
-	{"runc", "usr/bin/runc"},
-	{"cni/bridge", "opt/cni/bin/bridge"},
-	{"cni/host-local", "opt/cni/bin/host-local"},
-	{"cni/loopback", "opt/cni/bin/loopback"},
-	{"cni/portmap", "opt/cni/bin/portmap"},
+	{"containerd-shim-runc-v2", "usr/bin/containerd-shim-runc-v2", "build"},
+	{"runc", "usr/bin/runc", "components"},
+	{"cni/bridge", "opt/cni/bin/bridge", "components"},
+	{"cni/host-local", "opt/cni/bin/host-local", "components"},
+	{"cni/loopback", "opt/cni/bin/loopback", "components"},
+	{"cni/portmap", "opt/cni/bin/portmap", "components"},
 }
 
 // file is a regular file of the root filesystem or the initramfs.
@@ -73,7 +77,8 @@ type file struct {
 	name string      // path inside the image, relative to its root
 	perm fs.FileMode // permission bits
 	src  string      // host file holding the contents, or
-	data []byte      // the contents when src is empty
+	data []byte      // the contents when src is empty, or
+	link string      // the file listed before it that this is a hard link to
 }
 
 // Build writes rootfs.sqsh and initramfs.cpio into workDir. The outputs
@@ -119,11 +124,12 @@ func Build(ctx context.Context, spec Spec, workDir string, progress func(string)
 		Initramfs: filepath.Join(workDir, "initramfs.cpio"),
 	}
 	files := slices.Concat([]file{
-		{name: "sbin/init", perm: 0o755, src: spec.Init},
-		{name: "usr/bin/cairn-agent", perm: 0o755, src: spec.Agent},
+		{name: rootPath(layout.InitBinary), perm: 0o755, src: spec.Node},
+		{name: rootPath(layout.AgentBinary), link: rootPath(layout.InitBinary)},
+		{name: rootPath(layout.ContainerdBinary), link: rootPath(layout.InitBinary)},
 		{name: "etc/os-release", perm: 0o644, data: spec.OSRelease},
 		{name: "etc/ssl/certs/ca-certificates.crt", perm: 0o644, src: spec.CABundle},
-		{name: strings.TrimPrefix(layout.SandboxArchive, "/"), perm: 0o644, src: spec.SandboxImage},
+		{name: rootPath(layout.SandboxArchive), perm: 0o644, src: spec.SandboxImage},
 	}, components, tools, moduleFiles(spec.Kernel, all, system))
 	progress(fmt.Sprintf("building root filesystem (%d modules)", len(all)))
 	if err := buildSquashFS(ctx, files, emptyDirs, res.SquashFS, spec.SourceDateEpoch, workDir); err != nil {
@@ -145,14 +151,14 @@ func Build(ctx context.Context, spec Spec, workDir string, progress func(string)
 // first that each is there.
 func componentFiles(dir string) ([]file, error) {
 	if dir == "" {
-		return nil, errors.New("no components directory (containerd, runc, CNI plugins): run make components")
+		return nil, errors.New("no components directory (the shim, runc, CNI plugins): run make build")
 	}
 	var files []file
 	for _, c := range Components {
 		src := filepath.Join(dir, filepath.FromSlash(c.Name))
 		st, err := os.Stat(src)
 		if errors.Is(err, fs.ErrNotExist) || err == nil && !st.Mode().IsRegular() {
-			return nil, fmt.Errorf("component %s missing from %s: run make components", c.Name, dir)
+			return nil, fmt.Errorf("component %s missing from %s: run make %s", c.Name, dir, c.Make)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("component %s: %w", c.Name, err)
@@ -223,7 +229,17 @@ func writeTree(root string, files []file, dirs []string) error {
 		}
 	}
 	for _, f := range files {
-		if err := writeFile(filepath.Join(root, f.name), f); err != nil {
+		dst := filepath.Join(root, f.name)
+		if f.link == "" {
+			if err := writeFile(dst, f); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		if err := os.Link(filepath.Join(root, f.link), dst); err != nil {
 			return err
 		}
 	}
@@ -267,3 +283,7 @@ func copyFrom(w io.Writer, src string) error {
 	_, err = io.Copy(w, in)
 	return err
 }
+
+// rootPath is the path p of the node's root filesystem relative to its
+// root, as the tree lists it.
+func rootPath(p string) string { return strings.TrimPrefix(p, "/") }

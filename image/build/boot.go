@@ -155,8 +155,7 @@ func (b *builder) writeBoot(ctx context.Context, dir string, seed []byte, cmdlin
 	parts, err := rootfs.Build(ctx, rootfs.Spec{
 		Kernel:          b.kernel,
 		Stage1:          b.o.asset("init-stage1"),
-		Init:            b.o.asset("init"),
-		Agent:           b.o.asset("cairn-agent"),
+		Node:            b.o.asset("init"),
 		Components:      b.o.Assets,
 		HostTools:       tools,
 		OSRelease:       osRelease,

@@ -116,7 +116,7 @@ type Options struct {
 	// UKI, when set, writes the UKI alone to Output, with no disk: what
 	// `cairn node upgrade` sends to a node.
 	UKI    bool
-	Assets string // directory holding the node binaries (init-stage1, init, cairn-agent, pause) and the components
+	Assets string // directory holding the node binaries (init-stage1, init, pause) and the components
 	// CacheDir holds the kernel package and the boot parts of recent
 	// builds; default rootfs.DefaultCacheDir().
 	CacheDir string
@@ -190,13 +190,12 @@ func hostInputs(o Options) []input {
 		deb("uki-stub", stubPath, "systemd-boot-efi"),
 		deb("bootloader", bootloaderPath, "systemd-boot-efi"),
 		asset("init-stage1", "", "build"),
-		asset("init", "", "build"),
-		asset("cairn-agent", "", "build"),
+		asset("init", "the node binary: init, cairn-agent, containerd", "build"),
 		asset("pause", layout.SandboxImage, "build"),
 		deb("ca-bundle", caBundlePath, "ca-certificates"),
 	}
 	for _, c := range rootfs.Components {
-		ins = append(ins, asset(c.Name, "rootfs/components", "components"))
+		ins = append(ins, asset(c.Name, "", c.Make))
 	}
 	for _, t := range hostTools() {
 		ins = append(ins, deb(strings.TrimPrefix(t.path, "/"), t.path, t.pkg))

@@ -50,7 +50,7 @@ func machineConfig(t *testing.T) string {
 func fakeAssets(t *testing.T, skip string) string {
 	t.Helper()
 	dir := t.TempDir()
-	names := []string{"init-stage1", "init", "cairn-agent", "pause"}
+	names := []string{"init-stage1", "init", "pause"}
 	for _, c := range rootfs.Components {
 		names = append(names, c.Name)
 	}
@@ -192,7 +192,7 @@ func TestBuild(t *testing.T) {
 	}
 
 	wantInputs := []string{"machine-config", "kernel-package", "uki-stub", "bootloader",
-		"init-stage1", "init", "cairn-agent", "pause", "ca-bundle", "sbin/mke2fs", "sbin/e2fsck", "sbin/resize2fs", "sbin/nft"}
+		"init-stage1", "init", "pause", "ca-bundle", "sbin/mke2fs", "sbin/e2fsck", "sbin/resize2fs", "sbin/nft"}
 	for _, c := range rootfs.Components {
 		wantInputs = append(wantInputs, c.Name)
 	}
@@ -302,6 +302,7 @@ network:
 		{name: "unknown format", format: "vdi", want: []string{`unknown image format "vdi": valid formats are gcp, iso, qcow2, raw, vhd, vmdk`}},
 		{name: "missing node binary", skip: "init", want: []string{"input init missing: ", "`make build` builds it into the assets directory"}},
 		{name: "missing component", skip: "cni/portmap", want: []string{"input cni/portmap missing: ", "`make components` builds it into the assets directory"}},
+		{name: "missing shim", skip: "containerd-shim-runc-v2", want: []string{"input containerd-shim-runc-v2 missing: ", "`make build` builds it into the assets directory"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

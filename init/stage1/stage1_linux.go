@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/cairn-os/cairn/init/internal/boot"
+	"github.com/cairn-os/cairn/internal/layout"
 	"github.com/u-root/u-root/pkg/mount/loop"
 	"golang.org/x/sys/unix"
 )
@@ -17,7 +18,6 @@ const (
 	// overlayDir is a tmpfs in the new root holding the writable upper
 	// layer of /etc.
 	overlayDir = "/system/overlay"
-	stage2Path = "/sbin/init"
 )
 
 // stage1 runs in the initramfs and ends by exec'ing stage 2 in the new root.
@@ -106,5 +106,5 @@ func switchRoot(timeline []boot.Record) error {
 		return err
 	}
 	env := append(os.Environ(), boot.TimelineEnv+"="+string(tl))
-	return fmt.Errorf("exec %s: %w", stage2Path, unix.Exec(stage2Path, []string{stage2Path}, env))
+	return fmt.Errorf("exec %s: %w", layout.InitBinary, unix.Exec(layout.InitBinary, []string{layout.InitBinary}, env))
 }

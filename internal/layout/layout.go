@@ -53,8 +53,12 @@ const (
 	// the agent then ends the pods first (graceful node shutdown), where
 	// a plain stop of the agent leaves them running.
 	ShutdownMarker = "/run/cairn/shutting-down"
-	// AgentBinary is the node agent.
-	AgentBinary = "/usr/bin/cairn-agent"
+	// InitBinary, AgentBinary and ContainerdBinary are the names of the
+	// node binary, one file hard-linked: it runs as init (stage 2), the
+	// node agent or containerd by the name it is called by.
+	InitBinary       = "/sbin/init"
+	AgentBinary      = "/usr/bin/cairn-agent"
+	ContainerdBinary = "/usr/bin/containerd"
 	// KubeletDir is the kubelet part's own state: its client and serving
 	// certificates.
 	KubeletDir = "/var/lib/cairn/kubelet"

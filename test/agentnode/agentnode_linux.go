@@ -65,12 +65,13 @@ type Agent struct {
 	exited chan struct{}
 }
 
-// Build builds ./agent as make build builds the node binaries (static,
-// without paths, VCS stamp or build ID) into a temporary directory of tb.
-func Build(tb testing.TB) string { return BuildPackage(tb, "./agent", "cairn-agent") }
+// Build builds the node binary (./init) as make build builds it (static,
+// without paths, VCS stamp or build ID) into a temporary directory of tb,
+// named cairn-agent: the name it runs the agent by.
+func Build(tb testing.TB) string { return BuildPackage(tb, "./init", "cairn-agent") }
 
 // BuildPackage builds the main package pkg of the repository as Build
-// builds ./agent, into a file named name.
+// builds the node binary, into a file named name.
 func BuildPackage(tb testing.TB, pkg, name string) string {
 	tb.Helper()
 	root, err := repo.Root()

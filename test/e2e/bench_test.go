@@ -168,6 +168,7 @@ func ukiTable(b *testing.B, uki string) {
 		size, zstd int64
 	}
 	var files []entry
+	byInode := map[uint64]int{} // a hard link's file, listed once under all its names
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedBestCompression))
 	if err != nil {
 		b.Fatal(err)
@@ -176,11 +177,20 @@ func ukiTable(b *testing.B, uki string) {
 		if err != nil || !d.Type().IsRegular() {
 			return err
 		}
+		rel, _ := filepath.Rel(root, p)
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err != nil {
+			return err
+		}
+		if i, ok := byInode[st.Ino]; ok {
+			files[i].name += " = " + rel
+			return nil
+		}
 		data, err := os.ReadFile(p)
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(root, p)
+		byInode[st.Ino] = len(files)
 		files = append(files, entry{rel, int64(len(data)), int64(len(enc.EncodeAll(data, nil)))})
 		return nil
 	})

@@ -18,7 +18,8 @@ import (
 // TestReproducibleBuild builds the same config three times, in different
 // directories and at different times: cold (--no-cache), then twice with
 // the cache, the last taking its boot parts from it; and wants the same
-// bytes for every output and the same manifest.
+// bytes for every output and the same manifest, and a UKI of at most 50 MB
+// with everything in it (make bench-build shows where its bytes are).
 func TestReproducibleBuild(t *testing.T) {
 	cfgDir := t.TempDir()
 	cairn(t, "config", "gen", "--out", cfgDir, "--hostname", "repro")
@@ -48,6 +49,12 @@ func TestReproducibleBuild(t *testing.T) {
 		if !bytes.Contains(manifest, []byte(`"`+want+`"`)) {
 			t.Errorf("manifest.json lacks %q:\n%s", want, manifest)
 		}
+	}
+	const maxUKI = 50_000_000
+	if size := artifactSize(t, manifest, "uki"); size > maxUKI {
+		t.Errorf("the UKI is %d bytes, over its budget of %d", size, maxUKI)
+	} else {
+		t.Logf("the UKI is %d bytes (budget %d)", size, maxUKI)
 	}
 }
 

@@ -69,8 +69,8 @@ func buildUpgradeUKIs(tb testing.TB, config, running string) upgradeUKIs {
 }
 
 // buildAssets builds into a new directory's bin/ the binaries of `make
-// build` at version, and beside it broken/, the same with the agent that
-// exits at once.
+// build` at version, and beside it broken/, the same with a node binary
+// whose agent exits at once.
 func buildAssets(version string) (string, error) {
 	// Under TestMain's directory, which it removes.
 	dir, err := os.MkdirTemp(filepath.Dir(binDir), "upgrade-")
@@ -91,7 +91,8 @@ func buildAssets(version string) (string, error) {
 	if err := run(exec.Command("cp", "-a", good, broken)); err != nil {
 		return "", err
 	}
-	gb := exec.Command("go", "build", "-o", filepath.Join(broken, "cairn-agent"), "./testdata/brokenagent")
+	gb := exec.Command("go", "build", "-o", filepath.Join(broken, "init"),
+		"-ldflags", "-X github.com/cairn-os/cairn/internal/version.Version="+version, "./testdata/brokennode")
 	gb.Env = append(os.Environ(), "CGO_ENABLED=0")
 	return dir, run(gb)
 }

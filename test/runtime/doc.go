@@ -16,6 +16,7 @@
 //
 // The binaries are looked up in $CAIRN_BIN (and $CAIRN_BIN/cni), or else in
 // _out/bin of the repository. Without them the test is skipped with "run
-// make components", unless CAIRN_NO_SKIP is set: then it fails (package test/need).
+// make build" or "run make components", unless CAIRN_NO_SKIP is set: then it
+// fails (package test/need).
 // It must run as root.
 package runtime

@@ -21,6 +21,7 @@ import (
 
 	"github.com/cairn-os/cairn/internal/containerdconfig"
 	"github.com/cairn-os/cairn/internal/criimage"
+	"github.com/cairn-os/cairn/rootfs"
 	"github.com/cairn-os/cairn/test/need"
 	"github.com/cairn-os/cairn/test/repo"
 
@@ -121,8 +122,9 @@ func binaries(tb testing.TB) string {
 		}
 		dir = filepath.Join(root, "_out", "bin")
 	}
-	for _, n := range []string{"containerd", "containerd-shim-runc-v2", "runc", "cni/bridge", "cni/host-local", "cni/loopback"} {
-		need.Built(tb, filepath.Join(dir, n), "components", EnvBin)
+	need.Built(tb, filepath.Join(dir, "containerd"), "build", EnvBin) // the node binary
+	for _, c := range rootfs.Components {
+		need.Built(tb, filepath.Join(dir, c.Name), c.Make, EnvBin)
 	}
 	return dir
 }
