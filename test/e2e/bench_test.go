@@ -128,10 +128,10 @@ func ukiTable(b *testing.B, uki string) {
 	}
 	defer f.Close()
 	var table strings.Builder
-	fmt.Fprintf(&table, "%-52s %10s %10s\n", "UKI part", "bytes", "zstd")
+	fmt.Fprintf(&table, "%-58s %10s %10s\n", "UKI part", "bytes", "zstd")
 	for _, name := range []string{".linux", ".initrd"} {
 		if s := f.Section(name); s != nil {
-			fmt.Fprintf(&table, "%-52s %10d\n", "section "+name, s.VirtualSize)
+			fmt.Fprintf(&table, "%-58s %10d\n", "section "+name, s.VirtualSize)
 		}
 	}
 	initrd, err := f.Section(".initrd").Data()
@@ -146,7 +146,7 @@ func ukiTable(b *testing.B, uki string) {
 	for _, r := range records {
 		if r.Name != "rootfs.sqsh" {
 			if r.FileSize > 0 {
-				fmt.Fprintf(&table, "%-52s %10d\n", "initramfs "+r.Name, r.FileSize)
+				fmt.Fprintf(&table, "%-58s %10d\n", "initramfs "+r.Name, r.FileSize)
 			}
 			continue
 		}
@@ -158,7 +158,7 @@ func ukiTable(b *testing.B, uki string) {
 		if err := os.WriteFile(sqsh, data, 0o644); err != nil {
 			b.Fatal(err)
 		}
-		fmt.Fprintf(&table, "%-52s %10d\n", "initramfs rootfs.sqsh", r.FileSize)
+		fmt.Fprintf(&table, "%-58s %10d\n", "initramfs rootfs.sqsh", r.FileSize)
 		if out, err := exec.Command("unsquashfs", "-q", "-d", root, sqsh).CombinedOutput(); err != nil {
 			b.Fatalf("unsquashfs: %v\n%s", err, out)
 		}
@@ -202,10 +202,10 @@ func ukiTable(b *testing.B, uki string) {
 	for i, e := range files {
 		size, compressed = size+e.size, compressed+e.zstd
 		if i < 20 {
-			fmt.Fprintf(&table, "%-52s %10d %10d\n", "  "+e.name, e.size, e.zstd)
+			fmt.Fprintf(&table, "%-58s %10d %10d\n", "  "+e.name, e.size, e.zstd)
 		}
 	}
-	fmt.Fprintf(&table, "%-52s %10d %10d\n", fmt.Sprintf("  root filesystem, %d files", len(files)), size, compressed)
+	fmt.Fprintf(&table, "%-58s %10d %10d\n", fmt.Sprintf("  root filesystem, %d files", len(files)), size, compressed)
 	b.Logf("where the UKI's bytes are:\n%s", table.String())
 }
 
