@@ -1,16 +1,17 @@
 // Package agent is cairn-agent, the node agent of Cairn: Main runs it, in
 // the node binary (init) called by that name. It serves the management
-// API over mutual TLS and asks init, over its control socket, for what only
-// PID 1 may do (reboot, shutdown, applying a machine config). It runs on
-// the config that init writes to /run/cairn, and follows the changes that
-// init applies live to it. When the machine config has a cluster
+// API over mutual TLS and asks init, over its control socket, for what
+// only PID 1 may do (reboot, shutdown, applying a machine config). It runs
+// on the config that init writes to /run/cairn, and follows the changes
+// that init applies live to it. When the machine config has a cluster
 // section, it also joins the node to that Kubernetes cluster (agent/node)
 // and runs the node's components beside each other once it joined: the
 // pod loop (agent/kubelet), the kubelet server on the kubelet's port
 // (agent/kubelet/server: kubectl logs), the Service dataplane
 // (agent/proxy), the pod network writer and the Node's labels from the
-// config; that never holds up or stops the management API. The pod loop runs the machine config's static pods
-// from the agent's start, joined or not, cluster section or not.
+// config; that never holds up or stops the management API. The pod loop
+// runs the machine config's static pods from the agent's start, joined or
+// not, cluster section or not.
 package agent
 
 import (
