@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cairn-os/cairn/api/client"
 	"github.com/cairn-os/cairn/api/machine"
@@ -39,7 +40,20 @@ func testReset(t *testing.T, ctx context.Context, c *client.Client, vm *qemu.VM,
 		t.Fatalf("vm.swappiness before the reset = %q, %v; want an applied value, not the kernel's 60", got, err)
 	}
 	// Graceful: drained first; a node may not delete its own Node.
-	out := cairn(t, "node", "--cairnconfig", cairnconfig, "reset", "--wipe-state", "--graceful", "--drain-timeout", "2m")
+	// Right after the rollback that comes before, the agent may not have
+	// joined its cluster again: the node refuses a graceful reset until it
+	// has, so the call is repeated for up to two minutes.
+	var out string
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(5 * time.Second) {
+		var err error
+		out, err = cairnCLI(ctx, "node", "--cairnconfig", cairnconfig, "reset", "--wipe-state", "--graceful", "--drain-timeout", "2m")
+		if err == nil {
+			break
+		}
+		if !strings.Contains(out, "not in its cluster now") || time.Now().After(deadline) {
+			t.Fatalf("reset --wipe-state --graceful: %v\n%s", err, out)
+		}
+	}
 	for _, want := range []string{"drained; the Node e2e-node stays, cordoned: the cluster does not let a node delete its own Node", "wiping EPHEMERAL and STATE, then rebooting"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("reset --wipe-state --graceful printed %q, want %q in it", out, want)
