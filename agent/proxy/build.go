@@ -14,7 +14,6 @@ const (
 	chainFilterOutput     = "filter-output"
 	chainServices         = "services"
 	chainMasquerading     = "masquerading"
-	chainMarkForMasq      = "mark-for-masquerade"
 	chainPodEgress        = "pod-egress"
 	chainEndpointsCheck   = "endpoints-check"
 	chainReject           = "reject"
@@ -29,6 +28,7 @@ const (
 	mapNoEndpointServices  = "no-endpoint-services"  // addr . proto . port : reject or drop
 	mapNoEndpointNodePorts = "no-endpoint-nodeports" // proto . port : reject or drop
 	setClusterIPs          = "cluster-ips"           // every ClusterIP: other ports are rejected
+	setHairpin             = "hairpin"               // endpoint . endpoint: a packet DNATed back to its sender
 )
 
 func famName(base string, f family) string { return fmt.Sprintf("%s%d", base, f) }
@@ -79,19 +79,10 @@ func podEgress(mc modelConfig) []rule {
 	return rules
 }
 
-// Per-Service names: kind, family, then the service port name, e.g.
-// svc4-default/web/tcp/http; endpoint chains and affinity sets add the
-// endpoint: ep4-default/web/tcp/http/10.1.0.5:8080.
-func (sp *servicePort) chainName(kind string) string {
-	return fmt.Sprintf("%s%d-%s", kind, sp.family, sp.name)
-}
-
-func (sp *servicePort) endpointName(kind string, e endpoint) string {
-	return fmt.Sprintf("%s%d-%s/%s", kind, sp.family, sp.name, e)
-}
-
-// buildTable computes the desired table for the given service ports.
-func buildTable(mc modelConfig, ports []servicePort) *table {
+// fixedTable is the table without Services: the hooks, the chains they
+// reach, and the shared sets and maps, empty but for the node's own
+// addresses.
+func fixedTable(mc modelConfig) *table {
 	t := newTable()
 	mark := mc.mark
 
@@ -103,12 +94,7 @@ func buildTable(mc modelConfig, ports []servicePort) *table {
 	)
 	t.addChain(chainFilterPrerouting, &hook{"filter", "prerouting", prioFilterPre}, rule{tCtStateNew{}, tVerdict{jump(chainEndpointsCheck)}})
 	t.addChain(chainFilterOutput, &hook{"filter", "output", prioFilterPre}, rule{tCtStateNew{}, tVerdict{jump(chainEndpointsCheck)}})
-	t.addChain(chainMasquerading, nil,
-		rule{tMarkClear{mark}, tVerdict{verdict{kind: vReturn}}},
-		rule{sMarkXor{mark}},
-		rule{sMasquerade{}},
-	)
-	t.addChain(chainMarkForMasq, nil, rule{sMarkOr{mark}})
+	masq := t.addChain(chainMasquerading, nil)
 	t.addChain(chainPodEgress, nil, podEgress(mc)...)
 	t.addChain(chainReject, nil,
 		rule{tL4proto{protoTCP}, sReject{tcpReset: true}},
@@ -124,6 +110,7 @@ func buildTable(mc modelConfig, ports []servicePort) *table {
 		t.addSet(famName(mapNoEndpointServices, f), true, 0, a, kProto, kPort)
 		t.addSet(famName(mapNoEndpointNodePorts, f), true, 0, kProto, kPort)
 		t.addSet(famName(setClusterIPs, f), false, 0, a)
+		t.addSet(famName(setHairpin, f), false, 0, a, a)
 		for _, ip := range mc.nodeIPs {
 			if familyOf(ip) == f {
 				npIPs.elems[elemKey{addr: ip}] = verdict{}
@@ -138,37 +125,95 @@ func buildTable(mc modelConfig, ports []servicePort) *table {
 			rule{tDaddrInSet{f, famName(setNodePortIPs, f)}, tVmapNodePort{famName(mapNoEndpointNodePorts, f)}},
 			rule{tDaddrInSet{f, famName(setClusterIPs, f)}, tVerdict{goTo(chainReject)}},
 		)
+		// A pod that reaches a Service and is sent to itself must see
+		// the reply come from the Service: masquerade it.
+		masq.rules = append(masq.rules, rule{tPairInSet{f, famName(setHairpin, f)}, sMasquerade{}})
 	}
-	for i := range ports {
-		addServicePort(t, &mc, &ports[i])
-	}
+	masq.rules = append(masq.rules,
+		rule{tMarkClear{mark}, tVerdict{verdict{kind: vReturn}}},
+		rule{sMarkXor{mark}},
+		rule{sMasquerade{}},
+	)
 	return t
 }
 
-// addServicePort adds one service port's chains and map elements. The
+// setElem is one element of a shared set or map.
+type setElem struct {
+	set string
+	key elemKey
+	val verdict
+}
+
+// A fragment is what one Service puts in the table: its own chains and
+// session-affinity sets, its elements of the shared sets and maps, and its
+// endpoints' addresses for the shared hairpin sets.
+type fragment struct {
+	chains  []*chain
+	sets    []*set
+	elems   []setElem
+	hairpin []netip.Addr
+	// ports is what conntrack cleanup needs of its service ports.
+	ports map[string]portState
+}
+
+// buildFragment builds the fragment of one Service from its service ports.
+func buildFragment(mc *modelConfig, ports []servicePort) *fragment {
+	fr := &fragment{ports: portStates(ports)}
+	for i := range ports {
+		fr.addServicePort(mc, &ports[i])
+	}
+	return fr
+}
+
+// buildTable computes the whole desired table for the given service ports,
+// as a full sync writes it.
+func buildTable(mc modelConfig, ports []servicePort) *table {
+	st := newState(mc)
+	for len(ports) > 0 {
+		n := 1
+		for n < len(ports) && ports[n].name.Namespace == ports[0].name.Namespace && ports[n].name.Name == ports[0].name.Name {
+			n++
+		}
+		st.put(ports[0].name.Namespace+"/"+ports[0].name.Name, buildFragment(&mc, ports[:n]))
+		ports = ports[n:]
+	}
+	return st.table()
+}
+
+// addServicePort adds one service port's chains and elements. The
 // structure follows kube-proxy's nftables mode:
 //
 //	service-ips: clusterIP -> internal chain (svc or local)
 //	             externalIP -> ext chain
 //	service-nodeports: nodePort -> ext chain
-//	svc chain (Cluster policy): masquerade check, affinity, numgen over endpoints
-//	local chain (Local policy): affinity, numgen over this node's endpoints
+//	svc chain (Cluster policy): masquerade mark, then a random endpoint
+//	local chain (Local policy): a random endpoint of this node's
 //	ext chain: masquerade (Cluster) or short-circuits (Local), then svc/local
-//	ep chain: hairpin masquerade, affinity update, DNAT
-func addServicePort(t *table, mc *modelConfig, sp *servicePort) {
+//
+// A random endpoint is picked as iptables' statistic match did: of n
+// endpoints, the first is taken once in n, else the second once in n-1,
+// and so on, each a rule that DNATs. kube-proxy looks the pick up in an
+// anonymous map per Service instead; but the kernel's cost of adding a
+// set grows with the sets the table has, and of binding a map with the
+// elements it has, so at thousands of Services a full sync's time grows
+// with their square. Rules with no sets or jumps cost the same however
+// many Services there are. Only a new connection's first packet walks
+// them (NAT rules see nothing else), and no more of them than the Service
+// has endpoints.
+//
+// With session affinity, each endpoint has a chain that records the
+// client in the endpoint's affinity set and DNATs; the picks go to it.
+func (fr *fragment) addServicePort(mc *modelConfig, sp *servicePort) {
 	f := sp.family
 	cluster, local, reachable, hasAny := sp.categorize()
-	clusterChain, localChain, extChain := sp.chainName("svc"), sp.chainName("local"), sp.chainName("ext")
 	usesCluster := len(cluster) > 0 && sp.usesClusterEndpoints()
 	usesLocal := len(local) > 0 && sp.usesLocalEndpoints()
-
-	internalChain, hasInternal := clusterChain, hasAny
+	hasInternal, hasExternal := hasAny, hasAny
 	if sp.internalLocal {
-		internalChain, hasInternal = localChain, len(local) > 0
+		hasInternal = len(local) > 0
 	}
-	externalPolicyChain, hasExternal := clusterChain, hasAny
 	if sp.externalLocal {
-		externalPolicyChain, hasExternal = localChain, len(local) > 0
+		hasExternal = len(local) > 0
 	}
 	// The ext chain exists whenever some endpoint exists, even with no local
 	// one under policy Local: pods and the node itself still reach the
@@ -188,36 +233,72 @@ func addServicePort(t *table, mc *modelConfig, sp *servicePort) {
 		}
 	}
 
+	name := sp.name.String()
+	spKey := elemKey{addr: sp.clusterIP, proto: sp.name.Protocol, port: sp.port}
+	mark := sMarkOr{mc.mark}
 	for _, e := range reachable {
-		var rules []rule
-		rules = append(rules, rule{tSaddr{f, netip.PrefixFrom(e.addr, e.addr.BitLen()), false}, tVerdict{jump(chainMarkForMasq)}})
-		if sp.affinity > 0 {
-			aff := sp.endpointName("aff", e)
-			t.addSet(aff, false, sp.affinity, addrField(f))
-			rules = append(rules, rule{sUpdateSaddr{f, aff}})
-		}
-		rules = append(rules, rule{tL4proto{sp.name.Protocol}, sDNAT{f, e.addr, e.port}})
-		t.addChain(sp.endpointName("ep", e), nil, rules...)
+		fr.hairpin = append(fr.hairpin, e.addr)
 	}
-
-	if usesCluster {
+	epChains := map[endpoint]string{}
+	if sp.affinity > 0 {
+		for _, e := range reachable {
+			aff := sp.endpointName("aff", e)
+			fr.sets = append(fr.sets, &set{name: aff, key: []keyField{addrField(f)}, timeout: sp.affinity, elems: map[elemKey]verdict{}})
+			rules := []rule{
+				{sUpdateSaddr{f, aff}},
+				{sDNAT{f, e.addr, e.port}},
+			}
+			epChains[e] = fr.addChain("ep", f, name+"/"+e.String(), rules)
+		}
+	}
+	// dispatch picks one of eps: first a client's affinity, if any, then a
+	// random endpoint.
+	dispatch := func(eps []endpoint) []rule {
 		var rules []rule
-		if sp.clusterIP.IsValid() {
-			match := rule{tDaddr{f, sp.clusterIP}, tL4proto{sp.name.Protocol}, tDport{sp.port}}
-			if mc.masqAll {
-				rules = append(rules, append(match, tVerdict{jump(chainMarkForMasq)}))
-			} else if cidrs := mc.cidrs(f); len(cidrs) > 0 {
-				for _, p := range cidrs {
-					match = append(match, tSaddr{f, p, true})
-				}
-				rules = append(rules, append(match, tVerdict{jump(chainMarkForMasq)}))
+		if sp.affinity > 0 {
+			for _, e := range eps {
+				rules = append(rules, rule{tSaddrInSet{f, sp.endpointName("aff", e)}, tVerdict{goTo(epChains[e])}})
 			}
 		}
-		rules = append(rules, dispatch(sp, cluster)...)
-		t.addChain(clusterChain, nil, rules...)
+		for i, e := range eps {
+			var r rule
+			if left := len(eps) - i; left > 1 {
+				r = rule{tNumgenZero{uint32(left)}}
+			}
+			if sp.affinity > 0 {
+				r = append(r, tVerdict{goTo(epChains[e])})
+			} else {
+				r = append(r, sDNAT{f, e.addr, e.port})
+			}
+			rules = append(rules, r)
+		}
+		return rules
+	}
+
+	var clusterChain, localChain, extChain string
+	if usesCluster {
+		var rules []rule
+		match := rule{tDaddr{f, sp.clusterIP}, tL4proto{sp.name.Protocol}, tDport{sp.port}}
+		if mc.masqAll {
+			rules = append(rules, append(match, mark))
+		} else if cidrs := mc.cidrs(f); len(cidrs) > 0 {
+			for _, p := range cidrs {
+				match = append(match, tSaddr{f, p, true})
+			}
+			rules = append(rules, append(match, mark))
+		}
+		rules = append(rules, dispatch(cluster)...)
+		clusterChain = fr.addChain("svc", f, name, rules)
 	}
 	if usesLocal {
-		t.addChain(localChain, nil, dispatch(sp, local)...)
+		localChain = fr.addChain("local", f, name, dispatch(local))
+	}
+	internalChain, externalPolicyChain := clusterChain, clusterChain
+	if sp.internalLocal {
+		internalChain = localChain
+	}
+	if sp.externalLocal {
+		externalPolicyChain = localChain
 	}
 	if usesExt {
 		var rules []rule
@@ -231,67 +312,61 @@ func addServicePort(t *table, mc *modelConfig, sp *servicePort) {
 			}
 			// The node itself reaching its own external address: its source
 			// address would not route back, so masquerade.
-			rules = append(rules, rule{tFibSaddrLocal{}, tVerdict{jump(chainMarkForMasq)}})
+			rules = append(rules, rule{tFibSaddrLocal{}, mark})
 			if usesCluster {
 				rules = append(rules, rule{tFibSaddrLocal{}, tVerdict{goTo(clusterChain)}})
 			}
 		} else {
-			rules = append(rules, rule{tVerdict{jump(chainMarkForMasq)}})
+			rules = append(rules, rule{mark})
 		}
 		if hasExternal {
 			rules = append(rules, rule{tVerdict{goTo(externalPolicyChain)}})
 		}
-		t.addChain(extChain, nil, rules...)
+		extChain = fr.addChain("ext", f, name, rules)
 	}
 
+	add := func(set string, k elemKey, v verdict) {
+		fr.elems = append(fr.elems, setElem{famName(set, f), k, v})
+	}
 	proto := sp.name.Protocol
-	svcIPs := t.sets[famName(mapServiceIPs, f)]
-	noEP := t.sets[famName(mapNoEndpointServices, f)]
 	if sp.clusterIP.IsValid() {
-		k := elemKey{addr: sp.clusterIP, proto: proto, port: sp.port}
-		t.sets[famName(setClusterIPs, f)].elems[elemKey{addr: sp.clusterIP}] = verdict{}
+		add(setClusterIPs, elemKey{addr: sp.clusterIP}, verdict{})
 		if hasInternal {
-			svcIPs.elems[k] = goTo(internalChain)
+			add(mapServiceIPs, spKey, goTo(internalChain))
 		}
 		if !internalFilter.isZero() {
-			noEP.elems[k] = internalFilter
+			add(mapNoEndpointServices, spKey, internalFilter)
 		}
 	}
 	for _, a := range sp.externalIPs {
 		k := elemKey{addr: a, proto: proto, port: sp.port}
 		if usesExt {
-			svcIPs.elems[k] = goTo(extChain)
+			add(mapServiceIPs, k, goTo(extChain))
 		}
 		if !externalFilter.isZero() {
-			noEP.elems[k] = externalFilter
+			add(mapNoEndpointServices, k, externalFilter)
 		}
 	}
 	if sp.nodePort != 0 {
 		k := elemKey{proto: proto, port: sp.nodePort}
 		if usesExt {
-			t.sets[famName(mapServiceNodePorts, f)].elems[k] = goTo(extChain)
+			add(mapServiceNodePorts, k, goTo(extChain))
 		}
 		if !externalFilter.isZero() {
-			t.sets[famName(mapNoEndpointNodePorts, f)].elems[k] = externalFilter
+			add(mapNoEndpointNodePorts, k, externalFilter)
 		}
 	}
 }
 
-// dispatch picks one of eps: first a client's affinity, if any, then a
-// random endpoint.
-func dispatch(sp *servicePort, eps []endpoint) []rule {
-	var rules []rule
-	if sp.affinity > 0 {
-		for _, e := range eps {
-			rules = append(rules, rule{tSaddrInSet{sp.family, sp.endpointName("aff", e)}, tVerdict{goTo(sp.endpointName("ep", e))}})
-		}
-	}
-	if len(eps) == 1 {
-		return append(rules, rule{tVerdict{goTo(sp.endpointName("ep", eps[0]))}})
-	}
-	chains := make([]string, len(eps))
-	for i, e := range eps {
-		chains[i] = sp.endpointName("ep", e)
-	}
-	return append(rules, rule{tVmapNumgen{chains}})
+// addChain adds a sealed chain and returns its name.
+func (fr *fragment) addChain(kind string, f family, what string, rules []rule) string {
+	name := sealedName(kind, f, what, rules)
+	fr.chains = append(fr.chains, &chain{name: name, rules: rules, sealed: true})
+	return name
+}
+
+// endpointName names an endpoint's affinity set:
+// aff4-default/web/tcp/http/10.1.0.5:8080.
+func (sp *servicePort) endpointName(kind string, e endpoint) string {
+	return fmt.Sprintf("%s%d-%s/%s", kind, sp.family, sp.name, e)
 }

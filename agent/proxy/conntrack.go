@@ -40,7 +40,7 @@ func portStates(ports []servicePort) map[string]portState {
 		for _, e := range reachable {
 			st.endpoints = append(st.endpoints, netip.AddrPortFrom(e.addr, e.port))
 		}
-		m[sp.chainName("")] = st
+		m[sp.key()] = st
 	}
 	return m
 }

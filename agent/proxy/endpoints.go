@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -101,6 +102,9 @@ type servicePort struct {
 
 	endpoints []endpoint // sorted by address, then port
 }
+
+// key names a service port in one family: 4-default/web/tcp/http.
+func (sp *servicePort) key() string { return fmt.Sprintf("%d-%s", sp.family, sp.name) }
 
 type endpoint struct {
 	addr        netip.Addr
@@ -205,6 +209,19 @@ const (
 	// part of the Service that needs it is skipped.
 	reasonInvalidField = "InvalidServiceField"
 )
+
+// reasonAddressConflict: another Service has the same external IP and
+// port, or NodePort; the Service that had it first keeps it.
+const reasonAddressConflict = "ServiceAddressConflict"
+
+// conflictProblem describes an element a Service could not have.
+func conflictProblem(e setElem) fieldProblem {
+	field, what := "spec.externalIPs", e.key.String()
+	if strings.HasPrefix(e.set, mapServiceNodePorts) || strings.HasPrefix(e.set, mapNoEndpointNodePorts) {
+		field, what = "spec.ports.nodePort", fmt.Sprintf("%s %d", e.key.proto, e.key.port)
+	}
+	return fieldProblem{reason: reasonAddressConflict, field: field, msg: what + " not programmed: another Service has it"}
+}
 
 // A fieldProblem is a field of a Service that the table does not honour.
 type fieldProblem struct {

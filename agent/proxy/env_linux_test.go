@@ -330,8 +330,9 @@ func nodeConn(t *testing.T, ns *netNS) *nftables.Conn {
 }
 
 // kernelElements returns the elements of the named static set in the
-// node's table, formatted as in the model ("198.18.100.10 . tcp . 80 : goto
-// svc4-…"); nil if the table or set is missing.
+// node's table, formatted as in the model with chain names unsealed
+// ("198.18.100.10 . tcp . 80 : goto svc4-ns/web/tcp/http"); nil if the
+// table or set is missing.
 func kernelElements(t *testing.T, ns *netNS, setName string) []string {
 	t.Helper()
 	n, err := newNFTProgrammer(defaultTable, int(ns.h))
@@ -350,7 +351,10 @@ func kernelElements(t *testing.T, ns *netNS, setName string) []string {
 	var out []string
 	for k, v := range s.elems {
 		e := k.format(skel.sets[setName].key)
-		if !v.isZero() {
+		if v.chain != "" {
+			v.chain = unseal(v.chain)
+		}
+		if v != (verdict{}) {
 			e += " : " + v.String()
 		}
 		out = append(out, e)

@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"encoding/base32"
 	"fmt"
+	"hash/fnv"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -122,8 +124,14 @@ type (
 	}
 	// tVmapNodePort: meta l4proto . th dport vmap @M
 	tVmapNodePort struct{ set string }
-	// tVmapNumgen: numgen random mod N vmap { 0 : goto C0, ... }
-	tVmapNumgen struct{ chains []string }
+	// tPairInSet: ip saddr . ip daddr @S (a hairpin: a packet DNATed back
+	// to its sender)
+	tPairInSet struct {
+		f   family
+		set string
+	}
+	// tNumgenZero: numgen random mod N == 0, true once in N
+	tNumgenZero struct{ n uint32 }
 )
 
 func (t tDaddr) fam() family       { return t.f }
@@ -134,6 +142,7 @@ func (t tSaddrInSet) fam() family  { return t.f }
 func (t sDNAT) fam() family        { return t.f }
 func (t sUpdateSaddr) fam() family { return t.f }
 func (t tVmapService) fam() family { return t.f }
+func (t tPairInSet) fam() family   { return t.f }
 
 func prefixString(p netip.Prefix) string {
 	if p.IsSingleIP() {
@@ -176,13 +185,10 @@ func (t sReject) String() string {
 	}
 	return "reject with icmpx port-unreachable"
 }
-func (t tVmapNumgen) String() string {
-	parts := make([]string, len(t.chains))
-	for i, c := range t.chains {
-		parts[i] = fmt.Sprintf("%d : goto %s", i, c)
-	}
-	return fmt.Sprintf("numgen random mod %d vmap { %s }", len(t.chains), strings.Join(parts, ", "))
+func (t tPairInSet) String() string {
+	return fmt.Sprintf("%s saddr . %s daddr @%s", t.f.nft(), t.f.nft(), t.set)
 }
+func (t tNumgenZero) String() string { return fmt.Sprintf("numgen random mod %d == 0", t.n) }
 
 type rule []term
 
@@ -214,6 +220,15 @@ type chain struct {
 	name  string
 	hook  *hook // nil: a regular chain
 	rules []rule
+	// sealed: the name ends in a digest of the rules (sealedName), so a
+	// chain of this name in the kernel holds these rules and is never
+	// rewritten, only added and deleted. A Service's chains are sealed;
+	// the fixed ones are not, and their rules carry their digests as
+	// comments for a full sync to compare (tags).
+	sealed bool
+	// tags are the rule digests of a chain read back from the kernel, in
+	// order; nil when its rules were not read.
+	tags []string
 }
 
 // sameRules tells whether two chains hold the same rules.
@@ -226,6 +241,27 @@ func (c *chain) sameHook(o *chain) bool {
 		return c.hook == o.hook
 	}
 	return *c.hook == *o.hook
+}
+
+// digest is a short, printable hash of some text.
+func digest(text string) string {
+	h := fnv.New64a()
+	h.Write([]byte(text))
+	return base32.HexEncoding.WithPadding(base32.NoPadding).EncodeToString(h.Sum(nil))[:8]
+}
+
+// ruleTag is the digest a fixed chain's rule carries as its comment.
+func ruleTag(r rule) string { return digest(r.String()) }
+
+// sealedName names a chain kind-family-digest-what, the digest over its
+// rules: svc4-0123abcd-ns/web/tcp/http.
+func sealedName(kind string, f family, what string, rules []rule) string {
+	var b strings.Builder
+	for _, r := range rules {
+		b.WriteString(r.String())
+		b.WriteByte('\n')
+	}
+	return fmt.Sprintf("%s%d-%s-%s", kind, f, strings.ToLower(digest(b.String())), what)
 }
 
 // keyField is one part of a set's key.
@@ -242,6 +278,9 @@ func (k keyField) String() string {
 	return [...]string{"ipv4_addr", "ipv6_addr", "inet_proto", "inet_service"}[k]
 }
 
+// size is the field's length in bytes, unpadded.
+func (k keyField) size() uint32 { return [...]uint32{4, 16, 1, 2}[k] }
+
 func addrField(f family) keyField {
 	if f == ipv4 {
 		return kAddr4
@@ -249,7 +288,22 @@ func addrField(f family) keyField {
 	return kAddr6
 }
 
-// elemKey is a set element's key; only the fields its set's key has count.
+// fieldsLen is the length in bytes of a key or value of the given fields as
+// the kernel stores it: a lone field at its own size, each field of a
+// concatenation padded to 4 bytes.
+func fieldsLen(fields []keyField) uint32 {
+	if len(fields) == 1 {
+		return fields[0].size()
+	}
+	var n uint32
+	for _, f := range fields {
+		n += (f.size() + 3) / 4 * 4
+	}
+	return n
+}
+
+// elemKey is a set element's key; its set's key fields say which of these
+// count. An address field repeated in a key (a hairpin pair) holds addr.
 type elemKey struct {
 	addr  netip.Addr
 	proto protocol
@@ -316,23 +370,12 @@ func (s *set) sameType(o *set) bool {
 	return slices.Equal(s.key, o.key)
 }
 
-// keyLen is the key's length in bytes as the kernel stores it: a lone
-// field at its own size, each field of a concatenation padded to 4 bytes.
+// keyLen is the key's length in bytes as the kernel stores it.
 func (s *set) keyLen() uint32 {
 	if s.key == nil {
 		return s.observedKeyLen
 	}
-	size := func(f keyField) uint32 {
-		return [...]uint32{4, 16, 1, 2}[f]
-	}
-	if len(s.key) == 1 {
-		return size(s.key[0])
-	}
-	var n uint32
-	for _, f := range s.key {
-		n += (size(f) + 3) / 4 * 4
-	}
-	return n
+	return fieldsLen(s.key)
 }
 
 func sortKeys(keys []elemKey) {
@@ -391,11 +434,7 @@ func (t *table) String() string {
 		if s.isMap {
 			kind = "map"
 		}
-		keys := make([]string, len(s.key))
-		for i, k := range s.key {
-			keys[i] = k.String()
-		}
-		fmt.Fprintf(&b, "\t%s %s {\n\t\ttype %s", kind, name, strings.Join(keys, " . "))
+		fmt.Fprintf(&b, "\t%s %s {\n\t\ttype %s", kind, name, fieldsString(s.key))
 		if s.isMap {
 			b.WriteString(" : verdict")
 		}
@@ -430,6 +469,14 @@ func (t *table) String() string {
 	}
 	b.WriteString("}\n")
 	return b.String()
+}
+
+func fieldsString(fields []keyField) string {
+	s := make([]string, len(fields))
+	for i, f := range fields {
+		s[i] = f.String()
+	}
+	return strings.Join(s, " . ")
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -247,7 +247,7 @@ func TestServicePorts(t *testing.T) {
 	ports := f.ports(t)
 	byName := map[string]servicePort{}
 	for _, p := range ports {
-		byName[p.chainName("")] = p
+		byName[p.key()] = p
 	}
 	var names []string
 	for n := range byName {

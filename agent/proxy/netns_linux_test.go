@@ -35,7 +35,7 @@ var nsSeq atomic.Int32
 
 // needRoot skips a test that needs root and namespaces where they are not
 // to be had (the tests are meant to run, as root, in make test).
-func needRoot(t *testing.T) {
+func needRoot(t testing.TB) {
 	t.Helper()
 	need.Root(t, "network namespaces")
 	need.Tool(t, "ip", "iproute2")
@@ -47,7 +47,7 @@ type netNS struct {
 	h    netns.NsHandle
 }
 
-func ipCmd(t *testing.T, args ...string) {
+func ipCmd(t testing.TB, args ...string) {
 	t.Helper()
 	out, err := exec.Command("ip", args...).CombinedOutput()
 	if err != nil {
@@ -57,7 +57,7 @@ func ipCmd(t *testing.T, args ...string) {
 
 // newNS creates a network namespace with its loopback up; t.Cleanup
 // deletes it.
-func newNS(t *testing.T, role string) *netNS {
+func newNS(t testing.TB, role string) *netNS {
 	t.Helper()
 	name := fmt.Sprintf("cairnpx-%d-%d-%s", os.Getpid(), nsSeq.Add(1), role)
 	ipCmd(t, "netns", "add", name)

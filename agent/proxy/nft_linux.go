@@ -12,6 +12,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -101,7 +102,7 @@ func (n *nftProgrammer) apply(p *plan) error {
 		for i := 0; i < len(keys); i += elemsPerMessage {
 			var elems []nftables.SetElement
 			for _, k := range keys[i:min(i+elemsPerMessage, len(keys))] {
-				elems = append(elems, nftables.SetElement{Key: encodeKey(k)})
+				elems = append(elems, nftables.SetElement{Key: encodeKey(k, p.sets[name].key)})
 			}
 			if err := c.SetDeleteElements(n.setRef(name), elems); err != nil {
 				return fmt.Errorf("delete elements of %s: %w", name, err)
@@ -131,7 +132,7 @@ func (n *nftProgrammer) apply(p *plan) error {
 		if err := c.AddSet(ns, nil); err != nil {
 			return fmt.Errorf("add set %s: %w", s.name, err)
 		}
-		if err := n.addElems(ns, s.elems); err != nil {
+		if err := n.addElems(ns, s, s.elems); err != nil {
 			return err
 		}
 	}
@@ -141,11 +142,15 @@ func (n *nftProgrammer) apply(p *plan) error {
 			if err != nil {
 				return fmt.Errorf("chain %s: rule %q: %w", ch.name, r, err)
 			}
-			c.AddRule(&nftables.Rule{Table: n.table, Chain: n.chainRef(ch.name), Exprs: exprs})
+			nr := &nftables.Rule{Table: n.table, Chain: n.chainRef(ch.name), Exprs: exprs}
+			if !ch.sealed {
+				nr.UserData = userdata.AppendString(nil, userdata.TypeComment, ruleTag(r))
+			}
+			c.AddRule(nr)
 		}
 	}
 	for _, name := range sortedKeys(p.addElems) {
-		if err := n.addElems(n.setRef(name), p.addElems[name]); err != nil {
+		if err := n.addElems(n.setRef(name), p.sets[name], p.addElems[name]); err != nil {
 			return err
 		}
 	}
@@ -155,13 +160,14 @@ func (n *nftProgrammer) apply(p *plan) error {
 	return nil
 }
 
-func (n *nftProgrammer) addElems(ns *nftables.Set, elems map[elemKey]verdict) error {
+// addElems adds elems to the set ns, which def describes.
+func (n *nftProgrammer) addElems(ns *nftables.Set, def *set, elems map[elemKey]verdict) error {
 	if len(elems) == 0 {
 		return nil
 	}
 	var all []nftables.SetElement
 	for _, k := range sortedElemKeys(elems) {
-		e := nftables.SetElement{Key: encodeKey(k)}
+		e := nftables.SetElement{Key: encodeKey(k, def.key)}
 		if v := elems[k]; !v.isZero() {
 			e.VerdictData = nftVerdict(v)
 		}
@@ -184,19 +190,24 @@ func sortedElemKeys(m map[elemKey]verdict) []elemKey {
 	return keys
 }
 
-// encodeKey lays out a key as the kernel compares it: each field of a
-// concatenation padded to 4 bytes, in network byte order. A zero field is
-// left out (the set's key type says which fields exist).
-func encodeKey(k elemKey) []byte {
-	var b []byte
-	if k.addr.IsValid() {
-		b = append(b, k.addr.AsSlice()...)
-	}
-	if k.proto != 0 {
-		b = append(b, byte(k.proto), 0, 0, 0)
-	}
-	if k.port != 0 {
-		b = append(b, byte(k.port>>8), byte(k.port), 0, 0)
+// encodeKey lays out a key of the given fields as the kernel compares it: each field of a concatenation padded to 4 bytes,
+// in network byte order.
+func encodeKey(k elemKey, fields []keyField) []byte {
+	b := make([]byte, 0, fieldsLen(fields))
+	for _, f := range fields {
+		switch f {
+		case kAddr4, kAddr6:
+			b = append(b, k.addr.AsSlice()...)
+		case kProto:
+			b = append(b, byte(k.proto))
+		case kPort:
+			b = append(b, byte(k.port>>8), byte(k.port))
+		}
+		if len(fields) > 1 {
+			for len(b)%4 != 0 {
+				b = append(b, 0)
+			}
+		}
 	}
 	return b
 }
@@ -211,6 +222,13 @@ func decodeKey(b []byte, fields []keyField) (elemKey, error) {
 			need = 4
 		case kAddr6:
 			need = 16
+		case kProto, kPort:
+			need = 1
+			if len(fields) > 1 {
+				need = 4
+			} else if f == kPort {
+				need = 2
+			}
 		default:
 			need = 4
 		}
@@ -242,6 +260,18 @@ func fieldType(f keyField) nftables.SetDatatype {
 	return nftables.TypeInetService
 }
 
+// fieldsType is the type of a key or value of the given fields.
+func fieldsType(fields []keyField) nftables.SetDatatype {
+	if len(fields) == 1 {
+		return fieldType(fields[0])
+	}
+	types := make([]nftables.SetDatatype, len(fields))
+	for i, f := range fields {
+		types[i] = fieldType(f)
+	}
+	return nftables.MustConcatSetType(types...)
+}
+
 func (n *nftProgrammer) nftSet(s *set) *nftables.Set {
 	ns := &nftables.Set{
 		Table:        n.table,
@@ -250,16 +280,8 @@ func (n *nftProgrammer) nftSet(s *set) *nftables.Set {
 		IsMap:        s.isMap,
 		KeyByteOrder: binaryutil.BigEndian,
 	}
-	if len(s.key) == 1 {
-		ns.KeyType = fieldType(s.key[0])
-	} else {
-		types := make([]nftables.SetDatatype, len(s.key))
-		for i, f := range s.key {
-			types[i] = fieldType(f)
-		}
-		ns.KeyType = nftables.MustConcatSetType(types...)
-		ns.Concatenation = true
-	}
+	ns.KeyType = fieldsType(s.key)
+	ns.Concatenation = len(s.key) > 1
 	if s.isMap {
 		ns.DataType = nftables.TypeVerdict
 	}
@@ -471,25 +493,16 @@ func (n *nftProgrammer) compile(r rule) ([]expr.Any, error) {
 				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
 				loadDport(reg32(4)),
 				&expr.Lookup{SourceRegister: reg1, DestRegister: 0, IsDestRegSet: true, SetName: t.set})
-		case tVmapNumgen:
-			// An anonymous constant map, bound to the rule: it goes away
-			// with the rule when the chain is flushed.
-			m := &nftables.Set{
-				Table: n.table, ID: nextSetID(), Name: "__map%d",
-				Anonymous: true, Constant: true, IsMap: true,
-				KeyType: nftables.TypeInteger, DataType: nftables.TypeVerdict,
-				KeyByteOrder: binaryutil.NativeEndian,
-			}
-			elems := make([]nftables.SetElement, len(t.chains))
-			for i, c := range t.chains {
-				elems[i] = nftables.SetElement{Key: native32(uint32(i)), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: c}}
-			}
-			if err := n.conn.AddSet(m, elems); err != nil {
-				return nil, err
-			}
+		case tPairInSet:
+			_, size := addrOffsets(t.f, true)
 			out = append(out,
-				&expr.Numgen{Register: reg1, Modulus: uint32(len(t.chains)), Type: unix.NFT_NG_RANDOM},
-				&expr.Lookup{SourceRegister: reg1, DestRegister: 0, IsDestRegSet: true, SetName: m.Name, SetID: m.ID})
+				loadAddr(t.f, true, reg1),
+				loadAddr(t.f, false, reg32(int(size))),
+				&expr.Lookup{SourceRegister: reg1, SetName: t.set})
+		case tNumgenZero:
+			out = append(out,
+				&expr.Numgen{Register: reg1, Modulus: t.n, Type: unix.NFT_NG_RANDOM},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: native32(0)})
 		default:
 			return nil, fmt.Errorf("no compiler for %T", t)
 		}
@@ -521,6 +534,18 @@ func (n *nftProgrammer) observe(want *table) (*table, error) {
 			oc.hook = &hook{typ: string(c.Type), hook: hookName(*c.Hooknum), priority: int32(*c.Priority)}
 		}
 		t.chains[c.Name] = oc
+		// A fixed chain's rules are read for the digests they carry; a
+		// sealed chain's name says what its rules are.
+		if wc, ok := want.chains[c.Name]; ok && !wc.sealed {
+			rules, err := n.conn.GetRules(n.table, c)
+			if err != nil {
+				return nil, fmt.Errorf("list rules of %s: %w", c.Name, err)
+			}
+			oc.tags = make([]string, len(rules))
+			for i, r := range rules {
+				oc.tags[i], _ = userdata.GetString(r.UserData, userdata.TypeComment)
+			}
+		}
 	}
 	sets, err := n.conn.GetSets(n.table)
 	if err != nil {

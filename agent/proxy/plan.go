@@ -29,6 +29,9 @@ type plan struct {
 	addSets     []*set
 	writeRules  []*chain
 	addElems    map[string]map[elemKey]verdict
+	// sets has the definitions of the sets whose elements the plan
+	// changes, for their key and value fields.
+	sets map[string]*set
 }
 
 func (p *plan) empty() bool {
@@ -106,6 +109,8 @@ func (r rule) refs() []string {
 			out = append(out, t.set)
 		case tVmapNodePort:
 			out = append(out, t.set)
+		case tPairInSet:
+			out = append(out, t.set)
 		}
 	}
 	return out
@@ -120,12 +125,13 @@ func (c *chain) refs(set string) bool {
 	return false
 }
 
-// makePlan diffs old (what the kernel has) against want. With full, old's
-// rules are not trusted (old was read back from the kernel, rules unread):
-// every chain is rewritten, so no stale rule can survive. Elements of
-// dynamic sets (session affinity) are the kernel's and never touched.
+// makePlan diffs old (what the kernel has) against want. With full, old
+// was read back from the kernel: a sealed chain of the same name holds
+// the same rules (its name says so), and another is rewritten unless the
+// digests its rules carry (tags) are want's. Elements of dynamic sets
+// (session affinity) are the kernel's and never touched.
 func makePlan(old, want *table, full bool) *plan {
-	p := &plan{delElems: map[string][]elemKey{}, addElems: map[string]map[elemKey]verdict{}}
+	p := &plan{delElems: map[string][]elemKey{}, addElems: map[string]map[elemKey]verdict{}, sets: want.sets}
 	if old == nil {
 		old = newTable()
 		full = true
@@ -176,6 +182,9 @@ func makePlan(old, want *table, full bool) *plan {
 	// A chain must be rewritten when its rules differ, when the kernel's
 	// rules are unknown (full), or when a set it uses is recreated.
 	usesRecreated := func(c *chain) bool {
+		if len(recreate) == 0 {
+			return false
+		}
 		for s := range recreate {
 			if c.refs(s) {
 				return true
@@ -190,7 +199,7 @@ func makePlan(old, want *table, full bool) *plan {
 		case !ok || !wc.sameHook(oc):
 			p.flushChains = append(p.flushChains, name)
 			p.delChains = append(p.delChains, name)
-		case full || !wc.sameRules(oc) || usesRecreated(oc) || usesRecreated(wc):
+		case usesRecreated(oc) || usesRecreated(wc) || !sameContent(oc, wc, full):
 			p.flushChains = append(p.flushChains, name)
 			p.writeRules = append(p.writeRules, wc)
 		}
@@ -207,6 +216,18 @@ func makePlan(old, want *table, full bool) *plan {
 	// transaction this only matters for readability of the plan.
 	slices.SortStableFunc(p.addChains, func(a, b *chain) int { return boolCmp(a.hook != nil, b.hook != nil) })
 	return p
+}
+
+// sameContent tells whether the chain old (read back from the kernel if
+// full) holds want's rules.
+func sameContent(old, want *chain, full bool) bool {
+	switch {
+	case want.sealed:
+		return true
+	case full:
+		return slices.EqualFunc(old.tags, want.rules, func(tag string, r rule) bool { return tag == ruleTag(r) })
+	}
+	return want.sameRules(old)
 }
 
 func boolCmp(a, b bool) int {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -16,14 +17,12 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 )
@@ -39,16 +38,18 @@ type Proxier struct {
 	trigger chan struct{}
 
 	services corelisters.ServiceLister
-	slices   discoverylisters.EndpointSliceLister
+	slices   cache.Indexer        // EndpointSlices, indexed by their Service
 	events   record.EventRecorder // set by Run
-	// told holds, per Service, the problems already sent as Events, so
-	// that each is told once and not on every sync. Only sync uses it.
-	told map[types.UID]map[fieldProblem]bool
 
-	mu      sync.Mutex // one sync at a time; guards the fields below
-	dp      dataplane
-	applied *table // the kernel's table after the last successful transaction; nil: unknown
-	ports   map[string]portState
+	dirtyMu sync.Mutex
+	dirty   map[string]bool // namespace/name of Services changed since the last sync
+
+	mu sync.Mutex // one sync at a time; guards the fields below
+	dp dataplane
+	st *state // the kernel's table after the last successful transaction; nil: unknown
+	// told holds, per Service, the problems already sent as Events, so
+	// that each is told once and not on every sync.
+	told map[string]map[fieldProblem]bool
 }
 
 // EventSource is the component named as the source of the proxier's
@@ -69,9 +70,11 @@ func New(cfg Config, client kubernetes.Interface) *Proxier {
 	return &Proxier{
 		cfg:     cfg,
 		client:  client,
-		log:     cfg.Logger.With("component", "proxy"),
+		log:     cfg.Logger,
 		metrics: newMetrics(),
 		trigger: make(chan struct{}, 1),
+		dirty:   map[string]bool{},
+		told:    map[string]map[fieldProblem]bool{},
 	}
 }
 
@@ -123,25 +126,41 @@ func (p *Proxier) Run(ctx context.Context, services coreinformers.ServiceInforme
 	defer events.Shutdown()
 	p.events = events.NewRecorder(scheme.Scheme, v1.EventSource{Component: EventSource, Host: p.cfg.NodeName})
 
-	handler := cache.FilteringResourceEventHandler{
-		FilterFunc: isOurs,
-		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { p.requestSync() },
-			UpdateFunc: func(any, any) { p.requestSync() },
-			DeleteFunc: func(any) { p.requestSync() },
-		},
+	sliceInformer := endpointSlices.Informer()
+	if _, ok := sliceInformer.GetIndexer().GetIndexers()[indexService]; !ok {
+		if err := sliceInformer.AddIndexers(cache.Indexers{indexService: func(obj any) ([]string, error) {
+			if key := sliceService(obj); key != "" {
+				return []string{key}, nil
+			}
+			return nil, nil
+		}}); err != nil {
+			return fmt.Errorf("index EndpointSlices by Service: %w", err)
+		}
 	}
-	for what, inf := range map[string]cache.SharedIndexInformer{"Services": services.Informer(), "EndpointSlices": endpointSlices.Informer()} {
-		reg, err := inf.AddEventHandler(handler)
+	onService := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.changed(serviceKey(obj)) },
+		UpdateFunc: func(_, obj any) { p.changed(serviceKey(obj)) },
+		DeleteFunc: func(obj any) { p.changed(serviceKey(obj)) },
+	}
+	onSlice := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.changed(sliceService(obj)) },
+		UpdateFunc: func(old, obj any) { p.changed(sliceService(old)); p.changed(sliceService(obj)) },
+		DeleteFunc: func(obj any) { p.changed(sliceService(obj)) },
+	}
+	for what, w := range map[string]struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandler
+	}{"Services": {services.Informer(), onService}, "EndpointSlices": {sliceInformer, onSlice}} {
+		reg, err := w.inf.AddEventHandler(w.h)
 		if err != nil {
 			return fmt.Errorf("watch %s: %w", what, err)
 		}
-		defer func() { _ = inf.RemoveEventHandler(reg) }()
+		defer func() { _ = w.inf.RemoveEventHandler(reg) }()
 		if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
 			return nil // ctx ended
 		}
 	}
-	p.services, p.slices = services.Lister(), endpointSlices.Lister()
+	p.services, p.slices = services.Lister(), sliceInformer.GetIndexer()
 	p.log.Info("informers synced; programming Services", "table", "inet "+p.cfg.Table)
 	return p.loop(ctx)
 }
@@ -165,7 +184,7 @@ func (p *Proxier) closeDataplane() {
 	defer p.mu.Unlock()
 	if p.dp != nil {
 		p.dp.close()
-		p.dp, p.applied = nil, nil
+		p.dp, p.st = nil, nil
 	}
 }
 
@@ -217,55 +236,159 @@ func (p *Proxier) loop(ctx context.Context) error {
 	}
 }
 
-// sync computes the desired table from the informers' caches and writes
-// the difference in one transaction.
+// changed marks the Service key (namespace/name) for the next sync.
+func (p *Proxier) changed(key string) {
+	if key == "" {
+		return
+	}
+	p.dirtyMu.Lock()
+	p.dirty[key] = true
+	p.dirtyMu.Unlock()
+	p.requestSync()
+}
+
+// takeDirty returns the Services changed since the last call.
+func (p *Proxier) takeDirty() []string {
+	p.dirtyMu.Lock()
+	defer p.dirtyMu.Unlock()
+	keys := slices.Sorted(maps.Keys(p.dirty))
+	clear(p.dirty)
+	return keys
+}
+
+// sync writes what changed in one transaction. A full sync builds every
+// Service's fragment and compares the whole table with the kernel's; a
+// partial one rebuilds the changed Services' fragments and writes their
+// differences only.
 func (p *Proxier) sync(full bool) error {
 	start := time.Now()
-	ports, problems := p.collect()
-	p.tell(problems)
-	want := buildTable(p.modelConfig(), ports)
-
+	keys := p.takeDirty()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.dp == nil {
 		return errors.New("proxy is not running")
 	}
-	old := p.applied
-	if full || old == nil {
-		full = true
-		var err error
-		if old, err = p.dp.observe(want); err != nil {
-			p.metrics.failed()
-			return err
+	if full || p.st == nil {
+		return p.fullSync(start)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	next := make(map[string]*fragment, len(keys))
+	var oldPorts, curPorts []map[string]portState
+	for _, key := range keys {
+		fr := p.fragment(key)
+		next[key] = fr
+		if old := p.st.services[key]; old != nil {
+			oldPorts = append(oldPorts, old.ports)
+		}
+		if fr != nil {
+			curPorts = append(curPorts, fr.ports)
 		}
 	}
-	pl := makePlan(old, want, full)
+	before, after, conflicts := p.st.change(next)
+	for key, c := range conflicts {
+		p.tellConflicts(key, c)
+	}
+	pl := makePlan(before, after, false)
 	if !pl.empty() {
 		if err := p.dp.apply(pl); err != nil {
-			p.applied = nil
+			p.st = nil
 			p.metrics.failed()
 			return err
 		}
 	}
-	p.applied = want
-	cur := portStates(ports)
-	if p.ports != nil || !full {
-		stale := staleFlows(p.ports, cur, p.cfg.NodeIPs)
-		n, err := p.dp.deleteFlows(stale)
-		if err != nil {
-			p.log.Warn("deleting stale UDP conntrack entries failed", "err", err)
-		}
-		if n > 0 {
-			p.metrics.conntrackDeleted(n)
-			p.log.Debug("deleted stale UDP conntrack entries", "count", n)
+	p.flushStale(union(oldPorts), union(curPorts))
+	p.synced(false, start, len(pl.touched()))
+	return nil
+}
+
+// fullSync builds the whole table and writes what the kernel's lacks or
+// has beyond it.
+func (p *Proxier) fullSync(start time.Time) error {
+	svcs, _ := p.services.List(labels.Everything())
+	keys := make([]string, 0, len(svcs))
+	for _, svc := range svcs {
+		keys = append(keys, svc.Namespace+"/"+svc.Name)
+	}
+	slices.Sort(keys)
+	st := newState(p.modelConfig())
+	for _, key := range keys {
+		if fr := p.fragment(key); fr != nil {
+			if c := st.put(key, fr); len(c) > 0 {
+				p.tellConflicts(key, c)
+			}
 		}
 	}
-	p.ports = cur
-	rules, elems := want.counts()
-	d := time.Since(start)
-	p.metrics.synced(full, d, len(want.chains), rules, elems)
-	p.log.Debug("synced", "full", full, "duration", d, "ops", len(pl.touched()), "rules", rules, "elements", elems)
+	for key := range p.told {
+		if st.services[key] == nil {
+			delete(p.told, key)
+		}
+	}
+	want := st.table()
+	old, err := p.dp.observe(want)
+	if err != nil {
+		p.st = nil
+		p.metrics.failed()
+		return err
+	}
+	pl := makePlan(old, want, true)
+	if !pl.empty() {
+		if err := p.dp.apply(pl); err != nil {
+			p.st = nil
+			p.metrics.failed()
+			return err
+		}
+	}
+	if p.st != nil {
+		p.flushStale(p.st.ports(), st.ports())
+	}
+	p.st = st
+	p.synced(true, start, len(pl.touched()))
 	return nil
+}
+
+// flushStale deletes the conntrack entries that the change from old to cur
+// left stale.
+func (p *Proxier) flushStale(old, cur map[string]portState) {
+	n, err := p.dp.deleteFlows(staleFlows(old, cur, p.cfg.NodeIPs))
+	if err != nil {
+		p.log.Warn("deleting stale UDP conntrack entries failed", "err", err)
+	}
+	if n > 0 {
+		p.metrics.conntrackDeleted(n)
+		p.log.Debug("deleted stale UDP conntrack entries", "count", n)
+	}
+}
+
+func (p *Proxier) synced(full bool, start time.Time, ops int) {
+	chains, rules, elems := p.st.counts()
+	d := time.Since(start)
+	p.metrics.synced(full, d, chains, rules, elems)
+	p.log.Debug("synced", "full", full, "duration", d, "ops", ops, "rules", rules, "elements", elems)
+}
+
+// fragment builds the fragment of the Service key (namespace/name) from
+// the informers' caches, and tells its problems; nil if the Service is
+// gone or not the proxy's.
+func (p *Proxier) fragment(key string) *fragment {
+	ns, name, _ := strings.Cut(key, "/")
+	svc, err := p.services.Services(ns).Get(name)
+	if err != nil || !ours(svc.Labels) {
+		delete(p.told, key)
+		return nil
+	}
+	objs, _ := p.slices.ByIndex(indexService, key)
+	var sls []*discovery.EndpointSlice
+	for _, o := range objs {
+		if sl, ok := o.(*discovery.EndpointSlice); ok && ours(sl.Labels) {
+			sls = append(sls, sl)
+		}
+	}
+	ports, problems := servicePorts(svc, sls, p.cfg.NodeName, p.cfg.Hostname)
+	p.tell(key, svc, problems)
+	mc := p.modelConfig()
+	return buildFragment(&mc, ports)
 }
 
 func (p *Proxier) modelConfig() modelConfig {
@@ -277,64 +400,44 @@ func (p *Proxier) modelConfig() modelConfig {
 	}
 }
 
-// serviceProblems are the fields of one Service the table does not honour.
-type serviceProblems struct {
-	svc      *v1.Service
-	problems []fieldProblem
-}
-
-// tell logs each Service's problems and records them as Warning Events on
+// tell logs a Service's problems and records them as Warning Events on
 // it, each problem once for as long as the Service has it.
-func (p *Proxier) tell(all []serviceProblems) {
-	told := make(map[types.UID]map[fieldProblem]bool, len(all))
-	for _, sp := range all {
-		key := sp.svc.Namespace + "/" + sp.svc.Name
-		seen := map[fieldProblem]bool{}
-		for _, pr := range sp.problems {
-			seen[pr] = true
-			if p.told[sp.svc.UID][pr] {
-				continue
-			}
-			p.log.Warn("Service field not honoured", "service", key, "field", pr.field, "problem", pr.msg)
-			if p.events != nil {
-				p.events.Event(sp.svc, v1.EventTypeWarning, pr.reason, pr.String())
-				p.metrics.evented()
-			}
-		}
-		told[sp.svc.UID] = seen
-	}
-	p.told = told
-}
-
-// collect reads every Service and EndpointSlice from the caches and turns
-// them into service ports, in a stable order, with the problems of each
-// Service that has some.
-func (p *Proxier) collect() ([]servicePort, []serviceProblems) {
-	svcs, _ := p.services.List(labels.Everything())
-	svcs = slices.DeleteFunc(svcs, func(svc *v1.Service) bool { return !ours(svc.Labels) })
-	sls, _ := p.slices.List(labels.Everything())
-	byService := map[string][]*discovery.EndpointSlice{}
-	for _, sl := range sls {
-		name := sl.Labels[discovery.LabelServiceName]
-		if name == "" || !ours(sl.Labels) {
+func (p *Proxier) tell(key string, svc *v1.Service, problems []fieldProblem) {
+	seen := map[fieldProblem]bool{}
+	for _, pr := range problems {
+		seen[pr] = true
+		if p.told[key][pr] {
 			continue
 		}
-		key := sl.Namespace + "/" + name
-		byService[key] = append(byService[key], sl)
-	}
-	slices.SortFunc(svcs, func(a, b *v1.Service) int {
-		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
-	})
-	var ports []servicePort
-	var problems []serviceProblems
-	for _, svc := range svcs {
-		ps, pr := servicePorts(svc, byService[svc.Namespace+"/"+svc.Name], p.cfg.NodeName, p.cfg.Hostname)
-		ports = append(ports, ps...)
-		if len(pr) > 0 {
-			problems = append(problems, serviceProblems{svc, pr})
+		p.log.Warn("Service field not honoured", "service", key, "field", pr.field, "problem", pr.msg)
+		if p.events != nil {
+			p.events.Event(svc, v1.EventTypeWarning, pr.reason, pr.String())
+			p.metrics.evented()
 		}
 	}
-	return ports, problems
+	if len(seen) == 0 {
+		delete(p.told, key)
+		return
+	}
+	p.told[key] = seen
+}
+
+// tellConflicts tells the elements of Service key that another Service
+// has (a shared external IP and port, or NodePort): the first keeps them.
+func (p *Proxier) tellConflicts(key string, conflicts []setElem) {
+	ns, name, _ := strings.Cut(key, "/")
+	svc, err := p.services.Services(ns).Get(name)
+	if err != nil {
+		return
+	}
+	var problems []fieldProblem
+	for pr := range p.told[key] {
+		problems = append(problems, pr)
+	}
+	for _, c := range conflicts {
+		problems = append(problems, conflictProblem(c))
+	}
+	p.tell(key, svc, problems)
 }
 
 // ours says whether a Service or EndpointSlice with labels l is the
@@ -345,11 +448,26 @@ func ours(l map[string]string) bool {
 	return !other && !headless
 }
 
-// isOurs says whether obj, a Service or an EndpointSlice, is the proxy's
-// (see ours); a deleted object whose last state is unknown may have been.
-func isOurs(obj any) bool {
+// indexService indexes EndpointSlices by their Service's namespace/name.
+const indexService = "cairn-proxy-service"
+
+// serviceKey is a Service's namespace/name.
+func serviceKey(obj any) string {
+	key, _ := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	return key
+}
+
+// sliceService is an EndpointSlice's Service's namespace/name, "" if it
+// has none.
+func sliceService(obj any) string {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
 	m, err := meta.Accessor(obj)
-	return err != nil || ours(m.GetLabels())
+	if err != nil || m.GetLabels()[discovery.LabelServiceName] == "" {
+		return ""
+	}
+	return m.GetNamespace() + "/" + m.GetLabels()[discovery.LabelServiceName]
 }
 
 // Cleanup deletes the table. Call it after Run has returned, when the node

@@ -58,7 +58,7 @@ func TestRefusedTransactionLeavesTheTableAsItWas(t *testing.T) {
 		t.Fatalf("service-ips4 = %q, want %q in it", got, old)
 	}
 	c := nodeConn(t, e.node)
-	key := encodeKey(elemKey{addr: netip.MustParseAddr(webIP), proto: protoTCP, port: 80})
+	key := encodeKey(elemKey{addr: netip.MustParseAddr(webIP), proto: protoTCP, port: 80}, []keyField{kAddr4, kProto, kPort})
 	if err := c.SetDeleteElements(&nftables.Set{Name: "service-ips4", Table: cairnTable()}, []nftables.SetElement{{Key: key}}); err != nil {
 		t.Fatal(err)
 	}
