@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 )
 
 // Names of the table's fixed chains.
@@ -156,6 +157,25 @@ type fragment struct {
 	ports map[string]portState
 }
 
+// digest sums up the fragment: equal digests, equal fragments. A nil
+// fragment's is "".
+func (fr *fragment) digest() string {
+	if fr == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, c := range fr.chains {
+		b.WriteString(c.name + "\n")
+	}
+	for _, s := range fr.sets {
+		fmt.Fprintf(&b, "%s %v %v\n", s.name, s.key, s.timeout)
+	}
+	for _, e := range fr.elems {
+		fmt.Fprintf(&b, "%s %v %v\n", e.set, e.key, e.val)
+	}
+	return digest(b.String())
+}
+
 // buildFragment builds the fragment of one Service from its service ports.
 func buildFragment(mc *modelConfig, ports []servicePort) *fragment {
 	fr := &fragment{ports: portStates(ports)}
@@ -277,11 +297,16 @@ func (fr *fragment) addServicePort(mc *modelConfig, sp *servicePort) {
 
 	var clusterChain, localChain, extChain string
 	if usesCluster {
+		// Traffic from outside the pod network is masqueraded. The svc
+		// chain is reached for the ClusterIP, or from the ext chain, which
+		// has marked what needs it, so the source is all there is to check;
+		// but masquerade-all marks only what is for the ClusterIP, as
+		// kube-proxy does.
 		var rules []rule
-		match := rule{tDaddr{f, sp.clusterIP}, tL4proto{sp.name.Protocol}, tDport{sp.port}}
 		if mc.masqAll {
-			rules = append(rules, append(match, mark))
+			rules = append(rules, rule{tDaddr{f, sp.clusterIP}, tL4proto{sp.name.Protocol}, tDport{sp.port}, mark})
 		} else if cidrs := mc.cidrs(f); len(cidrs) > 0 {
+			var match rule
 			for _, p := range cidrs {
 				match = append(match, tSaddr{f, p, true})
 			}

@@ -50,6 +50,9 @@ func (d *linuxDataplane) deleteFlows(filters []flowFilter) (uint, error) {
 }
 
 func (d *linuxDataplane) close() error {
+	if d.nftProgrammer != nil {
+		d.closeTx()
+	}
 	if d.ct != nil {
 		d.ct.Close()
 	}

@@ -214,6 +214,10 @@ const (
 // port, or NodePort; the Service that had it first keeps it.
 const reasonAddressConflict = "ServiceAddressConflict"
 
+// reasonKernelRefused: the kernel refused the Service's objects (a limit,
+// an unsupported combination); the table keeps what it had for it.
+const reasonKernelRefused = "KernelRefused"
+
 // conflictProblem describes an element a Service could not have.
 func conflictProblem(e setElem) fieldProblem {
 	field, what := "spec.externalIPs", e.key.String()

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
+	"syscall"
 	"sync/atomic"
 
 	"github.com/google/nftables"
@@ -22,7 +24,8 @@ import (
 // applies the whole transaction or none of it.
 type nftProgrammer struct {
 	opts  []nftables.ConnOption
-	conn  *nftables.Conn
+	conn  *nftables.Conn // reads
+	tx    *netlink.Conn  // transactions (send)
 	table *nftables.Table
 }
 
@@ -42,8 +45,43 @@ func newNFTProgrammer(tableName string, nsFd int) (*nftProgrammer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open nftables netlink connection: %w", err)
 	}
-	return &nftProgrammer{opts: opts, conn: conn, table: &nftables.Table{Name: tableName, Family: nftables.TableFamilyINet}}, nil
+	cfg := &netlink.Config{}
+	if nsFd >= 0 {
+		cfg.NetNS = nsFd
+	}
+	tx, err := netlink.Dial(unix.NETLINK_NETFILTER, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open nftables netlink connection: %w", err)
+	}
+	if err := bigBuffers(tx); err != nil {
+		tx.Close()
+		return nil, fmt.Errorf("size netlink socket buffers: %w", err)
+	}
+	// An error answers with the failed message's header only.
+	if err := tx.SetOption(netlink.CapAcknowledge, true); err != nil {
+		tx.Close()
+		return nil, fmt.Errorf("set NETLINK_CAP_ACK: %w", err)
+	}
+	return &nftProgrammer{opts: opts, conn: conn, tx: tx, table: &nftables.Table{Name: tableName, Family: nftables.TableFamilyINet}}, nil
 }
+
+// msgName says what an nftables message does, for errors.
+func msgName(t netlink.HeaderType) string {
+	names := map[int]string{
+		unix.NFT_MSG_NEWTABLE: "add table", unix.NFT_MSG_DELTABLE: "delete table",
+		unix.NFT_MSG_NEWCHAIN: "add chain", unix.NFT_MSG_DELCHAIN: "delete chain",
+		unix.NFT_MSG_NEWRULE: "add rule", unix.NFT_MSG_DELRULE: "delete rule",
+		unix.NFT_MSG_NEWSET: "add set", unix.NFT_MSG_DELSET: "delete set",
+		unix.NFT_MSG_NEWSETELEM: "add elements", unix.NFT_MSG_DELSETELEM: "delete elements",
+	}
+	if n, ok := names[int(t)&0xff]; ok {
+		return n
+	}
+	return fmt.Sprintf("message type %#x", int(t))
+}
+
+// closeTx closes the socket transactions go through.
+func (n *nftProgrammer) closeTx() error { return n.tx.Close() }
 
 // socketBuffer is the netlink socket's send and receive buffer. A
 // transaction is one batch and the kernel takes a batch only whole, in one
@@ -89,13 +127,22 @@ func (n *nftProgrammer) setRef(name string) *nftables.Set {
 
 // apply sends p as one transaction.
 func (n *nftProgrammer) apply(p *plan) error {
-	// A fresh Conn per transaction: a Conn queues messages until Flush, and
-	// a plan that fails half-way must leave nothing queued for the next.
-	c, err := nftables.New(n.opts...)
+	// The library builds the batch and hands it to send (see there). A
+	// fresh Conn per transaction: a Conn queues messages until Flush, and a
+	// plan that fails half-way must leave nothing queued for the next.
+	var sendErr error
+	c, err := nftables.New(nftables.WithTestDial(func(req []netlink.Message) ([]netlink.Message, error) {
+		if len(req) == 0 {
+			// The library waits for an acknowledgement of each message;
+			// the batch went already, and send has its answer.
+			return []netlink.Message{{Header: netlink.Header{Type: netlink.Error}, Data: make([]byte, 20)}}, nil
+		}
+		sendErr = n.send(req)
+		return nil, nil
+	}))
 	if err != nil {
 		return fmt.Errorf("open nftables netlink connection: %w", err)
 	}
-	n.conn = c
 	c.AddTable(n.table)
 	for _, name := range sortedKeys(p.delElems) {
 		keys := p.delElems[name]
@@ -132,13 +179,13 @@ func (n *nftProgrammer) apply(p *plan) error {
 		if err := c.AddSet(ns, nil); err != nil {
 			return fmt.Errorf("add set %s: %w", s.name, err)
 		}
-		if err := n.addElems(ns, s, s.elems); err != nil {
+		if err := n.addElems(c, ns, s, s.elems); err != nil {
 			return err
 		}
 	}
 	for _, ch := range p.writeRules {
 		for _, r := range ch.rules {
-			exprs, err := n.compile(r)
+			exprs, err := n.compile(r, ch.sealed)
 			if err != nil {
 				return fmt.Errorf("chain %s: rule %q: %w", ch.name, r, err)
 			}
@@ -150,18 +197,92 @@ func (n *nftProgrammer) apply(p *plan) error {
 		}
 	}
 	for _, name := range sortedKeys(p.addElems) {
-		if err := n.addElems(n.setRef(name), p.sets[name], p.addElems[name]); err != nil {
+		if err := n.addElems(c, n.setRef(name), p.sets[name], p.addElems[name]); err != nil {
 			return err
 		}
 	}
-	if err := c.Flush(); err != nil {
+	err = c.Flush()
+	if err == nil {
+		err = sendErr
+	}
+	if err != nil {
 		return fmt.Errorf("nftables transaction (%d chains written, %d sets added): %w", len(p.writeRules), len(p.addSets), err)
 	}
 	return nil
 }
 
+// send writes a batch as one sendmsg, asking for an acknowledgement of its
+// last message only, as nft does. The library asks for one of every
+// message and an echo of every rule: at tens of thousands of rules the
+// answers alone are hundreds of megabytes, and overflow the socket. The
+// kernel handles the batch within the sendmsg, so by its return every
+// answer is queued: errors, then the acknowledgement.
+func (n *nftProgrammer) send(batch []netlink.Message) error {
+	msgs := slices.Clone(batch)
+	for i := range msgs {
+		msgs[i].Header.Flags &^= netlink.Acknowledge | unix.NLM_F_ECHO
+	}
+	last := len(msgs) - 2 // the batch's end is not acknowledged
+	msgs[last].Header.Flags |= netlink.Acknowledge
+	sent, err := n.tx.SendMessages(msgs)
+	if err != nil {
+		return fmt.Errorf("send batch: %w", err)
+	}
+	raw, err := n.tx.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	acked := false
+	buf := make([]byte, 1<<16)
+	for !acked {
+		var nr int
+		var rerr error
+		if err := raw.Read(func(fd uintptr) bool {
+			nr, _, rerr = unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
+			return true
+		}); err != nil {
+			return err
+		}
+		if errors.Is(rerr, unix.EAGAIN) {
+			break
+		}
+		if rerr != nil {
+			return fmt.Errorf("receive answers: %w", rerr)
+		}
+		answers, err := syscall.ParseNetlinkMessage(buf[:nr])
+		if err != nil {
+			return fmt.Errorf("parse answers: %w", err)
+		}
+		for _, a := range answers {
+			if a.Header.Type != unix.NLMSG_ERROR || len(a.Data) < 4 {
+				continue
+			}
+			code := -int32(binaryutil.NativeEndian.Uint32(a.Data[:4]))
+			if a.Header.Seq == sent[last].Header.Sequence {
+				acked = true
+			}
+			if code != 0 {
+				i := int(a.Header.Seq - sent[0].Header.Sequence)
+				what := "message"
+				if i >= 0 && i < len(sent) {
+					what = msgName(sent[i].Header.Type)
+				}
+				errs = append(errs, fmt.Errorf("%s (message %d of %d): %w", what, i, len(sent), unix.Errno(code)))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if !acked {
+		return errors.New("the kernel did not acknowledge the batch")
+	}
+	return nil
+}
+
 // addElems adds elems to the set ns, which def describes.
-func (n *nftProgrammer) addElems(ns *nftables.Set, def *set, elems map[elemKey]verdict) error {
+func (n *nftProgrammer) addElems(c *nftables.Conn, ns *nftables.Set, def *set, elems map[elemKey]verdict) error {
 	if len(elems) == 0 {
 		return nil
 	}
@@ -174,7 +295,7 @@ func (n *nftProgrammer) addElems(ns *nftables.Set, def *set, elems map[elemKey]v
 		all = append(all, e)
 	}
 	for i := 0; i < len(all); i += elemsPerMessage {
-		if err := n.conn.SetAddElements(ns, all[i:min(i+elemsPerMessage, len(all))]); err != nil {
+		if err := c.SetAddElements(ns, all[i:min(i+elemsPerMessage, len(all))]); err != nil {
 			return fmt.Errorf("add elements to %s: %w", ns.Name, err)
 		}
 	}
@@ -413,10 +534,14 @@ func nfproto(f family) byte {
 	return unix.NFPROTO_IPV6
 }
 
-// compile turns a rule into nftables expressions.
-func (n *nftProgrammer) compile(r rule) ([]expr.Any, error) {
+// compile turns a rule into nftables expressions. A rule that reads an
+// address first checks the packet's family, unless its chain is sealed:
+// a Service's chains are reached only through one family's maps, and
+// every expression they do not have is one less for the kernel to
+// validate, table-wide, at each commit.
+func (n *nftProgrammer) compile(r rule, sealed bool) ([]expr.Any, error) {
 	var out []expr.Any
-	if f, ok := r.family(); ok {
+	if f, ok := r.family(); ok && !sealed {
 		out = append(out,
 			&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: reg1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{nfproto(f)}},

@@ -50,6 +50,9 @@ type Proxier struct {
 	// told holds, per Service, the problems already sent as Events, so
 	// that each is told once and not on every sync.
 	told map[string]map[fieldProblem]bool
+	// refused holds the digests of the fragments the kernel refused, by
+	// Service.
+	refused map[string]string
 }
 
 // EventSource is the component named as the source of the proxier's
@@ -75,6 +78,7 @@ func New(cfg Config, client kubernetes.Interface) *Proxier {
 		trigger: make(chan struct{}, 1),
 		dirty:   map[string]bool{},
 		told:    map[string]map[fieldProblem]bool{},
+		refused: map[string]string{},
 	}
 }
 
@@ -277,34 +281,33 @@ func (p *Proxier) sync(full bool) error {
 	next := make(map[string]*fragment, len(keys))
 	var oldPorts, curPorts []map[string]portState
 	for _, key := range keys {
-		fr := p.fragment(key)
-		next[key] = fr
+		next[key] = p.fragment(key)
 		if old := p.st.services[key]; old != nil {
 			oldPorts = append(oldPorts, old.ports)
 		}
-		if fr != nil {
+	}
+	ops, err := p.change(next)
+	if err != nil {
+		p.st = nil
+		p.metrics.failed()
+		return err
+	}
+	for _, key := range keys {
+		if fr := p.st.services[key]; fr != nil {
 			curPorts = append(curPorts, fr.ports)
 		}
 	}
-	before, after, conflicts := p.st.change(next)
-	for key, c := range conflicts {
-		p.tellConflicts(key, c)
-	}
-	pl := makePlan(before, after, false)
-	if !pl.empty() {
-		if err := p.dp.apply(pl); err != nil {
-			p.st = nil
-			p.metrics.failed()
-			return err
-		}
-	}
 	p.flushStale(union(oldPorts), union(curPorts))
-	p.synced(false, start, len(pl.touched()))
+	p.synced(false, start, ops)
 	return nil
 }
 
 // fullSync builds the whole table and writes what the kernel's lacks or
-// has beyond it.
+// has beyond it, in one transaction. If the kernel refuses it, the table
+// is reset to its fixed part and the Services are added as change does,
+// so that those whose objects the kernel refuses are left out and the
+// others programmed. A Service refused before is left out while it is
+// unchanged: it would be refused again.
 func (p *Proxier) fullSync(start time.Time) error {
 	svcs, _ := p.services.List(labels.Everything())
 	keys := make([]string, 0, len(svcs))
@@ -312,40 +315,154 @@ func (p *Proxier) fullSync(start time.Time) error {
 		keys = append(keys, svc.Namespace+"/"+svc.Name)
 	}
 	slices.Sort(keys)
-	st := newState(p.modelConfig())
+	mc := p.modelConfig()
+	st := newState(mc)
 	for _, key := range keys {
-		if fr := p.fragment(key); fr != nil {
-			if c := st.put(key, fr); len(c) > 0 {
-				p.tellConflicts(key, c)
-			}
+		fr := p.fragment(key)
+		if fr == nil {
+			continue
+		}
+		if d, ok := p.refused[key]; ok && d == fr.digest() {
+			continue
+		}
+		if c := st.put(key, fr); len(c) > 0 {
+			p.tellConflicts(key, c)
 		}
 	}
 	for key := range p.told {
-		if st.services[key] == nil {
+		if st.services[key] == nil && p.refused[key] == "" {
 			delete(p.told, key)
 		}
 	}
-	want := st.table()
-	old, err := p.dp.observe(want)
-	if err != nil {
-		p.st = nil
-		p.metrics.failed()
-		return err
+	var oldPorts map[string]portState
+	if p.st != nil {
+		oldPorts = p.st.ports()
 	}
-	pl := makePlan(old, want, true)
-	if !pl.empty() {
-		if err := p.dp.apply(pl); err != nil {
+	ops, err := p.writeWhole(st)
+	if err != nil {
+		services := st.services
+		if _, err2 := p.writeWhole(newState(mc)); err2 != nil {
 			p.st = nil
 			p.metrics.failed()
 			return err
 		}
+		p.log.Warn("the kernel refused the full table; writing its Services in parts", "err", err)
+		if ops, err = p.change(services); err != nil {
+			p.metrics.failed()
+			return err
+		}
 	}
-	if p.st != nil {
-		p.flushStale(p.st.ports(), st.ports())
+	p.flushStale(oldPorts, p.st.ports())
+	p.synced(true, start, ops)
+	return nil
+}
+
+// writeWhole makes the kernel's table st's, in one transaction, and st the
+// proxier's state.
+func (p *Proxier) writeWhole(st *state) (ops int, err error) {
+	want := st.table()
+	old, err := p.dp.observe(want)
+	if err != nil {
+		return 0, err
+	}
+	pl := makePlan(old, want, true)
+	if !pl.empty() {
+		if err := p.dp.apply(pl); err != nil {
+			return 0, err
+		}
 	}
 	p.st = st
-	p.synced(true, start, len(pl.touched()))
-	return nil
+	for key := range st.services {
+		delete(p.refused, key)
+	}
+	return len(pl.touched()), nil
+}
+
+// change writes the fragments in next (nil: the Service is gone) in one
+// transaction. If the kernel refuses it, the Services are written in
+// halves, and those halves in halves, so that a Service whose objects the
+// kernel refuses keeps what it had and is told why (an Event), and the
+// others are programmed. If it refuses every Service, the fault is not
+// theirs: the error is returned and the state is what the kernel has.
+func (p *Proxier) change(next map[string]*fragment) (ops int, err error) {
+	ops, err = p.tryChange(next)
+	if err == nil || len(next) == 0 {
+		return ops, err
+	}
+	refused := map[string]error{}
+	ops = p.bisect(next, err, refused)
+	if len(refused) == len(next) {
+		return 0, err
+	}
+	for key, rerr := range refused {
+		p.refuse(key, next[key], rerr)
+	}
+	return ops, nil
+}
+
+// bisect writes next, which the kernel refused as a whole with err, in
+// halves; a Service refused on its own goes into refused.
+func (p *Proxier) bisect(next map[string]*fragment, err error, refused map[string]error) (ops int) {
+	keys := slices.Sorted(maps.Keys(next))
+	if len(keys) == 1 {
+		refused[keys[0]] = err
+		return 0
+	}
+	for _, half := range [][]string{keys[:len(keys)/2], keys[len(keys)/2:]} {
+		part := make(map[string]*fragment, len(half))
+		for _, key := range half {
+			part[key] = next[key]
+		}
+		n, err := p.tryChange(part)
+		if err != nil {
+			n = p.bisect(part, err, refused)
+		}
+		ops += n
+	}
+	return ops
+}
+
+// tryChange writes the fragments in next in one transaction; if the
+// kernel refuses it, the state stays what the kernel has.
+func (p *Proxier) tryChange(next map[string]*fragment) (ops int, err error) {
+	old := make(map[string]*fragment, len(next))
+	for key := range next {
+		old[key] = p.st.services[key]
+	}
+	before, after, conflicts := p.st.change(next)
+	pl := makePlan(before, after, false)
+	if !pl.empty() {
+		if err := p.dp.apply(pl); err != nil {
+			p.st.change(old)
+			return 0, err
+		}
+	}
+	for key, c := range conflicts {
+		p.tellConflicts(key, c)
+	}
+	for key := range next {
+		delete(p.refused, key)
+	}
+	return len(pl.touched()), nil
+}
+
+// refuse tells that the kernel refused the Service key's objects fr: they
+// stay out of the table, and so out of later full syncs while the
+// Service's fragment is the same.
+func (p *Proxier) refuse(key string, fr *fragment, err error) {
+	p.refused[key] = fr.digest()
+	p.log.Warn("the kernel refused a Service's nftables objects; it keeps what it had", "service", key, "err", err)
+	ns, name, _ := strings.Cut(key, "/")
+	svc, gerr := p.services.Services(ns).Get(name)
+	if gerr != nil {
+		return
+	}
+	var problems []fieldProblem
+	for pr := range p.told[key] {
+		problems = append(problems, pr)
+	}
+	problems = append(problems, fieldProblem{reason: reasonKernelRefused, field: "spec", msg: "not programmed: the kernel refused its nftables objects: " + err.Error()})
+	p.tell(key, svc, problems)
 }
 
 // flushStale deletes the conntrack entries that the change from old to cur
@@ -409,7 +526,7 @@ func (p *Proxier) tell(key string, svc *v1.Service, problems []fieldProblem) {
 		if p.told[key][pr] {
 			continue
 		}
-		p.log.Warn("Service field not honoured", "service", key, "field", pr.field, "problem", pr.msg)
+		p.log.Warn("Service not programmed as asked", "service", key, "field", pr.field, "problem", pr.msg)
 		if p.events != nil {
 			p.events.Event(svc, v1.EventTypeWarning, pr.reason, pr.String())
 			p.metrics.evented()

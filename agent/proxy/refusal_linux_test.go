@@ -234,3 +234,62 @@ func TestPersistentRefusalIsRetriedWithBackoff(t *testing.T) {
 		t.Errorf("the table after the refusals ended differs from the one a fresh start builds (-fresh +converged):\n%s", diff)
 	}
 }
+
+// TestRefusedServiceDoesNotBlockTheOthers makes the kernel refuse one
+// Service's objects: a set of another type already has the name of its
+// affinity set (someone put it there behind the proxier's back). Written
+// with other Services in one transaction, it fails them all; the proxier
+// writes the Services in parts, so the others are programmed, and the
+// refused one gets a Warning Event naming the kernel's error.
+func TestRefusedServiceDoesNotBlockTheOthers(t *testing.T) {
+	e := newEnv(t, 2)
+	// One sync for all the Services below: the next sync is due this long
+	// after web's, and they are all written well before then.
+	e.cfg.MinSyncInterval = 5 * time.Second
+	p, _ := e.start()
+	e.apply(webService(), endpointSlice("web", httpPort, ep(backendIP(0))))
+	waitAnswers(t, e.client, webAddr)
+	quiet(t, p)
+
+	sp := servicePort{name: servicePortName{Namespace: e.ns, Name: "sticky", Port: "http", Protocol: protoTCP}, family: ipv4}
+	aff := sp.endpointName("aff", endpoint{addr: netip.MustParseAddr(backendIP(1)), port: 8080})
+	c := nodeConn(t, e.node)
+	if err := c.AddSet(&nftables.Set{Name: aff, Table: cairnTable(), ID: nextSetID(), KeyType: nftables.TypeIP6Addr}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatalf("add a set named %s of another type: %v", aff, err)
+	}
+
+	sticky := service("sticky", "198.18.100.31", svcPort("http", v1.ProtocolTCP, 80, "http"))
+	sticky.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+	e.apply(
+		service("first", "198.18.100.30", svcPort("http", v1.ProtocolTCP, 80, "http")),
+		endpointSlice("first", httpPort, ep(backendIP(0))),
+		sticky, endpointSlice("sticky", httpPort, ep(backendIP(1))),
+		service("last", "198.18.100.32", svcPort("http", v1.ProtocolTCP, 80, "http")),
+		endpointSlice("last", httpPort, ep(backendIP(1))),
+	)
+	waitAnswers(t, e.client, "198.18.100.30:80")
+	waitAnswers(t, e.client, "198.18.100.32:80")
+	eventually(t, "an Event on sticky", func() error {
+		evs := e.eventsAbout("sticky")
+		if len(evs) != 1 {
+			return fmt.Errorf("%d Events about sticky, want 1", len(evs))
+		}
+		if ev := evs[0]; ev.Type != v1.EventTypeWarning || ev.Reason != reasonKernelRefused || !strings.Contains(ev.Message, "add set") {
+			return fmt.Errorf("Event %s %s %q, want a Warning %s naming the refused add set", ev.Type, ev.Reason, ev.Message, reasonKernelRefused)
+		}
+		return nil
+	})
+	if n := p.Stats().Errors; n != 0 {
+		t.Errorf("%d failed syncs, want none: the others were programmed in the same sync", n)
+	}
+	for _, ch := range kernelChains(t, e.node) {
+		if strings.Contains(ch, "/sticky/") {
+			t.Errorf("the refused Service has chain %s in the table", ch)
+		}
+	}
+	// The web Service, in the table before, still answers.
+	waitAnswers(t, e.client, webAddr)
+}
