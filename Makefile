@@ -32,7 +32,7 @@ $(COMPONENTS) &: rootfs/components/go.mod rootfs/components/go.sum hack/build-co
 # test/cluster (see hack/build-cluster.sh); rebuilt only when its pins or the
 # script change. A cold build takes 10-25 minutes on 2 cores.
 CLUSTER_BIN := $(OUT)/cluster/bin
-CLUSTER := $(addprefix $(CLUSTER_BIN)/,kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd)
+CLUSTER := $(addprefix $(CLUSTER_BIN)/,kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl etcd)
 
 .PHONY: cluster
 cluster: $(CLUSTER)
@@ -163,12 +163,17 @@ bench-streams: cluster build
 bench-storage: cluster build csi-sidecars
 	$(TEST_ENV) $(GO) test -run '^$$' -bench 'CSI|Eviction' -benchtime 1x -timeout 20m ./agent/kubelet/
 
-# The Service dataplane's nftables table in a network namespace (as root;
-# about 1 min): at 1 000 and 10 000 Services of 5 endpoints, the time from
-# the model to the kernel for an empty table, for a restart over an
-# unchanged table (which writes nothing), and for one endpoint added.
-bench-proxy: deps
-	$(GO) test -run '^$$' -bench ProxyTable -benchtime 1x -timeout 20m ./agent/proxy/
+# The Service dataplane (as root; about 10 min). First the table alone in
+# a network namespace (agent/proxy): at 1 000 and 10 000 Services of 5
+# endpoints, the time from the model to the kernel for an empty table, a
+# restart over an unchanged table (which writes nothing) and one endpoint
+# added. Then side by side with upstream kube-proxy in nftables mode
+# (test/bench), each in a namespace of its own against one API server,
+# twice each: start, restart, one endpoint, a live create, CPU and memory,
+# with the ratios.
+bench-proxy: deps cluster build
+	$(TEST_ENV) $(GO) test -run '^$$' -bench ProxyTable -benchtime 1x -timeout 20m ./agent/proxy/
+	$(TEST_ENV) $(GO) test -tags bench -run '^$$' -bench '^BenchmarkProxy$$' -benchtime 1x -timeout 60m ./test/bench/
 
 # The upstream suite's [sig-node] specs of [NodeConformance] and
 # [Conformance] against a Cairn node on the host (test/conformance, as

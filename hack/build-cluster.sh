@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the control plane that tests run against from the module in
 # test/cluster into OUTDIR: kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubelet (upstream's, a benchmark reference), etcd, and
-# kubectl (the client that tests of the kubelet server run).
+# kube-scheduler, kubelet and kube-proxy (upstream's, benchmark
+# references), etcd, and kubectl (the client that tests of the kubelet
+# server run).
 # Static (no cgo) and without paths. Versions come from test/cluster/go.mod;
 # bump them there and nowhere else.
 #
@@ -30,17 +31,18 @@ start=$(date +%s)
 # etcd: its version is a constant in go.etcd.io/etcd/api/v3/version.
 build '' "$out/etcd" go.etcd.io/etcd/server/v3
 
-# Kubernetes: one go build for all five, so shared packages compile once.
+# Kubernetes: one go build for all six, so shared packages compile once.
 . ../../hack/lib/kube-version.sh
 build "$(kube_version_ldflags)" "$out/" \
 	k8s.io/kubernetes/cmd/kube-apiserver \
 	k8s.io/kubernetes/cmd/kube-controller-manager \
 	k8s.io/kubernetes/cmd/kube-scheduler \
 	k8s.io/kubernetes/cmd/kubelet \
+	k8s.io/kubernetes/cmd/kube-proxy \
 	k8s.io/kubernetes/cmd/kubectl
 touch "$out/etcd" # the make rule's targets are all newer than its inputs
 
 echo "build-cluster: $(($(date +%s) - start)) s"
 cd "$out"
-stat -c '%s %n' kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd |
+stat -c '%s %n' kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl etcd |
 	awk '{ n += $1; printf "%-24s %5.1f MB\n", $2, $1/1e6 } END { printf "%-24s %5.1f MB\n", "total", n/1e6 }'

@@ -21,6 +21,17 @@
 // API server to cairn-agent's kubelet server and to the upstream
 // kubelet, on one control plane and containerd, with the ratios.
 //
+// BenchmarkProxy (`make bench-proxy`) runs upstream kube-proxy in
+// nftables mode and Cairn's proxier (cmd/proxyagent: proxy.Run alone on
+// the agent's informers) side by side, each in a network namespace of its
+// own that reaches the API server through a forwarder on loopback, twice
+// each, at 1 000 and 10 000 Services of 5 endpoints. It reads "programmed"
+// from the kernel (the ClusterIPs in each proxy's map of Services, or the
+// nftables transaction that touches the changed Service) and prints: start
+// with an empty table, restart over its own table with a Service deleted
+// meanwhile, one endpoint added, 1 000 Services created live (the last
+// one's time, and the CPU-seconds), and RSS, with the ratios.
+//
 // cairn-agent's proxier programs the table inet cairn in the host's
 // network namespace: the benchmark refuses to start if the host has one,
 // and deletes it after.

@@ -1,0 +1,556 @@
+//go:build bench
+
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/vishvananda/netns"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/cairn-os/cairn/test/agentnode"
+	"github.com/cairn-os/cairn/test/kube"
+)
+
+// The Service dataplane side by side (make bench-proxy): upstream
+// kube-proxy in nftables mode and Cairn's proxier (cmd/proxyagent: the
+// agent's proxy.Run alone, on the agent's informers), each in a network
+// namespace of its own, against one API server holding the same Services,
+// in turn, twice each.
+const (
+	proxyBenchNS   = "proxybench"
+	proxyBenchNode = "bench-node"
+	proxyNodeIP    = "10.200.0.1"
+	proxyPodCIDR   = "10.64.0.0/10"
+	proxyEndpoints = 5
+	proxyLive      = 1000 // Services created while the proxy runs
+)
+
+// A proxyContender is one of the proxies: how to start it and where its
+// Service map is in the kernel.
+type proxyContender struct {
+	name  string
+	start func(b *testing.B, ns string) *proc
+	// table and family of the map whose elements are the ClusterIPs
+	table  string
+	family nftables.TableFamily
+	set    string
+}
+
+func BenchmarkProxy(b *testing.B) {
+	kubeProxy := clusterBinary(b, "kube-proxy")
+	if _, err := exec.LookPath("nft"); err != nil {
+		b.Fatalf("kube-proxy's nftables mode runs nft: install nftables (hack/deps.sh)")
+	}
+	agent := agentnode.BuildPackage(b, "./test/bench/cmd/proxyagent", "proxyagent")
+	c := kube.Start(b, kube.Options{ServiceCIDR: "10.96.0.0/16"})
+	contenders := []proxyContender{
+		{name: "kube-proxy", table: "kube-proxy", family: nftables.TableFamilyIPv4, set: "service-ips",
+			start: func(b *testing.B, ns string) *proc {
+				return startInNS(b, ns, "kube-proxy", kubeProxy, "--kubeconfig", c.AdminKubeconfig, "--proxy-mode", "nftables",
+					"--hostname-override", proxyBenchNode, "--cluster-cidr", proxyPodCIDR, "--conntrack-max-per-core", "0",
+					"--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256", "-v", "1")
+			}},
+		{name: "cairn", table: "cairn", family: nftables.TableFamilyINet, set: "service-ips4",
+			start: func(b *testing.B, ns string) *proc {
+				return startInNS(b, ns, "proxyagent", agent, "-kubeconfig", c.AdminKubeconfig, "-node-name", proxyBenchNode,
+					"-node-ip", proxyNodeIP, "-cluster-cidr", proxyPodCIDR)
+			}},
+	}
+	ctx := context.Background()
+	if _, err := c.Client.CoreV1().Nodes().Create(ctx, &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: proxyBenchNode},
+		Status:     v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: proxyNodeIP}}},
+	}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: proxyBenchNS}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		var report []string
+		have := 0
+		for _, services := range []int{1000, 10000} {
+			start := time.Now()
+			ips := createServices(b, c.Client, "svc", have, services-have)
+			have = services
+			fmt.Printf("proxy: %d Services x %d endpoints in the API server (%.0fs to create)\n", services, proxyEndpoints, time.Since(start).Seconds())
+			figs := map[string][]proxyFigures{}
+			for round := range 2 {
+				for _, ct := range contenders {
+					f := runProxyRound(b, c.Client, strings.TrimPrefix(c.URL, "https://"), ct, ips, fmt.Sprintf("%s-%d", ct.name, round), round)
+					fmt.Printf("  %s\n", f.String(ct.name))
+					figs[ct.name] = append(figs[ct.name], f)
+				}
+			}
+			report = append(report, proxyReport(services, figs["cairn"], figs["kube-proxy"]))
+		}
+		fmt.Println(strings.Join(report, "\n"))
+	}
+}
+
+// proxyFigures are one round's measurements of one proxy.
+type proxyFigures struct {
+	start, restart, change, liveLast time.Duration
+	liveCPU                          time.Duration
+	rss, peak                        int64
+}
+
+func (f proxyFigures) String(name string) string {
+	return fmt.Sprintf("%-10s start %6.2fs  restart %6.2fs  one endpoint %7.1fms  live create: last -> programmed %6.2fs, CPU %5.1fs  RSS %4d MB, peak %4d MB",
+		name, f.start.Seconds(), f.restart.Seconds(), float64(f.change.Microseconds())/1000, f.liveLast.Seconds(), f.liveCPU.Seconds(), f.rss>>20, f.peak>>20)
+}
+
+// proxyReport is the table of one size: the median of the rounds (of two,
+// the mean) for each figure, and Cairn's over kube-proxy's.
+func proxyReport(services int, cairn, kp []proxyFigures) string {
+	med := func(fs []proxyFigures, get func(proxyFigures) float64) float64 {
+		var s float64
+		for _, f := range fs {
+			s += get(f)
+		}
+		return s / float64(len(fs))
+	}
+	rows := []struct {
+		what, unit string
+		get        func(proxyFigures) float64
+	}{
+		{"start with the Services present, empty table -> programmed", "s", func(f proxyFigures) float64 { return f.start.Seconds() }},
+		{"restart with its own table, one Service deleted meanwhile -> programmed", "s", func(f proxyFigures) float64 { return f.restart.Seconds() }},
+		{"one endpoint added -> committed", "ms", func(f proxyFigures) float64 { return float64(f.change.Microseconds()) / 1000 }},
+		{fmt.Sprintf("create %d live: last create -> programmed", proxyLive), "s", func(f proxyFigures) float64 { return f.liveLast.Seconds() }},
+		{"CPU-seconds during that live create", "s", func(f proxyFigures) float64 { return f.liveCPU.Seconds() }},
+		{"RSS settled", "MB", func(f proxyFigures) float64 { return float64(f.rss) / (1 << 20) }},
+		{"RSS peak", "MB", func(f proxyFigures) float64 { return float64(f.peak) / (1 << 20) }},
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "proxy, %d Services x %d endpoints (mean of %d rounds)\n", services, proxyEndpoints, len(cairn))
+	fmt.Fprintf(&sb, "  %-74s %12s %12s %8s\n", "figure", "kube-proxy", "cairn", "ratio")
+	for _, r := range rows {
+		k, c := med(kp, r.get), med(cairn, r.get)
+		ratio := "-"
+		if k > 0 {
+			ratio = fmt.Sprintf("%.2f", c/k)
+		}
+		fmt.Fprintf(&sb, "  %-74s %10.2f%-2s %10.2f%-2s %8s\n", r.what, k, r.unit, c, r.unit, ratio)
+	}
+	return sb.String()
+}
+
+// endpointSeq numbers the endpoints added, each a new address.
+var endpointSeq atomic.Int32
+
+// startInNS starts a command in the network namespace ns.
+func startInNS(b *testing.B, ns, name, bin string, args ...string) *proc {
+	log := filepath.Join(b.TempDir(), name+".log")
+	return startProc(b, name, log, exec.Command("ip", append([]string{"netns", "exec", ns, bin}, args...)...), nil)
+}
+
+// runProxyRound runs one proxy through the figures in a new network
+// namespace; ips are the ClusterIPs of the Services present.
+func runProxyRound(b *testing.B, client kubernetes.Interface, apiAddr string, ct proxyContender, ips map[netip.Addr]string, tag string, round int) proxyFigures {
+	ns := "cairn-proxybench-" + tag
+	run(b, "ip", "netns", "add", ns)
+	b.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	run(b, "ip", "-n", ns, "link", "set", "lo", "up")
+	run(b, "ip", "-n", ns, "link", "add", "bench0", "type", "veth", "peer", "name", "bench1")
+	run(b, "ip", "-n", ns, "addr", "add", proxyNodeIP+"/24", "dev", "bench0")
+	run(b, "ip", "-n", ns, "link", "set", "bench0", "up")
+	h, err := netns.GetFromName(ns)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Close()
+	forwardAPI(b, h, apiAddr)
+	apiSvc, err := client.CoreV1().Services("default").Get(context.Background(), "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	apiIP, _ := netip.ParseAddr(apiSvc.Spec.ClusterIP) // in the map if it has endpoints
+	kernel := &serviceMap{fd: int(h), table: ct.table, family: ct.family, set: ct.set}
+	want := func(ips map[netip.Addr]string) func() (bool, error) {
+		return func() (bool, error) {
+			got, err := kernel.ips()
+			if err != nil {
+				return false, nil // the table is not there yet
+			}
+			for ip := range ips {
+				if !got[ip] {
+					return false, nil
+				}
+			}
+			for ip := range got {
+				if _, ok := ips[ip]; !ok && ip != apiIP {
+					return false, nil
+				}
+			}
+			return true, nil
+		}
+	}
+	var f proxyFigures
+
+	// Start with an empty table.
+	t0 := time.Now()
+	p := ct.start(b, ns)
+	f.start = waitFor(b, p, t0, 10*time.Minute, want(ips))
+
+	// Restart over its own table, with a Service deleted while it was down.
+	p.stop()
+	victim := fmt.Sprintf("svc-%d", 10+round)
+	deleteService(b, client, victim)
+	rest := make(map[netip.Addr]string, len(ips))
+	for ip, name := range ips {
+		if name != victim {
+			rest[ip] = name
+		}
+	}
+	t0 = time.Now()
+	p = ct.start(b, ns)
+	f.restart = waitFor(b, p, t0, 10*time.Minute, want(rest))
+	time.Sleep(5 * time.Second) // settle after the first sync
+	if f.rss, f.peak, err = p.mem(); err != nil {
+		b.Fatal(err)
+	}
+
+	// One endpoint added to one Service: the first commit that touches it.
+	mon, gens := monitor(b, int(h))
+	t0 = time.Now()
+	addEndpoint(b, client, "svc-7", fmt.Sprintf("10.127.0.%d", endpointSeq.Add(1)))
+	f.change = waitCommit(b, p, gens, t0, "/svc-7/")
+	mon.Close()
+
+	// Services created while it runs.
+	cpu0, err := p.cpu()
+	if err != nil {
+		b.Fatal(err)
+	}
+	live := createServices(b, client, "live-"+tag, 0, proxyLive)
+	t0 = time.Now()
+	all := maps.Clone(rest)
+	maps.Copy(all, live)
+	f.liveLast = waitFor(b, p, t0, 10*time.Minute, want(all))
+	cpu1, err := p.cpu()
+	if err != nil {
+		b.Fatal(err)
+	}
+	f.liveCPU = cpu1 - cpu0
+	p.stop()
+	deleteServices(b, client, "live-"+tag)
+	recreateService(b, client, victim, ips)
+	return f
+}
+
+// forwardAPI makes the API server, at addr on the host's loopback, answer
+// at the same address in the namespace h too: a listener there whose
+// connections are forwarded, so that no traffic leaves loopback.
+func forwardAPI(b *testing.B, h netns.NsHandle, addr string) {
+	b.Helper()
+	l, err := listenIn(h, addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer in.Close()
+				out, err := net.Dial("tcp", addr)
+				if err != nil {
+					return
+				}
+				defer out.Close()
+				go io.Copy(out, in)
+				io.Copy(in, out)
+			}()
+		}
+	}()
+}
+
+// listenIn listens on addr in the namespace h, from a thread that enters
+// it only for the listen.
+func listenIn(h netns.NsHandle, addr string) (net.Listener, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	host, err := netns.Get()
+	if err != nil {
+		return nil, err
+	}
+	defer host.Close()
+	if err := netns.Set(h); err != nil {
+		return nil, err
+	}
+	l, lerr := net.Listen("tcp", addr)
+	if err := netns.Set(host); err != nil {
+		panic(fmt.Sprintf("return to the host's network namespace: %v", err)) // the thread is lost
+	}
+	return l, lerr
+}
+
+func run(b *testing.B, name string, args ...string) {
+	b.Helper()
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		b.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+// waitFor polls done every 50ms until it says so, and returns the time
+// since t0; it fails if p exits or timeout passes.
+func waitFor(b *testing.B, p *proc, t0 time.Time, timeout time.Duration, done func() (bool, error)) time.Duration {
+	b.Helper()
+	for {
+		ok, err := done()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if ok {
+			return time.Since(t0)
+		}
+		if err := p.running(); err != nil {
+			b.Fatal(err)
+		}
+		if time.Since(t0) > timeout {
+			b.Fatalf("%s: not programmed after %v\n%s", p.name, timeout, p.tail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// serviceMap reads the ClusterIPs in a proxy's map of Services.
+type serviceMap struct {
+	fd     int
+	table  string
+	family nftables.TableFamily
+	set    string
+}
+
+func (m *serviceMap) ips() (map[netip.Addr]bool, error) {
+	c, err := nftables.New(nftables.WithNetNSFd(m.fd))
+	if err != nil {
+		return nil, err
+	}
+	t := &nftables.Table{Name: m.table, Family: m.family}
+	s, err := c.GetSetByName(t, m.set)
+	if err != nil {
+		return nil, err
+	}
+	elems, err := c.GetSetElements(s)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[netip.Addr]bool, len(elems))
+	for _, e := range elems {
+		if len(e.Key) >= 4 {
+			out[netip.AddrFrom4([4]byte(e.Key[:4]))] = true
+		}
+	}
+	return out, nil
+}
+
+// monitor watches the nftables transactions of the namespace open as fd.
+func monitor(b *testing.B, fd int) (*nftables.Monitor, chan *nftables.MonitorEvents) {
+	c, err := nftables.New(nftables.WithNetNSFd(fd))
+	if err != nil {
+		b.Fatal(err)
+	}
+	mon := nftables.NewMonitor(nftables.WithMonitorEventBuffer(4096))
+	gens, err := c.AddGenerationalMonitor(mon)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return mon, gens
+}
+
+// waitCommit returns the time from t0 to the first transaction that
+// touches a chain whose name has what.
+func waitCommit(b *testing.B, p *proc, gens chan *nftables.MonitorEvents, t0 time.Time, what string) time.Duration {
+	b.Helper()
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case g, ok := <-gens:
+			if !ok {
+				b.Fatal("nftables monitor closed")
+			}
+			for _, ev := range g.Changes {
+				var chain string
+				switch d := ev.Data.(type) {
+				case *nftables.Chain:
+					chain = d.Name
+				case *nftables.Rule:
+					chain = d.Chain.Name
+				}
+				if strings.Contains(chain, what) {
+					return time.Since(t0)
+				}
+			}
+		case <-timeout:
+			b.Fatalf("%s: no transaction touching %q within a minute\n%s", p.name, what, p.tail())
+		}
+	}
+}
+
+// createServices creates n Services prefix-i (i from first) with
+// EndpointSlices of proxyEndpoints ready endpoints each, and returns their
+// ClusterIPs.
+func createServices(b *testing.B, client kubernetes.Interface, prefix string, first, n int) map[netip.Addr]string {
+	b.Helper()
+	var (
+		mu   sync.Mutex
+		ips  = make(map[netip.Addr]string, n)
+		errs []error
+		wg   sync.WaitGroup
+		next = make(chan int)
+	)
+	for range 16 {
+		wg.Go(func() {
+			for i := range next {
+				name := fmt.Sprintf("%s-%d", prefix, i)
+				ip, err := createService(client, name, i)
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+				} else {
+					ips[ip] = name
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for i := first; i < first+n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if len(errs) > 0 {
+		b.Fatalf("create Services: %v (and %d more)", errs[0], len(errs)-1)
+	}
+	return ips
+}
+
+func createService(client kubernetes.Interface, name string, i int) (netip.Addr, error) {
+	ctx := context.Background()
+	svc, err := client.CoreV1().Services(proxyBenchNS).Create(ctx, &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       v1.ServiceSpec{Ports: []v1.ServicePort{{Name: "http", Protocol: v1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	var eps []discovery.Endpoint
+	for j := range proxyEndpoints {
+		eps = append(eps, discovery.Endpoint{
+			Addresses:  []string{fmt.Sprintf("10.%d.%d.%d", 64+j, (i>>8)&0xff, i&0xff)},
+			Conditions: discovery.EndpointConditions{Ready: ptr(true)},
+			NodeName:   ptr("elsewhere"),
+		})
+	}
+	_, err = client.DiscoveryV1().EndpointSlices(proxyBenchNS).Create(ctx, &discovery.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: name, Labels: map[string]string{discovery.LabelServiceName: name}},
+		AddressType: discovery.AddressTypeIPv4,
+		Ports:       []discovery.EndpointPort{{Name: ptr("http"), Protocol: ptr(v1.ProtocolTCP), Port: ptr[int32](8080)}},
+		Endpoints:   eps,
+	}, metav1.CreateOptions{})
+	return ip, err
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func deleteService(b *testing.B, client kubernetes.Interface, name string) {
+	b.Helper()
+	ctx := context.Background()
+	if err := client.CoreV1().Services(proxyBenchNS).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	if err := client.DiscoveryV1().EndpointSlices(proxyBenchNS).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// recreateService creates the deleted Service name again, and puts its new
+// ClusterIP in ips.
+func recreateService(b *testing.B, client kubernetes.Interface, name string, ips map[netip.Addr]string) {
+	b.Helper()
+	for ip, n := range ips {
+		if n == name {
+			delete(ips, ip)
+		}
+	}
+	var i int
+	fmt.Sscanf(name, "svc-%d", &i)
+	ip, err := createService(client, name, i)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ips[ip] = name
+}
+
+// deleteServices deletes the Services and slices named prefix-*.
+func deleteServices(b *testing.B, client kubernetes.Interface, prefix string) {
+	b.Helper()
+	ctx := context.Background()
+	svcs, err := client.CoreV1().Services(proxyBenchNS).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var names []string
+	for _, s := range svcs.Items {
+		if strings.HasPrefix(s.Name, prefix+"-") {
+			names = append(names, s.Name)
+		}
+	}
+	var wg sync.WaitGroup
+	next := make(chan string)
+	for range 16 {
+		wg.Go(func() {
+			for name := range next {
+				client.CoreV1().Services(proxyBenchNS).Delete(ctx, name, metav1.DeleteOptions{})
+				client.DiscoveryV1().EndpointSlices(proxyBenchNS).Delete(ctx, name, metav1.DeleteOptions{})
+			}
+		})
+	}
+	for _, n := range names {
+		next <- n
+	}
+	close(next)
+	wg.Wait()
+}
+
+// addEndpoint adds an endpoint to the slice of Service name.
+func addEndpoint(b *testing.B, client kubernetes.Interface, name, addr string) {
+	b.Helper()
+	ctx := context.Background()
+	sl, err := client.DiscoveryV1().EndpointSlices(proxyBenchNS).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sl.Endpoints = append(sl.Endpoints, discovery.Endpoint{Addresses: []string{addr}, Conditions: discovery.EndpointConditions{Ready: ptr(true)}, NodeName: ptr("elsewhere")})
+	if _, err := client.DiscoveryV1().EndpointSlices(proxyBenchNS).Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+}
