@@ -96,7 +96,7 @@ func BenchmarkProxy(b *testing.B) {
 			figs := map[string][]proxyFigures{}
 			for round := range 2 {
 				for _, ct := range contenders {
-					f := runProxyRound(b, c.Client, strings.TrimPrefix(c.URL, "https://"), ct, ips, fmt.Sprintf("%s-%d", ct.name, round), round)
+					f := runProxyRound(b, c.Client, strings.TrimPrefix(c.URL, "https://"), ct, ips, fmt.Sprintf("%s-%d-%d", ct.name, services, round), round)
 					fmt.Printf("  %s\n", f.String(ct.name))
 					figs[ct.name] = append(figs[ct.name], f)
 				}
@@ -169,7 +169,7 @@ func startInNS(b *testing.B, ns, name, bin string, args ...string) *proc {
 func runProxyRound(b *testing.B, client kubernetes.Interface, apiAddr string, ct proxyContender, ips map[netip.Addr]string, tag string, round int) proxyFigures {
 	ns := "cairn-proxybench-" + tag
 	run(b, "ip", "netns", "add", ns)
-	b.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	defer exec.Command("ip", "netns", "del", ns).Run()
 	run(b, "ip", "-n", ns, "link", "set", "lo", "up")
 	run(b, "ip", "-n", ns, "link", "add", "bench0", "type", "veth", "peer", "name", "bench1")
 	run(b, "ip", "-n", ns, "addr", "add", proxyNodeIP+"/24", "dev", "bench0")
