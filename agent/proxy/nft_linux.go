@@ -8,8 +8,8 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"syscall"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
