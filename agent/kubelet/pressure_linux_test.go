@@ -26,8 +26,8 @@ import (
 
 // TestMemoryPressureEviction runs, on a node of a real control plane
 // with a real containerd, a BestEffort pod that holds 1 GiB and a
-// Guaranteed pod, with a memory.available threshold 300 MiB under what
-// the host had free: the hog puts the node under pressure and is evicted
+// Guaranteed pod, with a memory.available threshold pressureMargin under
+// what the host had free: the hog puts the node under pressure and is evicted
 // as the kubelet evicts (Failed, Evicted, the node's low resource and the
 // container's use), which relieves it; the Guaranteed pod runs on. Then a
 // critical pod (system-node-critical) hogs 1 GiB: it is never evicted,
@@ -75,8 +75,8 @@ func (e *podEnv) checkRunning(t *testing.T, pod *corev1.Pod) {
 }
 
 // TestStaticPodNotEvicted runs a static pod that holds 1 GiB on a node
-// whose memory.available threshold is 300 MiB under what the host had
-// free: the node is under memory pressure, and the static pod, which the
+// whose memory.available threshold is pressureMargin under what the host
+// had free: the node is under memory pressure, and the static pod, which the
 // kubelet never evicts, runs on in the same container.
 func TestStaticPodNotEvicted(t *testing.T) {
 	e, cfg := newPodEnv(t, "static-hog-1")
@@ -89,7 +89,7 @@ func TestStaticPodNotEvicted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Thresholds.MemoryAvailable = m.Available - 300<<20
+	cfg.Thresholds.MemoryAvailable = m.Available - pressureMargin
 	cfg.join.Thresholds.MemoryAvailable = cfg.Thresholds.MemoryAvailable
 	writeManifest(t, dir, "hog.yaml", &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
@@ -188,8 +188,14 @@ func BenchmarkEviction(b *testing.B) {
 }
 
 // pressureNode is a node whose memory.available threshold, hard or soft,
-// is 300 MiB under what the host had free when it started.
+// is pressureMargin under what the host had free when it started.
 type pressureNode struct{ *podEnv }
+
+// pressureMargin is how far under the host's free memory the tests put
+// the memory.available threshold: far enough that other tests running
+// beside them (a test binary linking takes hundreds of MiB) do not cross
+// it, near enough that a pod holding 1 GiB does.
+const pressureMargin = 600 << 20
 
 // startPressureNode starts it, looking for pressure every interval (0:
 // the node's default). A soft threshold has a grace period of 3 s and
@@ -201,10 +207,10 @@ func startPressureNode(tb testing.TB, interval time.Duration, soft bool) pressur
 		tb.Fatal(err)
 	}
 	if soft {
-		cfg.Soft = SoftEviction{Thresholds: node.Thresholds{MemoryAvailable: m.Available - 300<<20},
+		cfg.Soft = SoftEviction{Thresholds: node.Thresholds{MemoryAvailable: m.Available - pressureMargin},
 			GracePeriods: map[string]time.Duration{"memory.available": 3 * time.Second}, MaxPodGracePeriod: time.Second}
 	} else {
-		cfg.Thresholds.MemoryAvailable = m.Available - 300<<20
+		cfg.Thresholds.MemoryAvailable = m.Available - pressureMargin
 	}
 	cfg.evictionInterval = interval
 	if _, bench := tb.(*testing.B); bench {
