@@ -452,17 +452,7 @@ func (p *Proxier) tryChange(next map[string]*fragment) (ops int, err error) {
 func (p *Proxier) refuse(key string, fr *fragment, err error) {
 	p.refused[key] = fr.digest()
 	p.log.Warn("the kernel refused a Service's nftables objects; it keeps what it had", "service", key, "err", err)
-	ns, name, _ := strings.Cut(key, "/")
-	svc, gerr := p.services.Services(ns).Get(name)
-	if gerr != nil {
-		return
-	}
-	var problems []fieldProblem
-	for pr := range p.told[key] {
-		problems = append(problems, pr)
-	}
-	problems = append(problems, fieldProblem{reason: reasonKernelRefused, field: "spec", msg: "not programmed: the kernel refused its nftables objects: " + err.Error()})
-	p.tell(key, svc, problems)
+	p.tellMore(key, fieldProblem{reason: reasonKernelRefused, field: "spec", msg: "not programmed: the kernel refused its nftables objects: " + err.Error()})
 }
 
 // flushStale deletes the conntrack entries that the change from old to cur
@@ -542,18 +532,21 @@ func (p *Proxier) tell(key string, svc *v1.Service, problems []fieldProblem) {
 // tellConflicts tells the elements of Service key that another Service
 // has (a shared external IP and port, or NodePort): the first keeps them.
 func (p *Proxier) tellConflicts(key string, conflicts []setElem) {
+	var problems []fieldProblem
+	for _, c := range conflicts {
+		problems = append(problems, conflictProblem(c))
+	}
+	p.tellMore(key, problems...)
+}
+
+// tellMore tells problems of the Service key besides those told already.
+func (p *Proxier) tellMore(key string, more ...fieldProblem) {
 	ns, name, _ := strings.Cut(key, "/")
 	svc, err := p.services.Services(ns).Get(name)
 	if err != nil {
 		return
 	}
-	var problems []fieldProblem
-	for pr := range p.told[key] {
-		problems = append(problems, pr)
-	}
-	for _, c := range conflicts {
-		problems = append(problems, conflictProblem(c))
-	}
+	problems := slices.AppendSeq(more, maps.Keys(p.told[key]))
 	p.tell(key, svc, problems)
 }
 
