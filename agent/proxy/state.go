@@ -16,6 +16,9 @@ type state struct {
 	// have one key (say, an external IP and port), and the first keeps it.
 	owners  map[ownedKey]string
 	hairpin map[netip.Addr]int // endpoint address -> fragments that have it
+	// The Services' chains, rules and elements, counted as fragments come
+	// and go: a sync reports them without walking every Service.
+	chains, rules, elems int
 }
 
 type ownedKey struct {
@@ -50,6 +53,7 @@ func (s *state) put(svc string, fr *fragment) (conflicts []setElem) {
 		s.hairpin[a]++
 	}
 	s.services[svc] = fr
+	s.count(fr, 1)
 	return conflicts
 }
 
@@ -71,7 +75,18 @@ func (s *state) remove(svc string) *fragment {
 		}
 	}
 	delete(s.services, svc)
+	s.count(fr, -1)
 	return fr
+}
+
+// count adds the fragment's chains, rules and elements to the totals,
+// sign times.
+func (s *state) count(fr *fragment, sign int) {
+	s.chains += sign * len(fr.chains)
+	for _, c := range fr.chains {
+		s.rules += sign * len(c.rules)
+	}
+	s.elems += sign * len(fr.elems)
 }
 
 // table is the whole table the state stands for.
@@ -193,15 +208,7 @@ func (s *state) ports() map[string]portState {
 // counts returns the number of chains, rules and static set elements.
 func (s *state) counts() (chains, rules, elems int) {
 	rules, elems = s.fixed.counts()
-	chains = len(s.fixed.chains)
-	for _, fr := range s.services {
-		chains += len(fr.chains)
-		for _, c := range fr.chains {
-			rules += len(c.rules)
-		}
-		elems += len(fr.elems)
-	}
-	return chains, rules, elems + len(s.hairpin)
+	return len(s.fixed.chains) + s.chains, rules + s.rules, elems + s.elems + len(s.hairpin)
 }
 
 func union[K comparable, V any](ms []map[K]V) map[K]V {

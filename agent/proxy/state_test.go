@@ -89,3 +89,27 @@ func TestStateHairpinShared(t *testing.T) {
 		t.Errorf("hairpin4 = %v with no Service", got)
 	}
 }
+
+// TestStateCounts: the totals kept as Services come, change, conflict and
+// go are what the whole table has.
+func TestStateCounts(t *testing.T) {
+	mc := testModelConfig
+	st := newState(mc)
+	check := func(when string) {
+		t.Helper()
+		whole := st.table()
+		rules, elems := whole.counts()
+		if c, r, e := st.counts(); c != len(whole.chains) || r != rules || e != elems {
+			t.Errorf("%s: counts %d chains, %d rules, %d elements; the table has %d, %d, %d", when, c, r, e, len(whole.chains), rules, elems)
+		}
+	}
+	check("empty")
+	st.put("ns/a", buildFragment(&mc, onePort("ns", "a", "10.96.0.1", "192.0.2.7", "10.0.0.1", "10.0.0.2")))
+	check("one Service")
+	st.change(map[string]*fragment{"ns/b": buildFragment(&mc, onePort("ns", "b", "10.96.0.2", "192.0.2.7", "10.0.0.2"))})
+	check("a second, whose external IP conflicts")
+	st.change(map[string]*fragment{"ns/a": buildFragment(&mc, onePort("ns", "a", "10.96.0.1", "", "10.0.0.1", "10.0.0.2", "10.0.0.3"))})
+	check("an endpoint added")
+	st.change(map[string]*fragment{"ns/a": nil, "ns/b": nil})
+	check("both gone")
+}
