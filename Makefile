@@ -163,14 +163,15 @@ bench-streams: cluster build
 bench-storage: cluster build csi-sidecars
 	$(TEST_ENV) $(GO) test -run '^$$' -bench 'CSI|Eviction' -benchtime 1x -timeout 20m ./agent/kubelet/
 
-# The Service dataplane (as root; about 10 min). First the table alone in
-# a network namespace (agent/proxy): at 1 000 and 10 000 Services of 5
-# endpoints, the time from the model to the kernel for an empty table, a
-# restart over an unchanged table (which writes nothing) and one endpoint
-# added. Then side by side with upstream kube-proxy in nftables mode
-# (test/bench), each in a namespace of its own against one API server,
-# twice each: start, restart, one endpoint, a live create, CPU and memory,
-# with the ratios.
+# The Service dataplane (as root; about 30 min). First the table alone in
+# a network namespace (agent/proxy): at 1 000, 10 000 and 50 000 Services
+# of 5 endpoints, the time from the model to the kernel for an empty
+# table, a restart over an unchanged table (which writes nothing) and one
+# endpoint added. Then side by side with upstream kube-proxy in nftables
+# mode (test/bench), each in a namespace of its own against one API
+# server, twice each, at 10, 1 000 and 10 000 Services
+# (CAIRN_BENCH_PROXY_SIZES to choose): start, restart, one endpoint, 1 000
+# created live, CPU and memory, new-connection latency, with the ratios.
 bench-proxy: deps cluster build
 	$(TEST_ENV) $(GO) test -run '^$$' -bench ProxyTable -benchtime 1x -timeout 20m ./agent/proxy/
 	$(TEST_ENV) $(GO) test -tags bench -run '^$$' -bench '^BenchmarkProxy$$' -benchtime 1x -timeout 60m ./test/bench/

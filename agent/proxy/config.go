@@ -33,8 +33,10 @@ type Config struct {
 	// postrouting. Default 0x4000.
 	MasqueradeMark uint32
 
-	// MinSyncInterval is the least time between two syncs: a burst of
-	// changes is written as one transaction. Default 1s.
+	// MinSyncInterval is the least time between two syncs while changes
+	// keep coming: a burst of changes is written one transaction per
+	// interval, and once more when it has been quiet for 100ms. A change
+	// after a quiet interval is written at once. Default 1s.
 	MinSyncInterval time.Duration
 	// ResyncPeriod is how often the whole table is compared with the kernel
 	// and rewritten (a full sync). Default 15m.

@@ -31,7 +31,9 @@
 //     applies whole or not at all.
 //   - proxier.go runs informers and the sync loop. Each informer event
 //     marks its Service; a sync rebuilds the marked Services' fragments
-//     and writes their differences. It records a Warning Event on a
+//     and writes their differences. A lone change is written at once; a
+//     burst once per MinSyncInterval and again 100ms after it ends, with
+//     syncs spaced so that they take at most a fifth of a core. It records a Warning Event on a
 //     Service (reason UnsupportedServiceField, source cairn-proxy) for each
 //     field the table does not honour: loadBalancerSourceRanges,
 //     healthCheckNodePort, trafficDistribution and their annotations; the

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -26,6 +25,7 @@ type nftProgrammer struct {
 	opts  []nftables.ConnOption
 	conn  *nftables.Conn // reads
 	tx    *netlink.Conn  // transactions (send)
+	seq   uint32         // the last sequence number sent on tx
 	table *nftables.Table
 }
 
@@ -218,23 +218,27 @@ func (n *nftProgrammer) apply(p *plan) error {
 // kernel handles the batch within the sendmsg, so by its return every
 // answer is queued: errors, then the acknowledgement.
 func (n *nftProgrammer) send(batch []netlink.Message) error {
-	msgs := slices.Clone(batch)
-	for i := range msgs {
-		msgs[i].Header.Flags &^= netlink.Acknowledge | unix.NLM_F_ECHO
-	}
-	last := len(msgs) - 2 // the batch's end is not acknowledged
-	msgs[last].Header.Flags |= netlink.Acknowledge
-	sent, err := n.tx.SendMessages(msgs)
-	if err != nil {
-		return fmt.Errorf("send batch: %w", err)
-	}
 	raw, err := n.tx.SyscallConn()
 	if err != nil {
 		return err
 	}
+	first := n.seq + 1
+	last := len(batch) - 2 // the batch's end is not acknowledged
+	buf := n.marshal(batch, last)
+	var serr error
+	if err := raw.Write(func(fd uintptr) bool {
+		serr = unix.Sendto(int(fd), buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
+		return !errors.Is(serr, unix.EAGAIN)
+	}); err != nil {
+		return fmt.Errorf("send batch: %w", err)
+	}
+	if serr != nil {
+		return fmt.Errorf("send batch (%d bytes): %w", len(buf), serr)
+	}
+	lastSeq := first + uint32(last)
 	var errs []error
 	acked := false
-	buf := make([]byte, 1<<16)
+	buf = make([]byte, 1<<16)
 	for !acked {
 		var nr int
 		var rerr error
@@ -259,16 +263,16 @@ func (n *nftProgrammer) send(batch []netlink.Message) error {
 				continue
 			}
 			code := -int32(binaryutil.NativeEndian.Uint32(a.Data[:4]))
-			if a.Header.Seq == sent[last].Header.Sequence {
+			if a.Header.Seq == lastSeq {
 				acked = true
 			}
 			if code != 0 {
-				i := int(a.Header.Seq - sent[0].Header.Sequence)
+				i := int(a.Header.Seq - first)
 				what := "message"
-				if i >= 0 && i < len(sent) {
-					what = msgName(sent[i].Header.Type)
+				if i >= 0 && i < len(batch) {
+					what = msgName(batch[i].Header.Type)
 				}
-				errs = append(errs, fmt.Errorf("%s (message %d of %d): %w", what, i, len(sent), unix.Errno(code)))
+				errs = append(errs, fmt.Errorf("%s (message %d of %d): %w", what, i, len(batch), unix.Errno(code)))
 			}
 		}
 	}
@@ -281,12 +285,44 @@ func (n *nftProgrammer) send(batch []netlink.Message) error {
 	return nil
 }
 
+// marshal lays the batch out as the kernel reads it, in one buffer sized up
+// front (a full sync is tens of megabytes: appended message by message, as
+// netlink.Conn does, it is copied over and over as the buffer grows). It
+// numbers the messages from n.seq on and asks for an acknowledgement of
+// message ack only.
+func (n *nftProgrammer) marshal(batch []netlink.Message, ack int) []byte {
+	const hdr = unix.NLMSG_HDRLEN
+	align := func(l int) int { return (l + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1) }
+	size := 0
+	for _, m := range batch {
+		size += align(hdr + len(m.Data))
+	}
+	buf := make([]byte, size)
+	off := 0
+	for i, m := range batch {
+		flags := m.Header.Flags &^ (netlink.Acknowledge | unix.NLM_F_ECHO)
+		if i == ack {
+			flags |= netlink.Acknowledge
+		}
+		n.seq++
+		ne := binary.NativeEndian
+		ne.PutUint32(buf[off:], uint32(hdr+len(m.Data)))
+		ne.PutUint16(buf[off+4:], uint16(m.Header.Type))
+		ne.PutUint16(buf[off+6:], uint16(flags))
+		ne.PutUint32(buf[off+8:], n.seq)
+		// nlmsg_pid stays 0: the kernel.
+		copy(buf[off+hdr:], m.Data)
+		off += align(hdr + len(m.Data))
+	}
+	return buf
+}
+
 // addElems adds elems to the set ns, which def describes.
 func (n *nftProgrammer) addElems(c *nftables.Conn, ns *nftables.Set, def *set, elems map[elemKey]verdict) error {
 	if len(elems) == 0 {
 		return nil
 	}
-	var all []nftables.SetElement
+	all := make([]nftables.SetElement, 0, len(elems))
 	for _, k := range sortedElemKeys(elems) {
 		e := nftables.SetElement{Key: encodeKey(k, def.key)}
 		if v := elems[k]; !v.isZero() {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cairn-os/cairn/internal/backoff"
@@ -31,11 +32,12 @@ import (
 // EndpointSlices. Create it with New, start it with Run, and remove its
 // table with Cleanup.
 type Proxier struct {
-	cfg     Config
-	client  kubernetes.Interface
-	log     *slog.Logger
-	metrics *metrics
-	trigger chan struct{}
+	cfg        Config
+	client     kubernetes.Interface
+	log        *slog.Logger
+	metrics    *metrics
+	trigger    chan struct{}
+	lastChange atomic.Int64 // when the last change came, in Unix nanoseconds
 
 	services corelisters.ServiceLister
 	slices   cache.Indexer        // EndpointSlices, indexed by their Service
@@ -100,6 +102,7 @@ func (p *Proxier) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (p *Proxier) requestSync() {
+	p.lastChange.Store(time.Now().UnixNano())
 	select {
 	case p.trigger <- struct{}{}:
 	default:
@@ -107,15 +110,15 @@ func (p *Proxier) requestSync() {
 }
 
 // Run watches Services and EndpointSlices with the shared informers
-// services and endpointSlices, which the caller starts, and syncs the table until
-// ctx is done. The informers may hold every Service and slice: the proxy
-// leaves out, in memory, those that are another proxy's or headless. The
-// first sync, once the informers have listed everything, is a
-// full one: it reads the kernel's table and removes whatever is stale, so a
-// restarted proxier converges to the same table. Later syncs write only
-// what changed; one runs at most every MinSyncInterval, and a full one every
-// ResyncPeriod. The table stays in place when Run returns: traffic keeps
-// flowing while the agent restarts. Use Cleanup to remove it.
+// services and endpointSlices, which the caller starts, and syncs the
+// table until ctx is done. The informers may hold every Service and slice:
+// the proxy leaves out, in memory, those that are another proxy's or
+// headless. The first sync, once the informers have listed everything, is
+// a full one: it reads the kernel's table and removes whatever is stale, so
+// a restarted proxier converges to the same table. Later syncs write only
+// what changed, paced by syncDue, and a full one runs every ResyncPeriod.
+// The table stays in place when Run returns: traffic keeps flowing while
+// the agent restarts. Use Cleanup to remove it.
 func (p *Proxier) Run(ctx context.Context, services coreinformers.ServiceInformer, endpointSlices discoveryinformers.EndpointSliceInformer) error {
 	if err := p.cfg.validate(); err != nil {
 		return err
@@ -192,13 +195,14 @@ func (p *Proxier) closeDataplane() {
 	}
 }
 
-// loop runs syncs: on changes, at most every MinSyncInterval; fully every
+// loop runs syncs: on changes, when syncDue says; fully every
 // ResyncPeriod and after a failure; failures retried with backoff.
 func (p *Proxier) loop(ctx context.Context) error {
 	full := time.NewTicker(p.cfg.ResyncPeriod)
 	defer full.Stop()
 	var (
-		last  time.Time
+		last  time.Time     // when the last sync started
+		took  time.Duration // how long the last partial sync took
 		b     = backoff.Backoff{Initial: p.cfg.MinSyncInterval, Max: 30 * time.Second, Jitter: 0.2}
 		retry <-chan time.Time
 	)
@@ -215,19 +219,27 @@ func (p *Proxier) loop(ctx context.Context) error {
 				wantFull = true
 			}
 		}
-		if wait := p.cfg.MinSyncInterval - time.Since(last); wait > 0 {
+		for { // changes that come while it waits are part of this sync
+			now := time.Now()
+			wait := syncDue(now, last, time.Unix(0, p.lastChange.Load()), took, p.cfg.MinSyncInterval).Sub(now)
+			if wait <= 0 {
+				break
+			}
 			select {
 			case <-ctx.Done():
 				return nil
 			case <-time.After(wait):
 			}
 		}
-		select { // changes until now are part of this sync
+		select {
 		case <-p.trigger:
 		default:
 		}
 		last = time.Now()
 		err := p.sync(wantFull)
+		if took = 0; !wantFull {
+			took = time.Since(last)
+		}
 		wantFull = false
 		if err != nil {
 			d := b.Next()
@@ -238,6 +250,36 @@ func (p *Proxier) loop(ctx context.Context) error {
 		b.Reset()
 		retry = nil
 	}
+}
+
+// Sync pacing: after a burst of changes ends, a sync waits for the
+// changes to be quiet for syncQuiet, and starts no sooner after the last
+// one than syncSpacing times that one's duration, so that syncing takes
+// at most a fifth of a core however long a sync is at the cluster's size.
+const (
+	syncQuiet   = 100 * time.Millisecond
+	syncSpacing = 5
+)
+
+// syncDue is when a sync of the changes made until now should start, given
+// when the last sync started and how long it took (zero if it was a full
+// one) and when the last change came. A change after MinSyncInterval
+// without a sync is written at once. A burst of changes is written every
+// minInterval while it lasts, and once more when it ends: the last change
+// of a burst waits about syncQuiet, not up to minInterval.
+func syncDue(now, last, lastChange time.Time, took, minInterval time.Duration) time.Time {
+	burst := last.Add(minInterval)
+	if !now.Before(burst) {
+		return now
+	}
+	quiet := lastChange.Add(syncQuiet)
+	if spaced := last.Add(syncSpacing * took); spaced.After(quiet) {
+		quiet = spaced
+	}
+	if quiet.Before(burst) {
+		return quiet
+	}
+	return burst
 }
 
 // changed marks the Service key (namespace/name) for the next sync.
