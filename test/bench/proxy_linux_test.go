@@ -9,9 +9,12 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,7 +45,30 @@ const (
 	proxyPodCIDR   = "10.64.0.0/10"
 	proxyEndpoints = 5
 	proxyLive      = 1000 // Services created while the proxy runs
+	// The probe Service's one endpoint, a listener on the namespace's
+	// loopback: new connections to its ClusterIP measure the packet path.
+	proxyProbeIP    = "10.63.0.2"
+	proxyProbePort  = 8080
+	proxyProbeConns = 1000
 )
+
+// proxyBenchSizes are the numbers of Services measured, from
+// CAIRN_BENCH_PROXY_SIZES (say "1000"), by default 10, 1 000 and 10 000.
+func proxyBenchSizes(b *testing.B) []int {
+	v := os.Getenv("CAIRN_BENCH_PROXY_SIZES")
+	if v == "" {
+		return []int{10, 1000, 10000}
+	}
+	var sizes []int
+	for f := range strings.SplitSeq(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 10 || (len(sizes) > 0 && n <= sizes[len(sizes)-1]) {
+			b.Fatalf("CAIRN_BENCH_PROXY_SIZES=%q: want increasing numbers of Services, at least 10", v)
+		}
+		sizes = append(sizes, n)
+	}
+	return sizes
+}
 
 // A proxyContender is one of the proxies: how to start it and where its
 // Service map is in the kernel.
@@ -85,12 +111,17 @@ func BenchmarkProxy(b *testing.B) {
 	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: proxyBenchNS}}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
+	probe, err := createService(c.Client, "probe", 0, proxyProbeIP)
+	if err != nil {
+		b.Fatal(err)
+	}
 	for b.Loop() {
 		var report []string
+		ips := map[netip.Addr]string{probe: "probe"}
 		have := 0
-		for _, services := range []int{1000, 10000} {
+		for _, services := range proxyBenchSizes(b) {
 			start := time.Now()
-			ips := createServices(b, c.Client, "svc", have, services-have)
+			maps.Copy(ips, createServices(b, c.Client, "svc", have, services-have))
 			have = services
 			fmt.Printf("proxy: %d Services x %d endpoints in the API server (%.0fs to create)\n", services, proxyEndpoints, time.Since(start).Seconds())
 			figs := map[string][]proxyFigures{}
@@ -112,11 +143,13 @@ type proxyFigures struct {
 	start, restart, change, liveLast time.Duration
 	liveCPU                          time.Duration
 	rss, peak                        int64
+	conn50, conn99                   time.Duration // new connection to a ClusterIP: connect and first byte
 }
 
 func (f proxyFigures) String(name string) string {
-	return fmt.Sprintf("%-10s start %6.2fs  restart %6.2fs  one endpoint %7.1fms  live create: last -> programmed %6.2fs, CPU %5.1fs  RSS %4d MB, peak %4d MB",
-		name, f.start.Seconds(), f.restart.Seconds(), float64(f.change.Microseconds())/1000, f.liveLast.Seconds(), f.liveCPU.Seconds(), f.rss>>20, f.peak>>20)
+	return fmt.Sprintf("%-10s start %6.2fs  restart %6.2fs  one endpoint %7.1fms  live create: last -> programmed %6.2fs, CPU %5.1fs  RSS %4d MB, peak %4d MB  new connection p50 %4dus p99 %5dus",
+		name, f.start.Seconds(), f.restart.Seconds(), float64(f.change.Microseconds())/1000, f.liveLast.Seconds(), f.liveCPU.Seconds(), f.rss>>20, f.peak>>20,
+		f.conn50.Microseconds(), f.conn99.Microseconds())
 }
 
 // proxyReport is the table of one size: the median of the rounds (of two,
@@ -140,6 +173,8 @@ func proxyReport(services int, cairn, kp []proxyFigures) string {
 		{"CPU-seconds during that live create", "s", func(f proxyFigures) float64 { return f.liveCPU.Seconds() }},
 		{"RSS settled", "MB", func(f proxyFigures) float64 { return float64(f.rss) / (1 << 20) }},
 		{"RSS peak", "MB", func(f proxyFigures) float64 { return float64(f.peak) / (1 << 20) }},
+		{fmt.Sprintf("new connection to a ClusterIP, connect + first byte, p50 of %d", proxyProbeConns), "us", func(f proxyFigures) float64 { return float64(f.conn50.Microseconds()) }},
+		{"  and p99", "us", func(f proxyFigures) float64 { return float64(f.conn99.Microseconds()) }},
 	}
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "proxy, %d Services x %d endpoints (mean of %d rounds)\n", services, proxyEndpoints, len(cairn))
@@ -174,12 +209,15 @@ func runProxyRound(b *testing.B, client kubernetes.Interface, apiAddr string, ct
 	run(b, "ip", "-n", ns, "link", "add", "bench0", "type", "veth", "peer", "name", "bench1")
 	run(b, "ip", "-n", ns, "addr", "add", proxyNodeIP+"/24", "dev", "bench0")
 	run(b, "ip", "-n", ns, "link", "set", "bench0", "up")
+	run(b, "ip", "-n", ns, "route", "add", "10.96.0.0/16", "dev", "bench0")
+	run(b, "ip", "-n", ns, "addr", "add", proxyProbeIP+"/32", "dev", "lo")
 	h, err := netns.GetFromName(ns)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer h.Close()
 	forwardAPI(b, h, apiAddr)
+	serveProbe(b, h)
 	apiSvc, err := client.CoreV1().Services("default").Get(context.Background(), "kubernetes", metav1.GetOptions{})
 	if err != nil {
 		b.Fatal(err)
@@ -214,7 +252,7 @@ func runProxyRound(b *testing.B, client kubernetes.Interface, apiAddr string, ct
 
 	// Restart over its own table, with a Service deleted while it was down.
 	p.stop()
-	victim := fmt.Sprintf("svc-%d", 10+round)
+	victim := fmt.Sprintf("svc-%d", 1+round)
 	deleteService(b, client, victim)
 	rest := make(map[netip.Addr]string, len(ips))
 	for ip, name := range ips {
@@ -228,6 +266,15 @@ func runProxyRound(b *testing.B, client kubernetes.Interface, apiAddr string, ct
 	time.Sleep(5 * time.Second) // settle after the first sync
 	if f.rss, f.peak, err = p.mem(); err != nil {
 		b.Fatal(err)
+	}
+	var probeIP netip.Addr
+	for ip, name := range ips {
+		if name == "probe" {
+			probeIP = ip
+		}
+	}
+	if f.conn50, f.conn99, err = connectLatency(h, netip.AddrPortFrom(probeIP, 80), proxyProbeConns); err != nil {
+		b.Fatalf("%s: %v\n%s", ct.name, err, p.tail())
 	}
 
 	// One endpoint added to one Service: the first commit that touches it.
@@ -315,11 +362,14 @@ func run(b *testing.B, name string, args ...string) {
 	}
 }
 
-// waitFor polls done every 50ms until it says so, and returns the time
-// since t0; it fails if p exits or timeout passes.
+// waitFor polls done until it says so, and returns the time since t0; it
+// fails if p exits or timeout passes. It polls every 50ms, or less often
+// when a poll takes long (a map of 10 000 elements), so that the poller
+// takes at most a fifth of a core from the proxy it times.
 func waitFor(b *testing.B, p *proc, t0 time.Time, timeout time.Duration, done func() (bool, error)) time.Duration {
 	b.Helper()
 	for {
+		polled := time.Now()
 		ok, err := done()
 		if err != nil {
 			b.Fatal(err)
@@ -327,13 +377,14 @@ func waitFor(b *testing.B, p *proc, t0 time.Time, timeout time.Duration, done fu
 		if ok {
 			return time.Since(t0)
 		}
+		took := time.Since(polled)
 		if err := p.running(); err != nil {
 			b.Fatal(err)
 		}
 		if time.Since(t0) > timeout {
 			b.Fatalf("%s: not programmed after %v\n%s", p.name, timeout, p.tail())
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(max(50*time.Millisecond, 4*took))
 	}
 }
 
@@ -427,7 +478,7 @@ func createServices(b *testing.B, client kubernetes.Interface, prefix string, fi
 		wg.Go(func() {
 			for i := range next {
 				name := fmt.Sprintf("%s-%d", prefix, i)
-				ip, err := createService(client, name, i)
+				ip, err := createService(client, name, i, "")
 				mu.Lock()
 				if err != nil {
 					errs = append(errs, err)
@@ -449,7 +500,10 @@ func createServices(b *testing.B, client kubernetes.Interface, prefix string, fi
 	return ips
 }
 
-func createService(client kubernetes.Interface, name string, i int) (netip.Addr, error) {
+// createService creates the Service name, number i, with its slice: its
+// endpoints are addresses elsewhere, numbered by i, or the one address
+// probe if given.
+func createService(client kubernetes.Interface, name string, i int, probe string) (netip.Addr, error) {
 	ctx := context.Background()
 	svc, err := client.CoreV1().Services(proxyBenchNS).Create(ctx, &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -462,10 +516,17 @@ func createService(client kubernetes.Interface, name string, i int) (netip.Addr,
 	if err != nil {
 		return netip.Addr{}, err
 	}
-	var eps []discovery.Endpoint
+	var addrs []string
 	for j := range proxyEndpoints {
+		addrs = append(addrs, fmt.Sprintf("10.%d.%d.%d", 64+j, (i>>8)&0xff, i&0xff))
+	}
+	if probe != "" {
+		addrs = []string{probe}
+	}
+	var eps []discovery.Endpoint
+	for _, a := range addrs {
 		eps = append(eps, discovery.Endpoint{
-			Addresses:  []string{fmt.Sprintf("10.%d.%d.%d", 64+j, (i>>8)&0xff, i&0xff)},
+			Addresses:  []string{a},
 			Conditions: discovery.EndpointConditions{Ready: ptr(true)},
 			NodeName:   ptr("elsewhere"),
 		})
@@ -503,7 +564,7 @@ func recreateService(b *testing.B, client kubernetes.Interface, name string, ips
 	}
 	var i int
 	fmt.Sscanf(name, "svc-%d", &i)
-	ip, err := createService(client, name, i)
+	ip, err := createService(client, name, i, "")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -553,4 +614,64 @@ func addEndpoint(b *testing.B, client kubernetes.Interface, name, addr string) {
 	if _, err := client.DiscoveryV1().EndpointSlices(proxyBenchNS).Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// serveProbe answers each connection to the probe's endpoint, in the
+// namespace h, with one byte.
+func serveProbe(b *testing.B, h netns.NsHandle) {
+	b.Helper()
+	l, err := listenIn(h, net.JoinHostPort(proxyProbeIP, strconv.Itoa(proxyProbePort)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte{1})
+			c.Close()
+		}
+	}()
+}
+
+// connectLatency opens n connections to addr, one after the other, from
+// the namespace h, and returns the median and the 99th percentile of the
+// time from connect to the first byte read.
+func connectLatency(h netns.NsHandle, addr netip.AddrPort, n int) (p50, p99 time.Duration, err error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	host, err := netns.Get()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer host.Close()
+	if err := netns.Set(h); err != nil {
+		return 0, 0, err
+	}
+	defer func() {
+		if err := netns.Set(host); err != nil {
+			panic(fmt.Sprintf("return to the host's network namespace: %v", err)) // the thread is lost
+		}
+	}()
+	took := make([]time.Duration, 0, n)
+	buf := make([]byte, 1)
+	for range n {
+		t0 := time.Now()
+		c, err := net.DialTimeout("tcp", addr.String(), 2*time.Second)
+		if err != nil {
+			return 0, 0, fmt.Errorf("connect to the probe Service at %s: %w", addr, err)
+		}
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		_, err = io.ReadFull(c, buf)
+		c.Close()
+		if err != nil {
+			return 0, 0, fmt.Errorf("read from the probe Service at %s: %w", addr, err)
+		}
+		took = append(took, time.Since(t0))
+	}
+	slices.Sort(took)
+	return took[n/2], took[n*99/100], nil
 }
