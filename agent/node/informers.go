@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -76,7 +77,11 @@ func patientInformer[L runtime.Object](obj runtime.Object, sel string,
 			return untilReachable(ctx, func(ctx context.Context) (watch.Interface, error) { return watchFn(ctx, o) })
 		},
 	}
-	return cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	inf := cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	if err := inf.SetTransform(dropManagedFields); err != nil {
+		panic(err) // only once the informer has started
+	}
+	return inf
 }
 
 // untilReachable calls f until it returns anything but an error that
@@ -96,4 +101,15 @@ func unreachable(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) || apierrors.IsServiceUnavailable(err) || apierrors.IsTooManyRequests(err) ||
 		apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err)
+}
+
+// dropManagedFields leaves server-side apply's record of who set which
+// field out of the cached copy: the node never reads it, and in a small
+// object like a Service or an EndpointSlice it is a large part of the
+// memory the informers hold.
+func dropManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
 }

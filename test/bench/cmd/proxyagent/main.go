@@ -63,6 +63,7 @@ func run(kubeconfig, nodeName, nodeIP, clusterCIDR string) error {
 	if err != nil {
 		return err
 	}
+	node.ClientSettings(rc) // the agent's
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return err
