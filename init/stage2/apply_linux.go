@@ -387,26 +387,28 @@ func (c *configs) set(r running, lastErr string) {
 // meanwhile.
 func (c *configs) expire(t *pendingTry) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.guard.Lock()
 	current := c.try == t
 	c.guard.Unlock()
 	if !current {
+		c.mu.Unlock()
 		return
 	}
 	cur := c.running()
 	why := fmt.Sprintf("generation %d reverted: not confirmed by %s", cur.gen, t.until.Format(time.RFC3339))
-	err := c.switchTo(cur, t.prev, why)
-	c.guard.Lock()
-	c.try = nil
-	c.guard.Unlock()
-	if err != nil {
+	if err := c.switchTo(cur, t.prev, why); err != nil {
 		slog.Error("the tried machine config could not be reverted", "generation", cur.gen, "err", err)
 		c.set(cur, why+"; the revert failed: "+err.Error())
-		return
+	} else {
+		slog.Warn("tried machine config reverted", "generation", cur.gen, "to", t.prev.gen, "why", "not confirmed in time")
+		c.event(cur.gen, fmt.Sprintf("reverted to generation %d: not confirmed in time", t.prev.gen))
 	}
-	slog.Warn("tried machine config reverted", "generation", cur.gen, "to", t.prev.gen, "why", "not confirmed in time")
-	c.event(cur.gen, fmt.Sprintf("reverted to generation %d: not confirmed in time", t.prev.gen))
+	// The try ends with the revert, all of it: Status shows no try only
+	// once the next change can start.
+	c.guard.Lock()
+	c.try = nil
+	c.mu.Unlock()
+	c.guard.Unlock()
 }
 
 // Confirm keeps the config being tried: it is written to STATE.
