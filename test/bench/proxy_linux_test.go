@@ -335,24 +335,34 @@ func forwardAPI(b *testing.B, h netns.NsHandle, addr string) {
 	}()
 }
 
-// listenIn listens on addr in the namespace h, from a thread that enters
-// it only for the listen.
-func listenIn(h netns.NsHandle, addr string) (net.Listener, error) {
+// listenIn listens on addr in the namespace h.
+func listenIn(h netns.NsHandle, addr string) (l net.Listener, err error) {
+	err = inNS(h, func() error {
+		l, err = net.Listen("tcp", addr)
+		return err
+	})
+	return l, err
+}
+
+// inNS runs fn on a thread that enters the namespace h for it only: the
+// sockets fn opens are the namespace's.
+func inNS(h netns.NsHandle, fn func() error) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	host, err := netns.Get()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer host.Close()
 	if err := netns.Set(h); err != nil {
-		return nil, err
+		return err
 	}
-	l, lerr := net.Listen("tcp", addr)
-	if err := netns.Set(host); err != nil {
-		panic(fmt.Sprintf("return to the host's network namespace: %v", err)) // the thread is lost
-	}
-	return l, lerr
+	defer func() {
+		if err := netns.Set(host); err != nil {
+			panic(fmt.Sprintf("return to the host's network namespace: %v", err)) // the thread is lost
+		}
+	}()
+	return fn()
 }
 
 func run(b *testing.B, name string, args ...string) {
@@ -641,36 +651,27 @@ func serveProbe(b *testing.B, h netns.NsHandle) {
 // the namespace h, and returns the median and the 99th percentile of the
 // time from connect to the first byte read.
 func connectLatency(h netns.NsHandle, addr netip.AddrPort, n int) (p50, p99 time.Duration, err error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	host, err := netns.Get()
+	took := make([]time.Duration, 0, n)
+	err = inNS(h, func() error {
+		buf := make([]byte, 1)
+		for range n {
+			t0 := time.Now()
+			c, err := net.DialTimeout("tcp", addr.String(), 2*time.Second)
+			if err != nil {
+				return fmt.Errorf("connect to the probe Service at %s: %w", addr, err)
+			}
+			c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			_, err = io.ReadFull(c, buf)
+			c.Close()
+			if err != nil {
+				return fmt.Errorf("read from the probe Service at %s: %w", addr, err)
+			}
+			took = append(took, time.Since(t0))
+		}
+		return nil
+	})
 	if err != nil {
 		return 0, 0, err
-	}
-	defer host.Close()
-	if err := netns.Set(h); err != nil {
-		return 0, 0, err
-	}
-	defer func() {
-		if err := netns.Set(host); err != nil {
-			panic(fmt.Sprintf("return to the host's network namespace: %v", err)) // the thread is lost
-		}
-	}()
-	took := make([]time.Duration, 0, n)
-	buf := make([]byte, 1)
-	for range n {
-		t0 := time.Now()
-		c, err := net.DialTimeout("tcp", addr.String(), 2*time.Second)
-		if err != nil {
-			return 0, 0, fmt.Errorf("connect to the probe Service at %s: %w", addr, err)
-		}
-		c.SetReadDeadline(time.Now().Add(2 * time.Second))
-		_, err = io.ReadFull(c, buf)
-		c.Close()
-		if err != nil {
-			return 0, 0, fmt.Errorf("read from the probe Service at %s: %w", addr, err)
-		}
-		took = append(took, time.Since(t0))
 	}
 	slices.Sort(took)
 	return took[n/2], took[n*99/100], nil
