@@ -309,6 +309,23 @@ func runProxyRound(b *testing.B, client kubernetes.Interface, apiAddr string, ct
 // at the same address in the namespace h too: a listener there whose
 // connections are forwarded, so that no traffic leaves loopback.
 func forwardAPI(b *testing.B, h netns.NsHandle, addr string) {
+	acceptIn(b, h, addr, func(in net.Conn) {
+		go func() {
+			defer in.Close()
+			out, err := net.Dial("tcp", addr)
+			if err != nil {
+				return
+			}
+			defer out.Close()
+			go io.Copy(out, in)
+			io.Copy(in, out)
+		}()
+	})
+}
+
+// acceptIn listens on addr in the namespace h until the benchmark ends,
+// and hands each connection to handle.
+func acceptIn(b *testing.B, h netns.NsHandle, addr string, handle func(net.Conn)) {
 	b.Helper()
 	l, err := listenIn(h, addr)
 	if err != nil {
@@ -317,20 +334,11 @@ func forwardAPI(b *testing.B, h netns.NsHandle, addr string) {
 	b.Cleanup(func() { l.Close() })
 	go func() {
 		for {
-			in, err := l.Accept()
+			c, err := l.Accept()
 			if err != nil {
 				return
 			}
-			go func() {
-				defer in.Close()
-				out, err := net.Dial("tcp", addr)
-				if err != nil {
-					return
-				}
-				defer out.Close()
-				go io.Copy(out, in)
-				io.Copy(in, out)
-			}()
+			handle(c)
 		}
 	}()
 }
@@ -629,22 +637,10 @@ func addEndpoint(b *testing.B, client kubernetes.Interface, name, addr string) {
 // serveProbe answers each connection to the probe's endpoint, in the
 // namespace h, with one byte.
 func serveProbe(b *testing.B, h netns.NsHandle) {
-	b.Helper()
-	l, err := listenIn(h, net.JoinHostPort(proxyProbeIP, strconv.Itoa(proxyProbePort)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte{1})
-			c.Close()
-		}
-	}()
+	acceptIn(b, h, net.JoinHostPort(proxyProbeIP, strconv.Itoa(proxyProbePort)), func(c net.Conn) {
+		c.Write([]byte{1})
+		c.Close()
+	})
 }
 
 // connectLatency opens n connections to addr, one after the other, from
