@@ -16,20 +16,28 @@ import (
 // TCP and SCTP need nothing: their clients see a reset or time out and
 // reconnect, and a new connection is a new entry.
 
-// portState is what conntrack cleanup needs to know of one service port.
+// portState is what conntrack cleanup needs to know of one UDP service
+// port.
 type portState struct {
 	family    family
-	proto     protocol
 	frontends []netip.AddrPort // clusterIP:port, externalIP:port
 	nodePort  uint16
 	endpoints []netip.AddrPort // reachable endpoints, sorted
 }
 
+// portStates are the UDP ports' of ports: the others need no cleanup, and
+// a cluster of TCP Services keeps no state for it.
 func portStates(ports []servicePort) map[string]portState {
-	m := make(map[string]portState, len(ports))
+	var m map[string]portState
 	for i := range ports {
 		sp := &ports[i]
-		st := portState{family: sp.family, proto: sp.name.Protocol, nodePort: sp.nodePort}
+		if sp.name.Protocol != protoUDP {
+			continue
+		}
+		if m == nil {
+			m = map[string]portState{}
+		}
+		st := portState{family: sp.family, nodePort: sp.nodePort}
 		if sp.clusterIP.IsValid() {
 			st.frontends = append(st.frontends, netip.AddrPortFrom(sp.clusterIP, sp.port))
 		}
@@ -95,14 +103,12 @@ func (f flowFilter) match(fl flow) bool {
 	return fl.replySrc == fl.origDst
 }
 
-// staleFlows compares the service ports before and after a sync.
+// staleFlows compares the service ports before and after a sync, as
+// portStates has them: UDP ones only.
 func staleFlows(old, cur map[string]portState, nodeIPs []netip.Addr) []flowFilter {
 	var out []flowFilter
 	for _, key := range sortedKeys(old) {
 		o := old[key]
-		if o.proto != protoUDP {
-			continue
-		}
 		c, ok := cur[key]
 		for _, ep := range o.endpoints {
 			if ok && slices.Contains(c.endpoints, ep) {
@@ -113,7 +119,7 @@ func staleFlows(old, cur map[string]portState, nodeIPs []netip.Addr) []flowFilte
 	}
 	for _, key := range sortedKeys(cur) {
 		c := cur[key]
-		if c.proto != protoUDP || len(c.endpoints) == 0 {
+		if len(c.endpoints) == 0 {
 			continue
 		}
 		if o, ok := old[key]; ok && len(o.endpoints) > 0 {

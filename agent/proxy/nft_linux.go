@@ -8,7 +8,6 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
-	"syscall"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -127,22 +126,12 @@ func (n *nftProgrammer) setRef(name string) *nftables.Set {
 
 // apply sends p as one transaction.
 func (n *nftProgrammer) apply(p *plan) error {
-	// The library builds the batch and hands it to send (see there). A
-	// fresh Conn per transaction: a Conn queues messages until Flush, and a
-	// plan that fails half-way must leave nothing queued for the next.
-	var sendErr error
-	c, err := nftables.New(nftables.WithTestDial(func(req []netlink.Message) ([]netlink.Message, error) {
-		if len(req) == 0 {
-			// The library waits for an acknowledgement of each message;
-			// the batch went already, and send has its answer.
-			return []netlink.Message{{Header: netlink.Header{Type: netlink.Error}, Data: make([]byte, 20)}}, nil
-		}
-		sendErr = n.send(req)
-		return nil, nil
-	}))
+	t, err := n.newTxn()
 	if err != nil {
-		return fmt.Errorf("open nftables netlink connection: %w", err)
+		return err
 	}
+	defer t.release()
+	c := t.c
 	c.AddTable(n.table)
 	for _, name := range sortedKeys(p.delElems) {
 		keys := p.delElems[name]
@@ -182,6 +171,7 @@ func (n *nftProgrammer) apply(p *plan) error {
 		if err := n.addElems(c, ns, s, s.elems); err != nil {
 			return err
 		}
+		t.queued(1 + len(s.elems)/elemsPerMessage)
 	}
 	for _, ch := range p.writeRules {
 		for _, r := range ch.rules {
@@ -195,17 +185,14 @@ func (n *nftProgrammer) apply(p *plan) error {
 			}
 			c.AddRule(nr)
 		}
+		t.queued(len(ch.rules))
 	}
 	for _, name := range sortedKeys(p.addElems) {
 		if err := n.addElems(c, n.setRef(name), p.sets[name], p.addElems[name]); err != nil {
 			return err
 		}
 	}
-	err = c.Flush()
-	if err == nil {
-		err = sendErr
-	}
-	if err != nil {
+	if err := t.send(); err != nil {
 		return fmt.Errorf("nftables transaction (%d chains written, %d sets added): %w", len(p.writeRules), len(p.addSets), err)
 	}
 	return nil
@@ -217,106 +204,6 @@ func (n *nftProgrammer) apply(p *plan) error {
 // answers alone are hundreds of megabytes, and overflow the socket. The
 // kernel handles the batch within the sendmsg, so by its return every
 // answer is queued: errors, then the acknowledgement.
-func (n *nftProgrammer) send(batch []netlink.Message) error {
-	raw, err := n.tx.SyscallConn()
-	if err != nil {
-		return err
-	}
-	first := n.seq + 1
-	last := len(batch) - 2 // the batch's end is not acknowledged
-	buf := n.marshal(batch, last)
-	var serr error
-	if err := raw.Write(func(fd uintptr) bool {
-		serr = unix.Sendto(int(fd), buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
-		return !errors.Is(serr, unix.EAGAIN)
-	}); err != nil {
-		return fmt.Errorf("send batch: %w", err)
-	}
-	if serr != nil {
-		return fmt.Errorf("send batch (%d bytes): %w", len(buf), serr)
-	}
-	lastSeq := first + uint32(last)
-	var errs []error
-	acked := false
-	buf = make([]byte, 1<<16)
-	for !acked {
-		var nr int
-		var rerr error
-		if err := raw.Read(func(fd uintptr) bool {
-			nr, _, rerr = unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
-			return true
-		}); err != nil {
-			return err
-		}
-		if errors.Is(rerr, unix.EAGAIN) {
-			break
-		}
-		if rerr != nil {
-			return fmt.Errorf("receive answers: %w", rerr)
-		}
-		answers, err := syscall.ParseNetlinkMessage(buf[:nr])
-		if err != nil {
-			return fmt.Errorf("parse answers: %w", err)
-		}
-		for _, a := range answers {
-			if a.Header.Type != unix.NLMSG_ERROR || len(a.Data) < 4 {
-				continue
-			}
-			code := -int32(binaryutil.NativeEndian.Uint32(a.Data[:4]))
-			if a.Header.Seq == lastSeq {
-				acked = true
-			}
-			if code != 0 {
-				i := int(a.Header.Seq - first)
-				what := "message"
-				if i >= 0 && i < len(batch) {
-					what = msgName(batch[i].Header.Type)
-				}
-				errs = append(errs, fmt.Errorf("%s (message %d of %d): %w", what, i, len(batch), unix.Errno(code)))
-			}
-		}
-	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	if !acked {
-		return errors.New("the kernel did not acknowledge the batch")
-	}
-	return nil
-}
-
-// marshal lays the batch out as the kernel reads it, in one buffer sized up
-// front (a full sync is tens of megabytes: appended message by message, as
-// netlink.Conn does, it is copied over and over as the buffer grows). It
-// numbers the messages from n.seq on and asks for an acknowledgement of
-// message ack only.
-func (n *nftProgrammer) marshal(batch []netlink.Message, ack int) []byte {
-	const hdr = unix.NLMSG_HDRLEN
-	align := func(l int) int { return (l + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1) }
-	size := 0
-	for _, m := range batch {
-		size += align(hdr + len(m.Data))
-	}
-	buf := make([]byte, size)
-	off := 0
-	for i, m := range batch {
-		flags := m.Header.Flags &^ (netlink.Acknowledge | unix.NLM_F_ECHO)
-		if i == ack {
-			flags |= netlink.Acknowledge
-		}
-		n.seq++
-		ne := binary.NativeEndian
-		ne.PutUint32(buf[off:], uint32(hdr+len(m.Data)))
-		ne.PutUint16(buf[off+4:], uint16(m.Header.Type))
-		ne.PutUint16(buf[off+6:], uint16(flags))
-		ne.PutUint32(buf[off+8:], n.seq)
-		// nlmsg_pid stays 0: the kernel.
-		copy(buf[off+hdr:], m.Data)
-		off += align(hdr + len(m.Data))
-	}
-	return buf
-}
-
 // addElems adds elems to the set ns, which def describes.
 func (n *nftProgrammer) addElems(c *nftables.Conn, ns *nftables.Set, def *set, elems map[elemKey]verdict) error {
 	if len(elems) == 0 {
