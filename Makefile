@@ -163,7 +163,7 @@ bench-streams: cluster build
 bench-storage: cluster build csi-sidecars
 	$(TEST_ENV) $(GO) test -run '^$$' -bench 'CSI|Eviction' -benchtime 1x -timeout 20m ./agent/kubelet/
 
-# The Service dataplane (as root; about 90 min). First the table alone in
+# The Service dataplane (as root; about an hour). First the table alone in
 # a network namespace (agent/proxy): at 1 000, 10 000 and 50 000 Services
 # of 5 endpoints, the time from the model to the kernel for an empty
 # table, a restart over an unchanged table (which writes nothing) and one
