@@ -28,17 +28,17 @@ import (
 // acknowledgement: the kernel answers every message it refuses anyway,
 // and 200 000 acknowledgements of a full sync are work for nothing.
 type txn struct {
-	n          *nftProgrammer
-	c          *nftables.Conn
-	bufs       [][]byte             // the messages laid out, in pieces
-	size       int                  // of all the pieces
-	types      []netlink.HeaderType // of each message, to name a refused one
-	first      uint32               // the sequence number of the first message
-	last       []byte               // the last message laid out
-	end        netlink.Message      // the batch's end, laid out by send
-	pending    int                  // messages queued in c since the last flush
-	err        error
-	begun, ack bool
+	n       *nftProgrammer
+	c       *nftables.Conn
+	bufs    [][]byte             // the messages laid out, in pieces
+	size    int                  // of all the pieces
+	types   []netlink.HeaderType // of each message, to name a refused one
+	first   uint32               // the sequence number of the first message
+	last    []byte               // the last message laid out
+	end     netlink.Message      // the batch's end, laid out by send
+	pending int                  // messages queued in c since the last flush
+	err     error
+	begun   bool // the batch's begin is laid out
 }
 
 // txnChunk is how many messages the library holds before they are laid
