@@ -191,6 +191,7 @@ func (n *nftProgrammer) apply(p *plan) error {
 		if err := n.addElems(c, n.setRef(name), p.sets[name], p.addElems[name]); err != nil {
 			return err
 		}
+		t.queued(1 + len(p.addElems[name])/elemsPerMessage)
 	}
 	if err := t.send(); err != nil {
 		return fmt.Errorf("nftables transaction (%d chains written, %d sets added): %w", len(p.writeRules), len(p.addSets), err)
@@ -198,12 +199,6 @@ func (n *nftProgrammer) apply(p *plan) error {
 	return nil
 }
 
-// send writes a batch as one sendmsg, asking for an acknowledgement of its
-// last message only, as nft does. The library asks for one of every
-// message and an echo of every rule: at tens of thousands of rules the
-// answers alone are hundreds of megabytes, and overflow the socket. The
-// kernel handles the batch within the sendmsg, so by its return every
-// answer is queued: errors, then the acknowledgement.
 // addElems adds elems to the set ns, which def describes.
 func (n *nftProgrammer) addElems(c *nftables.Conn, ns *nftables.Set, def *set, elems map[elemKey]verdict) error {
 	if len(elems) == 0 {

@@ -23,10 +23,7 @@ import (
 // a moment would double for no use.
 //
 // The library is given a dial that takes each part it flushes; the
-// transaction goes to the kernel from send, in one sendmsg, on the
-// programmer's own socket. Only its last message asks for an
-// acknowledgement: the kernel answers every message it refuses anyway,
-// and 200 000 acknowledgements of a full sync are work for nothing.
+// transaction goes to the kernel from send, on the programmer's own socket.
 type txn struct {
 	n       *nftProgrammer
 	c       *nftables.Conn
@@ -145,8 +142,12 @@ func (t *txn) release() {
 }
 
 // send lays out what the library still holds and the batch's end, and
-// sends the transaction, asking for an acknowledgement of its last message
-// only; it returns the kernel's refusals, naming the messages refused.
+// sends the transaction in one sendmsg, asking for an acknowledgement of
+// its last message only, as nft does (the library asks for one of every
+// message and an echo of every rule: at tens of thousands of rules the
+// answers alone overflow the socket). The kernel handles the batch within
+// the sendmsg, so by its return every answer is queued: errors, then the
+// acknowledgement. It returns the refusals, naming the messages refused.
 func (t *txn) send() error {
 	t.flush()
 	if t.err != nil {
