@@ -41,6 +41,7 @@ import (
 	"github.com/cairn-os/cairn/agent/kubelet/server"
 	"github.com/cairn-os/cairn/agent/kubelet/stats"
 	"github.com/cairn-os/cairn/agent/node"
+	"github.com/cairn-os/cairn/agent/podroutes"
 	"github.com/cairn-os/cairn/agent/proxy"
 	"github.com/cairn-os/cairn/internal/layout"
 	"github.com/cairn-os/cairn/internal/version"
@@ -255,6 +256,12 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, configPath, dir s
 			<-ctx.Done()
 			return
 		}
+		routes, err := podroutes.New(podroutes.Config{NodeName: cfg.Machine.Hostname, Mode: cfg.Cluster.PodNetwork.Mode,
+			Logger: slog.Default().With("component", "pod-routes")})
+		if err != nil {
+			slog.Error("kubelet part not started", "err", err)
+			return
+		}
 		labels := &nodeLabels{path: configPath, applied: maps.Clone(cfg.Cluster.NodeLabels), log: slog.Default().With("component", "labels")}
 		// The node's components: peers that run once the node joined,
 		// each restarted on its own when it fails.
@@ -264,7 +271,8 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, configPath, dir s
 			{Name: "kubelet", Run: pods.Join},
 			{Name: "csi", Run: func(ctx context.Context, m *node.Member) error { plugins.SyncCSINode(ctx, m.Client); return nil }},
 			{Name: "proxy", Run: func(ctx context.Context, m *node.Member) error { return runProxy(ctx, cfg.Cluster, m, reg) }},
-			{Name: "cni", Run: func(ctx context.Context, m *node.Member) error { return writePodNetwork(ctx, m, paths) }},
+			{Name: "pod-routes", Run: func(ctx context.Context, m *node.Member) error { return runPodRoutes(ctx, routes, m) }},
+			{Name: "cni", Run: func(ctx context.Context, m *node.Member) error { return writePodNetwork(ctx, m, paths, routes.PodMTU) }},
 			{Name: "kubelet-server", Run: func(ctx context.Context, m *node.Member) error {
 				return runKubeletServer(ctx, cfg.Cluster, m, server.Config{Runtime: rt.Runtime, PodLogRoot: paths.podLogRoot,
 					CertFile: filepath.Join(dir, layout.KubeletServingCert), Metrics: reg, ProbeMetrics: probeReg,
@@ -291,6 +299,7 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, configPath, dir s
 			// server to know.
 			DeclaredFeatures: server.DeclaredFeatures,
 			VolumesInUse:     plugins.InUse,
+			PodRoutes:        routes.Ready,
 			Thresholds:       thresholds,
 		}, components)
 		if err != nil {
@@ -320,6 +329,16 @@ func runKubeletServer(ctx context.Context, cluster *machineconfig.Cluster, m *no
 	}
 	sc.Log = slog.Default().With("component", "kubelet-server")
 	return server.Serve(ctx, l, sc)
+}
+
+// runPodRoutes routes the other nodes' pod CIDRs, watching every Node,
+// until ctx ends.
+func runPodRoutes(ctx context.Context, r *podroutes.Router, m *node.Member) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	nodes := node.NodesInformer(m.Client)
+	go nodes.Run(ctx.Done())
+	return r.Run(ctx, m.Client, nodes)
 }
 
 // runProxy programs the node's Services into nftables with the node's own

@@ -2,7 +2,9 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/cairn-os/cairn/agent/cni"
 	"github.com/cairn-os/cairn/agent/node"
+	"github.com/cairn-os/cairn/agent/podroutes"
 	"github.com/cairn-os/cairn/machineconfig"
 	"github.com/cairn-os/cairn/test/kube"
 	"github.com/cairn-os/cairn/test/need"
@@ -72,6 +75,12 @@ func TestWritePodNetwork(t *testing.T) {
 	written := make(chan error, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// The pods' MTU is the Node's links' less VXLAN's overhead, since other
+	// nodes may be reached through the tunnel.
+	routes, err := podroutes.New(podroutes.Config{NodeName: "cni-1", Mode: machineconfig.PodNetworkVXLAN})
+	if err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
 	go func() {
 		done <- node.Run(ctx, node.Config{
@@ -81,7 +90,7 @@ func TestWritePodNetwork(t *testing.T) {
 			Dir: t.TempDir(), RuntimeInfo: readyRuntime{}, RuntimeStatus: readyRuntime{}, Version: "test",
 			Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)),
 		}, []node.Component{{Name: "cni", Run: func(ctx context.Context, m *node.Member) error {
-			err := writePodNetwork(ctx, m, paths)
+			err := writePodNetwork(ctx, m, paths, routes.PodMTU)
 			written <- err
 			return err
 		}}})
@@ -105,10 +114,50 @@ func TestWritePodNetwork(t *testing.T) {
 	if len(n.Spec.PodCIDRs) != 1 || !strings.Contains(string(conf), `"`+n.Spec.PodCIDRs[0]+`"`) {
 		t.Errorf("pod network written:\n%s\nwant the Node's pod CIDRs %v", conf, n.Spec.PodCIDRs)
 	}
+	if want := fmt.Sprintf(`"mtu": %d`, tunnelMTU(t, n)); !strings.Contains(string(conf), want) {
+		t.Errorf("pod network written:\n%s\nwant %s", conf, want)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("node.Run() = %v", err)
 	}
+}
+
+// tunnelMTU returns the least MTU of the interfaces that hold n's
+// InternalIPs, less VXLAN's overhead over each one's family: 50 bytes over
+// IPv4, 70 over IPv6.
+func tunnelMTU(t *testing.T, n *corev1.Node) int {
+	t.Helper()
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	least := 0
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP {
+			continue
+		}
+		for _, i := range ifaces {
+			addrs, _ := i.Addrs()
+			for _, ia := range addrs {
+				ipn, ok := ia.(*net.IPNet)
+				if !ok || ipn.IP.String() != a.Address {
+					continue
+				}
+				m := i.MTU - 50
+				if ipn.IP.To4() == nil {
+					m = i.MTU - 70
+				}
+				if least == 0 || m < least {
+					least = m
+				}
+			}
+		}
+	}
+	if least == 0 {
+		t.Fatalf("no interface holds an InternalIP of %v", n.Status.Addresses)
+	}
+	return least
 }
 
 type testWriter struct{ t *testing.T }

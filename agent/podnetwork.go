@@ -19,8 +19,8 @@ import (
 // written, an error when it could not be (the component is then started
 // again). Until then the CRI reports its network not ready, and so does
 // the Node. The plugins are in paths.cniBinDir, the network is written to
-// paths.cniConfDir.
-func writePodNetwork(ctx context.Context, m *node.Member, paths nodePaths) error {
+// paths.cniConfDir, with the MTU that podMTU gives for the Node.
+func writePodNetwork(ctx context.Context, m *node.Member, paths nodePaths, podMTU func(*corev1.Node) (int, error)) error {
 	log := slog.Default().With("component", "cni")
 	changed, stop, err := m.NodeChanged()
 	if err != nil {
@@ -33,11 +33,15 @@ func writePodNetwork(ctx context.Context, m *node.Member, paths nodePaths) error
 			return err
 		}
 		if len(cidrs) > 0 {
-			path, err := cni.Write(ctx, cni.Network{PodCIDRs: cidrs, BinDir: paths.cniBinDir, ConfDir: paths.cniConfDir})
+			mtu, err := podMTU(m.Node())
+			if err != nil {
+				return fmt.Errorf("the pods' MTU: %w", err)
+			}
+			path, err := cni.Write(ctx, cni.Network{PodCIDRs: cidrs, BinDir: paths.cniBinDir, ConfDir: paths.cniConfDir, MTU: mtu})
 			if err != nil {
 				return fmt.Errorf("write the pod network: %w", err)
 			}
-			log.Info("pod network written", "file", path, "podCIDRs", cidrs)
+			log.Info("pod network written", "file", path, "podCIDRs", cidrs, "mtu", mtu)
 			return nil
 		}
 		if !waiting {

@@ -54,6 +54,8 @@ type Cluster struct {
 	// PodCIDR, if set, is the Node's pod range when it registers; leave it
 	// empty when kube-controller-manager allocates pod ranges.
 	PodCIDR string `json:"podCIDR,omitempty"`
+	// PodNetwork says how pods reach the pods of the cluster's other nodes.
+	PodNetwork PodNetwork `json:"podNetwork,omitempty"`
 	// ClusterCIDRs are the pod networks of the whole cluster, one per IP
 	// family: Service traffic from outside them is masqueraded.
 	ClusterCIDRs []string `json:"clusterCIDRs,omitempty"`
@@ -70,6 +72,23 @@ type Cluster struct {
 	// API server, kubectl logs); 0 means 10250, the kubelet's.
 	KubeletPort int `json:"kubeletPort,omitempty"`
 }
+
+// PodNetwork says how the node routes to other nodes' pod CIDRs.
+type PodNetwork struct {
+	// Mode is auto (the default), host-gw or vxlan. With host-gw, another
+	// node's pod CIDRs are routed through its InternalIP, which must be on
+	// a network this node shares; with vxlan, they go through a VXLAN
+	// device (UDP port 8472) to it, wherever it is; auto uses host-gw for
+	// each node it shares a network with and vxlan for the others.
+	Mode string `json:"mode,omitempty"`
+}
+
+// Pod network modes.
+const (
+	PodNetworkAuto   = "auto"
+	PodNetworkHostGW = "host-gw"
+	PodNetworkVXLAN  = "vxlan"
+)
 
 // Taint is a Node taint.
 type Taint struct {
@@ -95,6 +114,9 @@ func (c *Cluster) setDefaults() {
 	}
 	if c.KubeletPort == 0 {
 		c.KubeletPort = DefaultKubeletPort
+	}
+	if c.PodNetwork.Mode == "" {
+		c.PodNetwork.Mode = PodNetworkAuto
 	}
 }
 
@@ -181,6 +203,11 @@ func (v *validator) cluster(c *Cluster) {
 		case pfx.Masked() != pfx:
 			v.add(p+".podCIDR", "%q has host bits set; use %q", c.PodCIDR, pfx.Masked())
 		}
+	}
+	switch c.PodNetwork.Mode {
+	case "", PodNetworkAuto, PodNetworkHostGW, PodNetworkVXLAN:
+	default:
+		v.add(p+".podNetwork.mode", "%q is not one of auto, host-gw, vxlan", c.PodNetwork.Mode)
 	}
 	for i, s := range c.ClusterCIDRs {
 		pfx, err := netip.ParsePrefix(s)

@@ -62,7 +62,8 @@ func TestClusterValid(t *testing.T) {
   ca: $CA
   bootstrapToken: ` + testToken + `
 `,
-			want: &Cluster{Server: "https://10.0.2.2:6443", CA: f.ca, BootstrapToken: testToken, ClusterDomain: DefaultClusterDomain, KubeletPort: DefaultKubeletPort},
+			want: &Cluster{Server: "https://10.0.2.2:6443", CA: f.ca, BootstrapToken: testToken, ClusterDomain: DefaultClusterDomain, KubeletPort: DefaultKubeletPort,
+				PodNetwork: PodNetwork{Mode: PodNetworkAuto}},
 		},
 		{
 			name: "everything",
@@ -80,6 +81,7 @@ func TestClusterValid(t *testing.T) {
     - {key: example.com/dedicated, value: gpu, effect: NoExecute}
     - {key: spot, effect: PreferNoSchedule}
   podCIDR: 10.244.3.0/24
+  podNetwork: {mode: vxlan}
   clusterDNS: ["10.96.0.10", "fd00:10:96::a"]
   clusterDomain: k8s.example.com
   nodeIP: 192.168.1.10
@@ -97,6 +99,7 @@ func TestClusterValid(t *testing.T) {
 					{Key: "spot", Effect: TaintPreferNoSchedule},
 				},
 				PodCIDR:       "10.244.3.0/24",
+				PodNetwork:    PodNetwork{Mode: PodNetworkVXLAN},
 				ClusterDNS:    []string{"10.96.0.10", "fd00:10:96::a"},
 				ClusterDomain: "k8s.example.com",
 				NodeIP:        "192.168.1.10",
@@ -149,8 +152,9 @@ func TestClusterInvalid(t *testing.T) {
 	}{
 		{
 			name:    "node IP and kubelet port",
-			section: "cluster:\n" + tokenServer + "  nodeIP: 10.0.0.300\n  kubeletPort: 70000\n",
+			section: "cluster:\n" + tokenServer + "  nodeIP: 10.0.0.300\n  kubeletPort: 70000\n  podNetwork: {mode: gre}\n",
 			want: []FieldError{
+				{"cluster.podNetwork.mode", `"gre" is not one of auto, host-gw, vxlan`},
 				{"cluster.nodeIP", `"10.0.0.300" is not an IP address of the node`},
 				{"cluster.kubeletPort", "70000 is out of range 1..65535"},
 			},

@@ -128,6 +128,7 @@ network:
 		`cluster.server: added "https://10.0.2.2:6443"`,
 		`cluster.ca: added (PEM)`,
 		`cluster.bootstrapToken: added (secret)`,
+		`cluster.podNetwork.mode: added "auto"`,
 		`cluster.clusterDomain: added "cluster.local"`,
 		`cluster.kubeletPort: added 10250`,
 	}

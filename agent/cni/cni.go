@@ -46,6 +46,9 @@ type Network struct {
 	BinDir, ConfDir string
 	// Bridge is the bridge's name; empty means DefaultBridge.
 	Bridge string
+	// MTU, if set, is the MTU of the bridge and the pods' links: less than
+	// the node's when pod traffic to other nodes is tunnelled.
+	MTU int
 	// DataDir is where host-local records the addresses it gave; empty
 	// means the plugin's default, /var/lib/cni/networks.
 	DataDir string
@@ -77,24 +80,28 @@ func (n Network) Conflist() ([]byte, error) {
 	if bridge == "" {
 		bridge = DefaultBridge
 	}
+	br := map[string]any{
+		"type":      "bridge",
+		"bridge":    bridge,
+		"isGateway": true,
+		// A pod reaches itself through a Service: the packet goes back
+		// out of the port it came in by.
+		"hairpinMode": true,
+		// No masquerade here: the bridge plugin would hide pod addresses
+		// from pods on other nodes too. The agent's nftables table
+		// masquerades only what leaves the cluster CIDRs (agent/proxy,
+		// pod-egress).
+		"ipMasq": false,
+		"ipam":   ipam,
+	}
+	if n.MTU > 0 {
+		br["mtu"] = n.MTU
+	}
 	return json.MarshalIndent(map[string]any{
 		"cniVersion": cniVersion,
 		"name":       NetworkName,
 		"plugins": []map[string]any{
-			{
-				"type":      "bridge",
-				"bridge":    bridge,
-				"isGateway": true,
-				// A pod reaches itself through a Service: the packet goes
-				// back out of the port it came in by.
-				"hairpinMode": true,
-				// No masquerade here: the bridge plugin would hide pod
-				// addresses from pods on other nodes too. The agent's
-				// nftables table masquerades only what leaves the
-				// cluster CIDRs (agent/proxy, pod-egress).
-				"ipMasq": false,
-				"ipam":   ipam,
-			},
+			br,
 			{
 				"type":         "portmap",
 				"capabilities": map[string]bool{"portMappings": true},

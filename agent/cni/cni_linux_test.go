@@ -2,7 +2,6 @@ package cni
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/vishvananda/netns"
 
 	"github.com/cairn-os/cairn/test/repo"
 )
@@ -43,28 +41,6 @@ func pluginDir(t *testing.T) string {
 	return dir
 }
 
-// newNS creates a network namespace with ip(8); t.Cleanup deletes it, and
-// what the plugins made inside with it.
-func newNS(t *testing.T, role string) (string, netns.NsHandle) {
-	t.Helper()
-	name := fmt.Sprintf("cairncni-%d-%s", os.Getpid(), role)
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v\n%s", name, err, out)
-	}
-	path := "/run/netns/" + name
-	h, err := netns.GetFromPath(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		h.Close()
-		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
-			t.Errorf("ip netns del %s: %v\n%s", name, err, out)
-		}
-	})
-	return path, h
-}
-
 // TestPodNetwork writes the configuration, then runs it with the real
 // plugins as containerd's CRI would, for a pod with a hostPort: the node
 // is a network namespace of its own, so is the pod. The node reaches the
@@ -78,7 +54,9 @@ func TestPodNetwork(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	podCIDR := netip.MustParsePrefix("10.244.7.0/24")
-	n := Network{PodCIDRs: []netip.Prefix{podCIDR}, BinDir: bin, ConfDir: filepath.Join(dir, "net.d"), DataDir: filepath.Join(dir, "networks")}
+	// An MTU below the node's, as for a pod network tunnelled to other
+	// nodes: the pod's link must have it.
+	n := Network{PodCIDRs: []netip.Prefix{podCIDR}, BinDir: bin, ConfDir: filepath.Join(dir, "net.d"), DataDir: filepath.Join(dir, "networks"), MTU: 1400}
 
 	if _, err := Write(ctx, Network{PodCIDRs: n.PodCIDRs, BinDir: t.TempDir(), ConfDir: n.ConfDir}); err == nil || !strings.Contains(err.Error(), "bridge") {
 		t.Errorf("Write with no plugins = %v, want an error naming the bridge plugin", err)
@@ -98,13 +76,9 @@ func TestPodNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	_, node := newNS(t, "node")
-	podPath, pod := newNS(t, "pod")
-	nsrun.In(t, node, func() {
-		if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
-			t.Fatalf("lo up: %v\n%s", err, out)
-		}
-	})
+	_, node := nsrun.New(t, "node")
+	podName, pod := nsrun.New(t, "pod")
+	podPath := "/run/netns/" + podName
 	plugins := libcni.NewCNIConfigWithCacheDir([]string{bin}, filepath.Join(dir, "cache"), nil)
 	rt := &libcni.RuntimeConf{
 		ContainerID: "cairn-cni-test", NetNS: podPath, IfName: "eth0",
@@ -132,6 +106,9 @@ func TestPodNetwork(t *testing.T) {
 	// A server in the pod, reached from the node.
 	var l net.Listener
 	nsrun.In(t, pod, func() {
+		if eth0, err := net.InterfaceByName("eth0"); err != nil || eth0.MTU != n.MTU {
+			t.Errorf("the pod's eth0: %+v, %v; want MTU %d", eth0, err, n.MTU)
+		}
 		if l, err = net.Listen("tcp", ":80"); err != nil {
 			t.Fatal(err)
 		}

@@ -23,6 +23,7 @@ func TestConflist(t *testing.T) {
 			PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:10:244:1::/64")},
 			Bridge:   "test0", DataDir: "/tmp/networks",
 		}},
+		{"mtu", Network{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}, MTU: 1450}},
 	} {
 		got, err := tt.n.Conflist()
 		if err != nil {

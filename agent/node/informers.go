@@ -61,6 +61,13 @@ func NewInformers(client kubernetes.Interface, nodeName string) informers.Shared
 	return f
 }
 
+// NodesInformer returns a patient informer (see above) of every Node of
+// the cluster, for what routes to the other nodes. The caller runs it.
+func NodesInformer(client kubernetes.Interface) cache.SharedIndexInformer {
+	nodes := client.CoreV1().Nodes()
+	return patientInformer(&corev1.Node{}, "", nodes.List, nodes.Watch)
+}
+
 // patientInformer is an informer of the objects like obj that list and
 // watch return, selected by the field selector sel, whose list and watch
 // wait for the API server while it is away.

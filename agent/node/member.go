@@ -83,6 +83,10 @@ type Config struct {
 	// its status reports (status.volumesInUse) for the attach/detach
 	// controller not to detach them.
 	VolumesInUse func() []corev1.UniqueVolumeName
+	// PodRoutes, if set, says whether the routes to the other nodes' pods
+	// are in, and if not why: until they are, the Node's
+	// NetworkUnavailable condition stays True.
+	PodRoutes func() (ready bool, why string)
 	// Log receives what happens, the membership's own lines with
 	// component "node" and each component's with its name; nil means
 	// slog.Default().

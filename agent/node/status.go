@@ -26,6 +26,10 @@ type observation struct {
 	runtimeReady, networkReady bool
 	runtimeReason              string
 	runtimeErr                 error
+	// routesReady says whether the routes to other nodes' pods are in,
+	// routesWhy why not.
+	routesReady bool
+	routesWhy   string
 
 	memory    host.Memory
 	memoryErr error
@@ -43,6 +47,10 @@ type observation struct {
 func (j *joiner) observe(ctx context.Context) observation {
 	var o observation
 	o.runtimeReady, o.networkReady, o.runtimeReason, o.runtimeErr = j.cfg.RuntimeStatus.RuntimeStatus(ctx)
+	o.routesReady = true
+	if j.cfg.PodRoutes != nil {
+		o.routesReady, o.routesWhy = j.cfg.PodRoutes()
+	}
 	o.memory, o.memoryErr = host.ReadMemory()
 	o.disk, o.diskErr = host.StatFS(j.cfg.Dir)
 	o.imagefsErr = errors.New("the images' filesystem is not known")
@@ -119,6 +127,8 @@ func networkCondition(o *observation) corev1.NodeCondition {
 		return condition(t, corev1.ConditionUnknown, "RuntimeStatusUnknown", "cannot get the container runtime's status: "+o.runtimeErr.Error())
 	case !o.networkReady:
 		return condition(t, corev1.ConditionTrue, "NetworkPluginNotReady", "pod network not ready: "+o.runtimeReason)
+	case !o.routesReady:
+		return condition(t, corev1.ConditionTrue, "NoRouteCreated", o.routesWhy)
 	}
 	return condition(t, corev1.ConditionFalse, "NetworkReady", "pod network is ready")
 }

@@ -21,6 +21,8 @@ func healthy() observation {
 		disk:   host.Filesystem{Size: 100 << 30, Free: 50 << 30, Inodes: 1000, InodesFree: 900},
 		pids:   host.PIDs{Used: 300, Max: 32768},
 
+		routesReady: true,
+
 		thresholds: DefaultThresholds,
 	}
 }
@@ -61,6 +63,14 @@ func TestConditions(t *testing.T) {
 			want: map[corev1.NodeConditionType]brief{
 				corev1.NodeReady:              {"False", "NetworkNotReady", "container runtime network not ready: no CNI config"},
 				corev1.NodeNetworkUnavailable: {"True", "NetworkPluginNotReady", "pod network not ready: no CNI config"},
+			},
+		},
+		{
+			name:   "routes to other nodes not in",
+			change: func(o *observation) { o.routesReady, o.routesWhy = false, "routes not programmed yet" },
+			want: map[corev1.NodeConditionType]brief{
+				corev1.NodeReady:              {"True", "KubeletReady", ""},
+				corev1.NodeNetworkUnavailable: {"True", "NoRouteCreated", "routes not programmed yet"},
 			},
 		},
 		{

@@ -86,7 +86,8 @@ func bootModules() []string { return []string{"loop", "squashfs", "overlay"} }
 // dataplane and of portmap among them. button is the ACPI button driver:
 // init powers off on the power button's events. bonding and 8021q make the
 // config's network.interfaces[].bond and vlans. tcp_diag and udp_diag
-// answer sock_diag, for the sockets the node API lists. The disk and
+// answer sock_diag, for the sockets the node API lists. vxlan tunnels pod
+// traffic to nodes on other networks (agent/podroutes). The disk and
 // CD-ROM drivers beyond virtio (AHCI, NVMe, SCSI, USB storage) let the
 // installer of the ISO read its medium and write a machine's disk.
 func systemModules() []string {
@@ -94,7 +95,7 @@ func systemModules() []string {
 		"crc32c_generic", "ext4", "vfat", "nls_cp437", "nls_ascii", "efivarfs", "button",
 		"bridge", "veth", "br_netfilter", "nf_conntrack", "nf_conntrack_netlink", "nf_tables",
 		"nft_chain_nat", "nft_nat", "nft_masq", "nft_ct", "nft_fib_inet", "nft_numgen", "nft_reject_inet",
-		"bonding", "8021q", "tcp_diag", "udp_diag"}
+		"bonding", "8021q", "tcp_diag", "udp_diag", "vxlan"}
 }
 
 // Options of one build.
