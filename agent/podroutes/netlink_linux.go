@@ -79,6 +79,9 @@ func (k kernel) onLink(addr netip.Addr) (bool, error) {
 	return len(rs) > 0 && rs[0].Gw == nil && rs[0].Type == unix.RTN_UNICAST, nil
 }
 
+// errNoLink is linkMTU's error when no link holds the address.
+var errNoLink = errors.New("no link holds the address")
+
 // linkMTU returns the MTU of the link that holds addr.
 func (k kernel) linkMTU(addr netip.Addr) (int, error) {
 	as, err := k.h.AddrList(nil, family(addr.Is6()))
@@ -94,7 +97,7 @@ func (k kernel) linkMTU(addr netip.Addr) (int, error) {
 			return l.Attrs().MTU, nil
 		}
 	}
-	return 0, fmt.Errorf("no link has the address %s", addr)
+	return 0, fmt.Errorf("%w %s", errNoLink, addr)
 }
 
 // apply makes the namespace's routes to other nodes' pod CIDRs those of

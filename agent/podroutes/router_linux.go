@@ -2,6 +2,7 @@ package podroutes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -90,11 +91,17 @@ func (r *Router) Ready() (bool, string) {
 
 // PodMTU is the MTU for the pods of n, this node's Node: that of the
 // links holding its InternalIPs, less VXLAN's overhead unless the mode is
-// host-gw, so that a pod's packet fits in the tunnel to any node.
+// host-gw, so that a pod's packet fits in the tunnel to any node. It is 0,
+// the links' default, when no link here holds an InternalIP (an address
+// translated on the way to the node).
 func (r *Router) PodMTU(n *corev1.Node) (int, error) {
 	mtu := 0
 	for _, a := range internalIPs(n) {
 		m, err := r.k.linkMTU(a)
+		if errors.Is(err, errNoLink) {
+			r.log.Warn("no link holds the Node's InternalIP: its MTU is not known", "address", a)
+			continue
+		}
 		if err != nil {
 			return 0, err
 		}
