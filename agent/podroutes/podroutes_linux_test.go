@@ -33,17 +33,19 @@ func TestMain(m *testing.M) {
 	os.Exit(kube.Main(m, kube.Options{}))
 }
 
-// The test topology: three "nodes", each a network namespace. Nodes 1
-// and 2 share a network (a bridge in the "lan" namespace); node 3 is on
-// another one, behind a router that node 1 and 2 route 198.18.60.0/24
-// through.
+// The test topology: three dual-stack "nodes", each a network namespace.
+// Nodes 1 and 2 share a network (a bridge in the "lan" namespace); node 3
+// is on another one, behind a router that node 1 and 2 route
+// 198.18.60.0/24 and fd00:18:60::/64 through.
 //
 //	node 1 198.18.50.1 ─┐
 //	                    lan ── 198.18.50.254 router 198.18.60.254 ── 198.18.60.3 node 3
 //	node 2 198.18.50.2 ─┘
 //
-// Node i's pod CIDR is 198.19.i.0/24, and a "pod" address 198.19.i.5
-// stands on a dummy link in the node's namespace, with a TCP server
+// Node i's pod CIDRs are 198.19.i.0/24 and fd00:19:i::/64 (IPv6
+// addresses are the IPv4 ones' last numbers under fd00:18:50::,
+// fd00:18:60:: and fd00:19:i::), and "pod" addresses 198.19.i.5 and
+// fd00:19:i::5 stand on a link of the node's namespace, with a TCP server
 // that answers its node's name. The Nodes are real objects of the test's
 // API server, named after the test, and the Routers watch them.
 type topology struct {
@@ -64,8 +66,22 @@ func nodeIP(i int) string {
 	return fmt.Sprintf("198.18.50.%d", i)
 }
 
-func podCIDR(i int) string { return fmt.Sprintf("198.19.%d.0/24", i) }
-func podIP(i int) string   { return fmt.Sprintf("198.19.%d.5", i) }
+// nodeIP6 is node i's IPv6 InternalIP.
+func nodeIP6(i int) string {
+	a := strings.Split(nodeIP(i), ".")
+	return fmt.Sprintf("fd00:18:%s::%s", a[2], a[3])
+}
+
+func podCIDR(i int) string  { return fmt.Sprintf("198.19.%d.0/24", i) }
+func podCIDR6(i int) string { return fmt.Sprintf("fd00:19:%d::/64", i) }
+
+// podIP is node i's pod address of a family.
+func podIP(i int, six bool) string {
+	if six {
+		return fmt.Sprintf("fd00:19:%d::5", i)
+	}
+	return fmt.Sprintf("198.19.%d.5", i)
+}
 
 func newTopology(t *testing.T) *topology {
 	t.Helper()
@@ -77,7 +93,10 @@ func newTopology(t *testing.T) *topology {
 	router, rh := nsrun.New(t, "router")
 	nsrun.IP(t, "-n", lan, "link", "add", "br0", "type", "bridge")
 	nsrun.IP(t, "-n", lan, "link", "set", "br0", "up")
-	nsrun.In(t, rh, func() { sysctl(t, "net.ipv4.ip_forward", "1") })
+	nsrun.In(t, rh, func() {
+		sysctl(t, "net.ipv4.ip_forward", "1")
+		sysctl(t, "net.ipv6.conf.all.forwarding", "1")
+	})
 	for i := 1; i <= 3; i++ {
 		tp.names[i] = fmt.Sprintf("%s-%d", strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), i)
 		tp.ns[i], tp.h[i] = nsrun.New(t, fmt.Sprintf("node%d", i))
@@ -89,23 +108,30 @@ func newTopology(t *testing.T) *topology {
 		}
 		nsrun.IP(t, "-n", tp.ns[i], "link", "add", "eth0", "type", "veth", "peer", "name", peer, "netns", peerNS)
 		nsrun.IP(t, "-n", tp.ns[i], "addr", "add", nodeIP(i)+"/24", "dev", "eth0")
+		nsrun.IP(t, "-n", tp.ns[i], "addr", "add", nodeIP6(i)+"/64", "dev", "eth0", "nodad")
 		nsrun.IP(t, "-n", tp.ns[i], "link", "set", "eth0", "up")
+		gw6 := strings.Replace(nodeIP6(i), fmt.Sprintf("::%d", i), "::254", 1)
 		if i != 3 {
 			nsrun.IP(t, "-n", lan, "link", "set", peer, "master", "br0", "up")
 			nsrun.IP(t, "-n", tp.ns[i], "route", "add", "198.18.60.0/24", "via", gw)
+			nsrun.IP(t, "-n", tp.ns[i], "route", "add", "fd00:18:60::/64", "via", gw6)
 		} else {
 			nsrun.IP(t, "-n", router, "addr", "add", gw+"/24", "dev", peer)
+			nsrun.IP(t, "-n", router, "addr", "add", gw6+"/64", "dev", peer, "nodad")
 			nsrun.IP(t, "-n", router, "link", "set", peer, "up")
 			nsrun.IP(t, "-n", tp.ns[i], "route", "add", "198.18.50.0/24", "via", gw)
+			nsrun.IP(t, "-n", tp.ns[i], "route", "add", "fd00:18:50::/64", "via", gw6)
 		}
 		nsrun.IP(t, "-n", tp.ns[i], "link", "add", "pod0", "type", "bridge")
-		nsrun.IP(t, "-n", tp.ns[i], "addr", "add", podIP(i)+"/24", "dev", "pod0")
+		nsrun.IP(t, "-n", tp.ns[i], "addr", "add", podIP(i, false)+"/24", "dev", "pod0")
+		nsrun.IP(t, "-n", tp.ns[i], "addr", "add", podIP(i, true)+"/64", "dev", "pod0", "nodad")
 		nsrun.IP(t, "-n", tp.ns[i], "link", "set", "pod0", "up")
 		tp.serve(i)
 	}
 	nsrun.IP(t, "-n", lan, "link", "add", "lanr", "type", "veth", "peer", "name", "rlan", "netns", router)
 	nsrun.IP(t, "-n", lan, "link", "set", "lanr", "master", "br0", "up")
 	nsrun.IP(t, "-n", router, "addr", "add", "198.18.50.254/24", "dev", "rlan")
+	nsrun.IP(t, "-n", router, "addr", "add", "fd00:18:50::254/64", "dev", "rlan", "nodad")
 	nsrun.IP(t, "-n", router, "link", "set", "rlan", "up")
 	return tp
 }
@@ -117,36 +143,40 @@ func sysctl(t *testing.T, key, value string) {
 	}
 }
 
-// serve answers node i's name on its pod address, port 8080.
+// serve answers node i's name on its pod addresses, port 8080.
 func (tp *topology) serve(i int) {
-	var l net.Listener
-	nsrun.In(tp.t, tp.h[i], func() {
-		var err error
-		if l, err = net.Listen("tcp", podIP(i)+":8080"); err != nil {
-			tp.t.Fatal(err)
-		}
-	})
-	tp.t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
+	for _, six := range []bool{false, true} {
+		var l net.Listener
+		nsrun.In(tp.t, tp.h[i], func() {
+			var err error
+			if l, err = net.Listen("tcp", net.JoinHostPort(podIP(i, six), "8080")); err != nil {
+				tp.t.Fatal(err)
 			}
-			fmt.Fprintf(c, "node %d\n", i)
-			c.Close()
-		}
-	}()
+		})
+		tp.t.Cleanup(func() { l.Close() })
+		go answer(l, i)
+	}
 }
 
-// reach says whether node from's pod address reaches node to's pod, and
-// gets its answer.
-func (tp *topology) reach(from, to int) error {
+func answer(l net.Listener, i int) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		fmt.Fprintf(c, "node %d\n", i)
+		c.Close()
+	}
+}
+
+// reach says whether node from's pod address of a family reaches node
+// to's pod, and gets its answer.
+func (tp *topology) reach(from, to int, six bool) error {
 	var err error
 	nsrun.In(tp.t, tp.h[from], func() {
-		d := net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(podIP(from))}}
+		d := net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(podIP(from, six))}}
 		var c net.Conn
-		if c, err = d.Dial("tcp", podIP(to)+":8080"); err != nil {
+		if c, err = d.Dial("tcp", net.JoinHostPort(podIP(to, six), "8080")); err != nil {
 			return
 		}
 		defer c.Close()
@@ -159,18 +189,19 @@ func (tp *topology) reach(from, to int) error {
 	return err
 }
 
-// addNode makes the Node of node i with its pod CIDR and InternalIP, or
-// cidr instead if set; the test deletes it at its end.
+// addNode makes the Node of node i with its pod CIDRs and InternalIPs,
+// or cidr alone instead if set; the test deletes it at its end.
 func (tp *topology) addNode(i int, cidr string) {
 	tp.t.Helper()
-	if cidr == "" {
-		cidr = podCIDR(i)
+	cidrs := []string{podCIDR(i), podCIDR6(i)}
+	if cidr != "" {
+		cidrs = []string{cidr}
 	}
 	ctx := context.Background()
 	nodes := tp.kube.CoreV1().Nodes()
 	_, err := nodes.Create(ctx, &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: tp.names[i]},
-		Spec:       corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}},
+		Spec:       corev1.NodeSpec{PodCIDR: cidrs[0], PodCIDRs: cidrs},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		tp.t.Fatal(err)
@@ -182,7 +213,8 @@ func (tp *topology) addNode(i int, cidr string) {
 		if err != nil {
 			return err
 		}
-		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeIP(i)}, {Type: corev1.NodeHostName, Address: tp.names[i]}}
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeIP(i)}, {Type: corev1.NodeInternalIP, Address: nodeIP6(i)},
+			{Type: corev1.NodeHostName, Address: tp.names[i]}}
 		_, err = nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		return err
 	})
@@ -225,9 +257,10 @@ func (tp *topology) run(i int, mode string) *Router {
 	return r
 }
 
-// routes returns node i's routes of protocol proto, as ip route shows them.
+// routes returns node i's routes of protocol proto, IPv4 and IPv6, as ip
+// route shows them.
 func (tp *topology) routes(i int, proto string) string {
-	out, err := exec.Command("ip", "-n", tp.ns[i], "route", "show", "proto", proto).CombinedOutput()
+	out, err := exec.Command("sh", "-c", fmt.Sprintf("ip -n %s route show proto %s && ip -n %[1]s -6 route show proto %[2]s", tp.ns[i], proto)).CombinedOutput()
 	if err != nil {
 		tp.t.Fatalf("ip route: %v\n%s", err, out)
 	}
@@ -254,7 +287,7 @@ func (tp *topology) waitRoutes(i int, want ...string) {
 		for _, w := range want {
 			found := false
 			for _, g := range got {
-				found = found || strings.TrimSpace(g) == w
+				found = found || strings.HasPrefix(strings.TrimSpace(g), w)
 			}
 			if !found {
 				return fmt.Errorf("routes:\n%s", strings.Join(got, "\n"))
@@ -267,9 +300,13 @@ func (tp *topology) waitRoutes(i int, want ...string) {
 	})
 }
 
+// waitReach waits until node from's pods reach node to's, over IPv4 and
+// IPv6.
 func (tp *topology) waitReach(from, to int) {
 	tp.t.Helper()
-	poll.Until(tp.t, 30*time.Second, fmt.Sprintf("node %d's pod reaches node %d's", from, to), func() error { return tp.reach(from, to) })
+	for _, six := range []bool{false, true} {
+		poll.Until(tp.t, 30*time.Second, fmt.Sprintf("node %d's pod reaches node %d's (IPv6 %v)", from, to, six), func() error { return tp.reach(from, to, six) })
+	}
 }
 
 // waitEvent waits for an Event on node i's Node with reason and a message
@@ -320,8 +357,8 @@ func TestHostGW(t *testing.T) {
 		t.Errorf("Ready() before any sync = %v, %q; want false and why", ok, why)
 	}
 	tp.run(2, machineconfig.PodNetworkHostGW)
-	tp.waitRoutes(1, "198.19.2.0/24 via 198.18.50.2 dev eth0")
-	tp.waitRoutes(2, "198.19.1.0/24 via 198.18.50.1 dev eth0")
+	tp.waitRoutes(1, "198.19.2.0/24 via 198.18.50.2 dev eth0", "fd00:19:2::/64 via fd00:18:50::2 dev eth0")
+	tp.waitRoutes(2, "198.19.1.0/24 via 198.18.50.1 dev eth0", "fd00:19:1::/64 via fd00:18:50::1 dev eth0")
 	if !strings.Contains(tp.routes(1, "static"), "198.19.98.0/24 via 198.18.50.2") {
 		t.Errorf("someone else's route is gone:\n%s", tp.ip(1, "route"))
 	}
@@ -337,13 +374,13 @@ func TestHostGW(t *testing.T) {
 	tp.names[0] = tp.names[3] + "-overlap"
 	tp.addNode(0, "198.19.2.128/25")
 	tp.waitEvent(0, ReasonRefused, "overlaps 198.19.2.0/24 of Node "+tp.names[2])
-	tp.waitRoutes(1, "198.19.2.0/24 via 198.18.50.2 dev eth0")
+	tp.waitRoutes(1, "198.19.2.0/24 via 198.18.50.2 dev eth0", "fd00:19:2::/64 via fd00:18:50::2 dev eth0")
 
 	// With node 2's Node gone, its route goes, and the Node that was
 	// refused for overlapping it is routed.
 	tp.deleteNode(2)
 	tp.waitRoutes(1, "198.19.2.128/25 via 198.18.50.4 dev eth0")
-	if err := tp.reach(1, 2); err == nil {
+	if err := tp.reach(1, 2, false); err == nil {
 		t.Error("node 1's pod still reaches node 2's with node 2's Node deleted")
 	}
 	tp.deleteNode(0)
@@ -361,8 +398,9 @@ func TestVXLAN(t *testing.T) {
 	for i := 2; i <= 3; i++ {
 		tp.run(i, machineconfig.PodNetworkVXLAN)
 	}
-	tp.waitRoutes(1, "198.19.2.0/24 via 198.19.2.0 dev cairn.vx4 onlink", "198.19.3.0/24 via 198.19.3.0 dev cairn.vx4 onlink")
-	waitReady(t, r1, "2 routes to other nodes' pod CIDRs (2 through VXLAN)")
+	tp.waitRoutes(1, "198.19.2.0/24 via 198.19.2.0 dev cairn.vx4 onlink", "198.19.3.0/24 via 198.19.3.0 dev cairn.vx4 onlink",
+		"fd00:19:2::/64 via fd00:19:2:: dev cairn.vx6", "fd00:19:3::/64 via fd00:19:3:: dev cairn.vx6")
+	waitReady(t, r1, "4 routes to other nodes' pod CIDRs (4 through VXLAN)")
 	for _, p := range [][2]int{{1, 2}, {2, 1}, {1, 3}, {3, 1}, {2, 3}} {
 		tp.waitReach(p[0], p[1])
 	}
@@ -374,6 +412,9 @@ func TestVXLAN(t *testing.T) {
 	}
 	if fdb := tp.ip(1, "neigh", "show", "dev", "cairn.vx4"); !strings.Contains(fdb, "198.19.3.0 lladdr 0a:58:c6:12:3c:03 PERMANENT") {
 		t.Errorf("neighbours of cairn.vx4:\n%s", fdb)
+	}
+	if dev := tp.ip(1, "-d", "link", "show", "cairn.vx6"); !strings.Contains(dev, "mtu 1430") || !strings.Contains(dev, "local fd00:18:50::1") {
+		t.Errorf("cairn.vx6, want MTU 1430 and local fd00:18:50::1:\n%s", dev)
 	}
 	fdb := func() string {
 		out, err := exec.Command("bridge", "-n", tp.ns[1], "fdb", "show", "dev", "cairn.vx4").CombinedOutput()
@@ -387,7 +428,7 @@ func TestVXLAN(t *testing.T) {
 	}
 
 	tp.deleteNode(3)
-	tp.waitRoutes(1, "198.19.2.0/24 via 198.19.2.0 dev cairn.vx4 onlink")
+	tp.waitRoutes(1, "198.19.2.0/24 via 198.19.2.0 dev cairn.vx4 onlink", "fd00:19:2::/64 via fd00:19:2:: dev cairn.vx6")
 	poll.Until(t, 30*time.Second, "node 3's tunnel entries gone", func() error {
 		if got := fdb() + tp.ip(1, "neigh", "show", "dev", "cairn.vx4"); strings.Contains(got, "c6:12:3c:03") {
 			return fmt.Errorf("entries:\n%s", got)
@@ -396,8 +437,8 @@ func TestVXLAN(t *testing.T) {
 	})
 	tp.deleteNode(2)
 	tp.waitRoutes(1)
-	poll.Until(t, 30*time.Second, "cairn.vx4 gone", func() error {
-		if links := tp.ip(1, "link"); strings.Contains(links, "cairn.vx4") {
+	poll.Until(t, 30*time.Second, "the VXLAN devices gone", func() error {
+		if links := tp.ip(1, "link"); strings.Contains(links, "cairn.vx") {
 			return fmt.Errorf("links:\n%s", links)
 		}
 		return nil
@@ -412,8 +453,10 @@ func TestAuto(t *testing.T) {
 		tp.addNode(i, "")
 		tp.run(i, machineconfig.PodNetworkAuto)
 	}
-	tp.waitRoutes(1, "198.19.2.0/24 via 198.18.50.2 dev eth0", "198.19.3.0/24 via 198.19.3.0 dev cairn.vx4 onlink")
-	tp.waitRoutes(3, "198.19.1.0/24 via 198.19.1.0 dev cairn.vx4 onlink", "198.19.2.0/24 via 198.19.2.0 dev cairn.vx4 onlink")
+	tp.waitRoutes(1, "198.19.2.0/24 via 198.18.50.2 dev eth0", "198.19.3.0/24 via 198.19.3.0 dev cairn.vx4 onlink",
+		"fd00:19:2::/64 via fd00:18:50::2 dev eth0", "fd00:19:3::/64 via fd00:19:3:: dev cairn.vx6")
+	tp.waitRoutes(3, "198.19.1.0/24 via 198.19.1.0 dev cairn.vx4 onlink", "198.19.2.0/24 via 198.19.2.0 dev cairn.vx4 onlink",
+		"fd00:19:1::/64 via fd00:19:1:: dev cairn.vx6", "fd00:19:2::/64 via fd00:19:2:: dev cairn.vx6")
 	for _, p := range [][2]int{{1, 2}, {1, 3}, {3, 2}} {
 		tp.waitReach(p[0], p[1])
 	}
