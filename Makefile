@@ -11,7 +11,7 @@ LDFLAGS := -s -w -buildid= -X github.com/cairn-os/cairn/internal/version.Version
 
 export CGO_ENABLED := 0
 
-.PHONY: all deps components build image run test test-unit test-e2e test-powercut bench bench-build bench-pods bench-streams bench-storage bench-proxy proto clean
+.PHONY: all deps components build image run test test-unit test-e2e test-powercut bench bench-build bench-pods bench-streams bench-storage bench-proxy bench-podnet proto clean
 
 all: build
 
@@ -128,7 +128,7 @@ test-powercut: deps build
 test-unit:
 	$(GO) test ./...
 
-bench: deps bench-pods bench-streams bench-storage bench-proxy
+bench: deps bench-pods bench-streams bench-storage bench-proxy bench-podnet
 	$(GO) test -tags e2e -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/e2e/
 
 # Image builds (test/e2e, about 5 min): cold (empty caches), warm (nothing
@@ -177,6 +177,12 @@ bench-storage: cluster build csi-sidecars
 bench-proxy: deps cluster build
 	$(TEST_ENV) $(GO) test -run '^$$' -bench ProxyTable -benchtime 1x -timeout 20m ./agent/proxy/
 	$(TEST_ENV) $(GO) test -tags bench -run '^$$' -bench '^BenchmarkProxy$$' -benchtime 1x -timeout 150m ./test/bench/
+
+# Pod to pod over the pod routes (agent/podroutes): a one-byte TCP
+# request and response between two pods on one node, and on two nodes
+# through host-gw and through VXLAN, each a network namespace here.
+bench-podnet: deps cluster
+	$(TEST_ENV) $(GO) test -run '^$$' -bench PodToPod -benchtime 3s -timeout 10m ./agent/podroutes/
 
 # The upstream suite's [sig-node] specs of [NodeConformance] and
 # [Conformance] against a Cairn node on the host (test/conformance, as

@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 // that answers its node's name. The Nodes are real objects of the test's
 // API server, named after the test, and the Routers watch them.
 type topology struct {
-	t     *testing.T
+	t     testing.TB
 	kube  kubernetes.Interface
 	names [4]string // the Nodes' names, by node number (0 unused)
 	ns    [4]string
@@ -83,7 +83,7 @@ func podIP(i int, six bool) string {
 	return fmt.Sprintf("198.19.%d.5", i)
 }
 
-func newTopology(t *testing.T) *topology {
+func newTopology(t testing.TB) *topology {
 	t.Helper()
 	need.Root(t, "network namespaces")
 	need.Tool(t, "ip", "iproute2")
@@ -136,7 +136,15 @@ func newTopology(t *testing.T) *topology {
 	return tp
 }
 
-func sysctl(t *testing.T, key, value string) {
+// logWriter writes a Router's log lines to the test's log.
+type logWriter struct{ t testing.TB }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+func sysctl(t testing.TB, key, value string) {
 	t.Helper()
 	if err := os.WriteFile("/proc/sys/"+strings.ReplaceAll(key, ".", "/"), []byte(value), 0o644); err != nil {
 		t.Fatal(err)
@@ -238,7 +246,7 @@ func (tp *topology) run(i int, mode string) *Router {
 		tp.t.Fatal(err)
 	}
 	r, err := New(Config{NodeName: tp.names[i], Mode: mode, Netlink: h,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", i)})
+		Logger: slog.New(slog.NewTextHandler(logWriter{tp.t}, nil)).With("node", i)})
 	if err != nil {
 		tp.t.Fatal(err)
 	}
@@ -459,5 +467,79 @@ func TestAuto(t *testing.T) {
 		"fd00:19:1::/64 via fd00:19:1:: dev cairn.vx6", "fd00:19:2::/64 via fd00:19:2:: dev cairn.vx6")
 	for _, p := range [][2]int{{1, 2}, {1, 3}, {3, 2}} {
 		tp.waitReach(p[0], p[1])
+	}
+}
+
+// addPod puts pod j of node i in a namespace of its own, on the node's
+// bridge, at 198.19.i.(10+j) with the bridge's address as its gateway,
+// as the CNI bridge plugin does; the node forwards for it.
+func (tp *topology) addPod(i, j int) netns.NsHandle {
+	tp.t.Helper()
+	name, h := nsrun.New(tp.t, fmt.Sprintf("pod%d-%d", i, j))
+	veth := fmt.Sprintf("veth%d", j)
+	nsrun.IP(tp.t, "-n", tp.ns[i], "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", name)
+	nsrun.IP(tp.t, "-n", tp.ns[i], "link", "set", veth, "master", "pod0", "up")
+	nsrun.IP(tp.t, "-n", name, "addr", "add", fmt.Sprintf("198.19.%d.%d/24", i, 10+j), "dev", "eth0")
+	nsrun.IP(tp.t, "-n", name, "link", "set", "eth0", "up")
+	nsrun.IP(tp.t, "-n", name, "route", "add", "default", "via", podIP(i, false))
+	nsrun.In(tp.t, tp.h[i], func() { sysctl(tp.t, "net.ipv4.ip_forward", "1") })
+	return h
+}
+
+// BenchmarkPodToPod times a TCP request and response of one byte each
+// (netperf's TCP_RR) between two pods: on the same node through its
+// bridge, and on two nodes of one network through a host-gw route and
+// through VXLAN. Each "node" and "pod" is a network namespace on this
+// machine, so the figures compare the paths' kernel work, not wires.
+func BenchmarkPodToPod(b *testing.B) {
+	for _, path := range []string{"same-node", machineconfig.PodNetworkHostGW, machineconfig.PodNetworkVXLAN} {
+		b.Run(path, func(b *testing.B) {
+			tp := newTopology(b)
+			client := tp.addPod(1, 1)
+			server, to := tp.addPod(1, 2), "198.19.1.12"
+			if path != "same-node" {
+				server, to = tp.addPod(2, 2), "198.19.2.12"
+				for i := 1; i <= 2; i++ {
+					tp.addNode(i, "")
+					tp.run(i, path)
+				}
+			}
+			var l net.Listener
+			nsrun.In(b, server, func() {
+				var err error
+				if l, err = net.Listen("tcp", to+":9000"); err != nil {
+					b.Fatal(err)
+				}
+			})
+			defer l.Close()
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					go io.Copy(c, c)
+				}
+			}()
+			var c net.Conn
+			poll.Until(b, 30*time.Second, "the server pod reachable", func() error {
+				var err error
+				nsrun.In(b, client, func() { c, err = net.DialTimeout("tcp", to+":9000", time.Second) })
+				return err
+			})
+			defer c.Close()
+			buf := []byte{1}
+			b.ResetTimer()
+			for range b.N {
+				if _, err := c.Write(buf); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(c, buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/rr")
+		})
 	}
 }
