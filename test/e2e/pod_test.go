@@ -51,6 +51,23 @@ func testPod(t *testing.T, ctx context.Context, kc *kube.Cluster, c *client.Clie
 	})
 	t.Logf("Node registered %s and Ready %s after QEMU started",
 		node.CreationTimestamp.Sub(start).Round(time.Second), time.Since(start).Round(time.Second))
+	// The pod routes to other nodes (none here) are in: the agent watched
+	// every Node and programmed its routes.
+	poll.Until(t, time.Minute, "Node "+nodeName+" NetworkUnavailable False", func() error {
+		n, err := kc.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeNetworkUnavailable {
+				if cond.Status != corev1.ConditionFalse || cond.Reason != "NetworkReady" {
+					return fmt.Errorf("NetworkUnavailable %s (%s): %s", cond.Status, cond.Reason, cond.Message)
+				}
+				return nil
+			}
+		}
+		return errors.New("no NetworkUnavailable condition")
+	})
 	podCIDR, err := netip.ParsePrefix(node.Spec.PodCIDR)
 	if err != nil {
 		t.Fatalf("Node pod CIDR %q: %v", node.Spec.PodCIDR, err)
