@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -132,7 +133,15 @@ func (r *Router) Run(ctx context.Context, client kubernetes.Interface, nodes cac
 		}
 	}
 	reg, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: poke, UpdateFunc: func(_, o any) { poke(o) }, DeleteFunc: poke,
+		AddFunc: poke, DeleteFunc: poke,
+		// Nodes change all the time (conditions, images, volumes): only
+		// their pod CIDRs and addresses matter here.
+		UpdateFunc: func(old, o any) {
+			if a, b := old.(*corev1.Node), o.(*corev1.Node); !slices.Equal(a.Spec.PodCIDRs, b.Spec.PodCIDRs) ||
+				!slices.Equal(a.Status.Addresses, b.Status.Addresses) {
+				poke(o)
+			}
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("watch Nodes: %w", err)
