@@ -256,8 +256,12 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, configPath, dir s
 			<-ctx.Done()
 			return
 		}
+		var serviceCIDRs []netip.Prefix
+		for _, c := range cfg.Cluster.ServiceCIDRs {
+			serviceCIDRs = append(serviceCIDRs, netip.MustParsePrefix(c)) // validated with the config
+		}
 		routes, err := podroutes.New(podroutes.Config{NodeName: cfg.Machine.Hostname, Mode: cfg.Cluster.PodNetwork.Mode,
-			Logger: slog.Default().With("component", "pod-routes")})
+			ServiceCIDRs: serviceCIDRs, Logger: slog.Default().With("component", "pod-routes")})
 		if err != nil {
 			slog.Error("kubelet part not started", "err", err)
 			return

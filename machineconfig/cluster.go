@@ -59,6 +59,9 @@ type Cluster struct {
 	// ClusterCIDRs are the pod networks of the whole cluster, one per IP
 	// family: Service traffic from outside them is masqueraded.
 	ClusterCIDRs []string `json:"clusterCIDRs,omitempty"`
+	// ServiceCIDRs are the cluster's Service ranges, one per IP family, if
+	// given: a Node whose pod CIDR overlaps them is not routed to.
+	ServiceCIDRs []string `json:"serviceCIDRs,omitempty"`
 	// ClusterDNS are the IP addresses of the cluster's DNS service, for the
 	// pods' resolv.conf.
 	ClusterDNS []string `json:"clusterDNS,omitempty"`
@@ -209,15 +212,8 @@ func (v *validator) cluster(c *Cluster) {
 	default:
 		v.add(p+".podNetwork.mode", "%q is not one of auto, host-gw, vxlan", c.PodNetwork.Mode)
 	}
-	for i, s := range c.ClusterCIDRs {
-		pfx, err := netip.ParsePrefix(s)
-		switch {
-		case err != nil:
-			v.add(fmt.Sprintf("%s.clusterCIDRs[%d]", p, i), "%q is not a CIDR", s)
-		case pfx.Masked() != pfx:
-			v.add(fmt.Sprintf("%s.clusterCIDRs[%d]", p, i), "%q has host bits set; use %q", s, pfx.Masked())
-		}
-	}
+	v.cidrs(p+".clusterCIDRs", c.ClusterCIDRs)
+	v.cidrs(p+".serviceCIDRs", c.ServiceCIDRs)
 	for i, s := range c.ClusterDNS {
 		if _, err := netip.ParseAddr(s); err != nil {
 			v.add(fmt.Sprintf("%s.clusterDNS[%d]", p, i), "%q is not an IP address", s)
@@ -234,6 +230,19 @@ func (v *validator) cluster(c *Cluster) {
 	// 0 is the default, for a section validated before SetDefaults.
 	if c.KubeletPort < 0 || c.KubeletPort > 65535 {
 		v.add(p+".kubeletPort", "%d is out of range 1..65535", c.KubeletPort)
+	}
+}
+
+// cidrs checks that each of list, at path p, is a network in CIDR form.
+func (v *validator) cidrs(p string, list []string) {
+	for i, s := range list {
+		pfx, err := netip.ParsePrefix(s)
+		switch {
+		case err != nil:
+			v.add(fmt.Sprintf("%s[%d]", p, i), "%q is not a CIDR", s)
+		case pfx.Masked() != pfx:
+			v.add(fmt.Sprintf("%s[%d]", p, i), "%q has host bits set; use %q", s, pfx.Masked())
+		}
 	}
 }
 

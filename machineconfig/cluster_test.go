@@ -82,6 +82,7 @@ func TestClusterValid(t *testing.T) {
     - {key: spot, effect: PreferNoSchedule}
   podCIDR: 10.244.3.0/24
   podNetwork: {mode: vxlan}
+  serviceCIDRs: ["10.96.0.0/12"]
   clusterDNS: ["10.96.0.10", "fd00:10:96::a"]
   clusterDomain: k8s.example.com
   nodeIP: 192.168.1.10
@@ -100,6 +101,7 @@ func TestClusterValid(t *testing.T) {
 				},
 				PodCIDR:       "10.244.3.0/24",
 				PodNetwork:    PodNetwork{Mode: PodNetworkVXLAN},
+				ServiceCIDRs:  []string{"10.96.0.0/12"},
 				ClusterDNS:    []string{"10.96.0.10", "fd00:10:96::a"},
 				ClusterDomain: "k8s.example.com",
 				NodeIP:        "192.168.1.10",
@@ -238,6 +240,7 @@ func TestClusterInvalid(t *testing.T) {
 			name: "networking",
 			section: "cluster:\n" + tokenServer + `  podCIDR: 10.244.3.1/24
   clusterCIDRs: ["10.244.0.0/16", "10.245.1.0/16", "pods"]
+  serviceCIDRs: ["10.96.0.0/12", "10.96.0.1/12"]
   clusterDNS: ["10.96.0.10", "dns"]
   clusterDomain: Cluster.Local.
 `,
@@ -245,6 +248,7 @@ func TestClusterInvalid(t *testing.T) {
 				{"cluster.podCIDR", `"10.244.3.1/24" has host bits set; use "10.244.3.0/24"`},
 				{"cluster.clusterCIDRs[1]", `"10.245.1.0/16" has host bits set; use "10.245.0.0/16"`},
 				{"cluster.clusterCIDRs[2]", `"pods" is not a CIDR`},
+				{"cluster.serviceCIDRs[1]", `"10.96.0.1/12" has host bits set; use "10.96.0.0/12"`},
 				{"cluster.clusterDNS[1]", `"dns" is not an IP address`},
 				{"cluster.clusterDomain", `"Cluster.Local." is not a DNS domain: use lowercase letters, digits, '-' and '.', without a trailing dot`},
 			},

@@ -62,12 +62,13 @@ type self struct {
 type onLinkFunc func(addr netip.Addr) (bool, error)
 
 // plan works out the routes to the other nodes of nodes from this node
-// (name), in mode. Nodes are taken oldest first, so that of two that
-// claim the same addresses the one that was there first is routed. A
-// node with no pod CIDR, or with none of its InternalIPs of a CIDR's
-// family yet, is left out without a refusal: it has not finished
-// registering.
-func plan(name, mode string, nodes []*corev1.Node, onLink onLinkFunc) (*self, []route, []refusal, error) {
+// (name), in mode, with the cluster's Service ranges services. Nodes are
+// taken oldest first, so that of two that claim the same addresses the
+// one that was there first is routed. A node with no pod CIDR, or with
+// none of its InternalIPs of a CIDR's family yet, is left out without a
+// refusal: it has not finished registering. This node's pod CIDR in a
+// Service range is an error: it routes nothing until that is mended.
+func plan(name, mode string, services []netip.Prefix, nodes []*corev1.Node, onLink onLinkFunc) (*self, []route, []refusal, error) {
 	var me *corev1.Node
 	for _, n := range nodes {
 		if n.Name == name {
@@ -82,14 +83,23 @@ func plan(name, mode string, nodes []*corev1.Node, onLink onLinkFunc) (*self, []
 	if s.cidrs, err = podCIDRs(me); err != nil {
 		return nil, nil, nil, fmt.Errorf("Node %s: %w", name, err)
 	}
-	// taken holds every CIDR accepted so far, and whose it is.
+	// taken holds the Service ranges and every pod CIDR accepted so far,
+	// and whose it is.
 	type claim struct {
-		cidr netip.Prefix
-		node string
+		cidr  netip.Prefix
+		owner string
 	}
 	var taken []claim
+	for _, c := range services {
+		taken = append(taken, claim{c, "the Service range"})
+	}
 	for _, c := range s.cidrs {
-		taken = append(taken, claim{c, name})
+		for _, sv := range services {
+			if c.Overlaps(sv) {
+				return nil, nil, nil, fmt.Errorf("this Node's pod CIDR %s overlaps the Service range %s", c, sv)
+			}
+		}
+		taken = append(taken, claim{c, "Node " + name})
 	}
 	others := slices.DeleteFunc(slices.Clone(nodes), func(n *corev1.Node) bool { return n.Name == name })
 	slices.SortFunc(others, func(a, b *corev1.Node) int {
@@ -108,7 +118,7 @@ func plan(name, mode string, nodes []*corev1.Node, onLink onLinkFunc) (*self, []
 		for _, r := range rs {
 			for _, t := range taken {
 				if r.cidr.Overlaps(t.cidr) && why == "" {
-					why = fmt.Sprintf("its pod CIDR %s overlaps %s of Node %s", r.cidr, t.cidr, t.node)
+					why = fmt.Sprintf("its pod CIDR %s overlaps %s of %s", r.cidr, t.cidr, t.owner)
 				}
 			}
 		}
@@ -117,7 +127,7 @@ func plan(name, mode string, nodes []*corev1.Node, onLink onLinkFunc) (*self, []
 			continue
 		}
 		for _, r := range rs {
-			taken = append(taken, claim{r.cidr, n.Name})
+			taken = append(taken, claim{r.cidr, "Node " + n.Name})
 		}
 		routes = append(routes, rs...)
 	}

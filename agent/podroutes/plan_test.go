@@ -35,8 +35,10 @@ func TestPlan(t *testing.T) {
 		testNode("far", 2, "10.244.2.0/24,fd00:244:2::/64", "10.9.0.3", "fd00::3"),
 		testNode("registering", 0, "10.244.3.0/24"),
 		testNode("bad", 0, "10.244.4.1/24", "10.0.0.4"),
+		testNode("in-services", 0, "10.96.5.0/24", "10.0.0.5"),
 	}
-	s, routes, refused, err := plan("me", machineconfig.PodNetworkAuto, nodes, near)
+	services := []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}
+	s, routes, refused, err := plan("me", machineconfig.PodNetworkAuto, services, nodes, near)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,19 +59,25 @@ func TestPlan(t *testing.T) {
 		whys[r.node.Name] = r.why
 	}
 	for name, part := range map[string]string{
-		"a-late": "overlaps 10.244.1.0/24 of Node b",
-		"far":    "no InternalIP of its pod CIDR fd00:244:2::/64's family",
-		"bad":    `"10.244.4.1/24" is not a network`,
+		"a-late":      "overlaps 10.244.1.0/24 of Node b",
+		"in-services": "its pod CIDR 10.96.5.0/24 overlaps 10.96.0.0/16 of the Service range",
+		"far":         "no InternalIP of its pod CIDR fd00:244:2::/64's family",
+		"bad":         `"10.244.4.1/24" is not a network`,
 	} {
 		if !strings.Contains(whys[name], part) {
 			t.Errorf("%s refused for %q, want %q", name, whys[name], part)
 		}
 	}
-	if len(refused) != 3 {
-		t.Errorf("refused %+v, want a-late, far and bad only (registering has no address yet)", refused)
+	if len(refused) != 4 {
+		t.Errorf("refused %+v, want a-late, far, bad and in-services only (registering has no address yet)", refused)
 	}
 
-	if _, _, _, err := plan("gone", machineconfig.PodNetworkAuto, nodes, near); err == nil {
+	if _, _, _, err := plan("gone", machineconfig.PodNetworkAuto, services, nodes, near); err == nil {
 		t.Error("plan without this node's Node succeeded")
+	}
+	// This node's own pod CIDR in the Service range: nothing is routed.
+	_, _, _, err = plan("me", machineconfig.PodNetworkAuto, []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}, nodes, near)
+	if err == nil || !strings.Contains(err.Error(), "this Node's pod CIDR 10.244.0.0/24 overlaps the Service range 10.244.0.0/16") {
+		t.Errorf("plan with this node's pod CIDR in the Service range = %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -51,15 +52,17 @@ func TestMain(m *testing.M) {
 type topology struct {
 	t     testing.TB
 	kube  kubernetes.Interface
-	names [4]string // the Nodes' names, by node number (0 unused)
-	ns    [4]string
-	h     [4]netns.NsHandle
+	names [5]string // the Nodes' names, by node number (0 and 4 have no namespace)
+	ns    [5]string
+	h     [5]netns.NsHandle
+	// services are the Service ranges the Routers are given.
+	services []netip.Prefix
 }
 
 func nodeIP(i int) string {
 	switch i {
-	case 0: // a Node with no namespace of its own
-		return "198.18.50.4"
+	case 0, 4: // Nodes with no namespace of their own
+		return fmt.Sprintf("198.18.50.%d", 4+i/4)
 	case 3:
 		return "198.18.60.3"
 	}
@@ -245,7 +248,7 @@ func (tp *topology) run(i int, mode string) *Router {
 	if err != nil {
 		tp.t.Fatal(err)
 	}
-	r, err := New(Config{NodeName: tp.names[i], Mode: mode, Netlink: h,
+	r, err := New(Config{NodeName: tp.names[i], Mode: mode, Netlink: h, ServiceCIDRs: tp.services,
 		Logger: slog.New(slog.NewTextHandler(logWriter{tp.t}, nil)).With("node", i)})
 	if err != nil {
 		tp.t.Fatal(err)
@@ -360,6 +363,7 @@ func TestHostGW(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		tp.addNode(i, "")
 	}
+	tp.services = []netip.Prefix{netip.MustParsePrefix("198.19.200.0/24")}
 	r1 := tp.run(1, machineconfig.PodNetworkHostGW)
 	if ok, why := r1.Ready(); ok || why == "" {
 		t.Errorf("Ready() before any sync = %v, %q; want false and why", ok, why)
@@ -383,6 +387,22 @@ func TestHostGW(t *testing.T) {
 	tp.addNode(0, "198.19.2.128/25")
 	tp.waitEvent(0, ReasonRefused, "overlaps 198.19.2.0/24 of Node "+tp.names[2])
 	tp.waitRoutes(1, "198.19.2.0/24 via 198.18.50.2 dev eth0", "fd00:19:2::/64 via fd00:18:50::2 dev eth0")
+
+	// A Node in the Service range is refused; a Router whose own Node is
+	// in it routes nothing, and says why.
+	tp.names[4] = tp.names[3] + "-in-services"
+	tp.addNode(4, "198.19.200.0/25")
+	tp.waitEvent(4, ReasonRefused, "its pod CIDR 198.19.200.0/25 overlaps 198.19.200.0/24 of the Service range")
+	tp.services = []netip.Prefix{netip.MustParsePrefix("198.19.0.0/16")}
+	r2 := tp.run(2, machineconfig.PodNetworkHostGW)
+	poll.Until(t, 30*time.Second, "a Router of node 2 with its pod CIDR in the Service range not ready", func() error {
+		ok, why := r2.Ready()
+		if ok || !strings.Contains(why, "this Node's pod CIDR 198.19.2.0/24 overlaps the Service range 198.19.0.0/16") {
+			return fmt.Errorf("Ready() = %v, %q", ok, why)
+		}
+		return nil
+	})
+	tp.waitRoutes(2, "198.19.1.0/24 via 198.18.50.1 dev eth0", "fd00:19:1::/64 via fd00:18:50::1 dev eth0")
 
 	// With node 2's Node gone, its route goes, and the Node that was
 	// refused for overlapping it is routed.

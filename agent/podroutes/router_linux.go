@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -41,6 +42,9 @@ type Config struct {
 	NodeName string
 	// Mode is a machineconfig.PodNetwork mode; empty is auto.
 	Mode string
+	// ServiceCIDRs are the cluster's Service ranges, if known: no pod
+	// CIDR may overlap them.
+	ServiceCIDRs []netip.Prefix
 	// Netlink is the handle of the network namespace to program; nil is
 	// the agent's own.
 	Netlink *netlink.Handle
@@ -182,7 +186,7 @@ func (r *Router) sync(lister corelisters.NodeLister, recorder record.EventRecord
 	if err != nil {
 		return err
 	}
-	s, routes, refused, err := plan(r.cfg.NodeName, r.cfg.Mode, nodes, r.k.onLink)
+	s, routes, refused, err := plan(r.cfg.NodeName, r.cfg.Mode, r.cfg.ServiceCIDRs, nodes, r.k.onLink)
 	if err == nil {
 		err = r.k.apply(s, routes)
 	}
