@@ -15,6 +15,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -244,7 +245,7 @@ func (tp *topology) deleteNode(i int) {
 // run starts node i's Router in mode until the test ends.
 func (tp *topology) run(i int, mode string) *Router {
 	tp.t.Helper()
-	h, err := netlink.NewHandleAt(tp.h[i])
+	h, err := netlink.NewHandleAt(tp.h[i], unix.NETLINK_ROUTE)
 	if err != nil {
 		tp.t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
@@ -75,7 +76,9 @@ func New(cfg Config) (*Router, error) {
 	h := cfg.Netlink
 	if h == nil {
 		var err error
-		if h, err = netlink.NewHandle(); err != nil {
+		// Routes, links and neighbours only: a handle of every family
+		// would need the kernel's xfrm, which nodes do not load.
+		if h, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
 			return nil, fmt.Errorf("netlink: %w", err)
 		}
 	}
