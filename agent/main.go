@@ -31,6 +31,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/cairn-os/cairn/agent/api"
@@ -275,6 +276,7 @@ func startNode(ctx context.Context, cfg *machineconfig.Config, configPath, dir s
 			{Name: "kubelet", Run: pods.Join},
 			{Name: "csi", Run: func(ctx context.Context, m *node.Member) error { plugins.SyncCSINode(ctx, m.Client); return nil }},
 			{Name: "proxy", Run: func(ctx context.Context, m *node.Member) error { return runProxy(ctx, cfg.Cluster, m, reg) }},
+			{Name: "network-policy", Run: runPolicies},
 			{Name: "pod-routes", Run: func(ctx context.Context, m *node.Member) error { return runPodRoutes(ctx, routes, m) }},
 			{Name: "cni", Run: func(ctx context.Context, m *node.Member) error { return writePodNetwork(ctx, m, paths, routes.PodMTU) }},
 			{Name: "kubelet-server", Run: func(ctx context.Context, m *node.Member) error {
@@ -343,6 +345,19 @@ func runPodRoutes(ctx context.Context, r *podroutes.Router, m *node.Member) erro
 	nodes := node.NodesInformer(m.Client)
 	go nodes.Run(ctx.Done())
 	return r.Run(ctx, m.Client, nodes)
+}
+
+// runPolicies enforces the cluster's NetworkPolicies for the node's pods
+// until ctx ends.
+func runPolicies(ctx context.Context, m *node.Member) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	policies, pods, namespaces := node.PolicyInformers(m.Client)
+	for _, inf := range []cache.SharedIndexInformer{policies, pods, namespaces} {
+		go inf.Run(ctx.Done())
+	}
+	e := proxy.NewPolicyEnforcer(proxy.PolicyConfig{NodeName: m.Name, Logger: slog.Default().With("component", "network-policy")}, m.Client)
+	return e.Run(ctx, policies, pods, namespaces)
 }
 
 // runProxy programs the node's Services into nftables with the node's own

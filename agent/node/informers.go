@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,6 +67,19 @@ func NewInformers(client kubernetes.Interface, nodeName string) informers.Shared
 func NodesInformer(client kubernetes.Interface) cache.SharedIndexInformer {
 	nodes := client.CoreV1().Nodes()
 	return patientInformer(&corev1.Node{}, "", nodes.List, nodes.Watch)
+}
+
+// PolicyInformers return patient informers (see above) of what
+// NetworkPolicy enforcement reads: every NetworkPolicy, Pod and Namespace
+// of the cluster. The caller runs them. The node may read them only if
+// the cluster lets it (docs/machine-config.md).
+func PolicyInformers(client kubernetes.Interface) (policies, pods, namespaces cache.SharedIndexInformer) {
+	np := client.NetworkingV1().NetworkPolicies(metav1.NamespaceAll)
+	po := client.CoreV1().Pods(metav1.NamespaceAll)
+	ns := client.CoreV1().Namespaces()
+	return patientInformer(&networkingv1.NetworkPolicy{}, "", np.List, np.Watch),
+		patientInformer(&corev1.Pod{}, "", po.List, po.Watch),
+		patientInformer(&corev1.Namespace{}, "", ns.List, ns.Watch)
 }
 
 // patientInformer is an informer of the objects like obj that list and

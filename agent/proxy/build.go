@@ -69,7 +69,7 @@ func podEgress(mc modelConfig) []rule {
 	var rules []rule
 	for _, f := range families {
 		for _, p := range mc.cidrs(f) {
-			rules = append(rules, rule{tDaddrNet{f, p}, tVerdict{verdict{kind: vReturn}}})
+			rules = append(rules, rule{tDaddrNet{f, p, false}, tVerdict{verdict{kind: vReturn}}})
 		}
 	}
 	for _, f := range families {

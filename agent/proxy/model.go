@@ -71,15 +71,18 @@ type (
 		prefix netip.Prefix
 		not    bool
 	}
-	// tDaddrNet: ip daddr PREFIX
+	// tDaddrNet: ip daddr [!=] PREFIX
 	tDaddrNet struct {
 		f      family
 		prefix netip.Prefix
+		not    bool
 	}
 	// tL4proto: meta l4proto P
 	tL4proto struct{ p protocol }
 	// tDport: th dport N
 	tDport struct{ port uint16 }
+	// tDportRange: th dport LO-HI
+	tDportRange struct{ lo, hi uint16 }
 	// tDaddrInSet: ip daddr @S
 	tDaddrInSet struct {
 		f   family
@@ -92,6 +95,8 @@ type (
 	}
 	// tCtStateNew: ct state new
 	tCtStateNew struct{}
+	// tCtStateEstablished: ct state established,related
+	tCtStateEstablished struct{}
 	// tFibSaddrLocal: fib saddr type local
 	tFibSaddrLocal struct{}
 	// tMarkClear: meta mark & M == 0
@@ -124,6 +129,17 @@ type (
 	}
 	// tVmapNodePort: meta l4proto . th dport vmap @M
 	tVmapNodePort struct{ set string }
+	// tVmapAddr: ip daddr vmap @M, or ip saddr with src
+	tVmapAddr struct {
+		f   family
+		set string
+		src bool
+	}
+	// tDaddrProtoPortInSet: ip daddr . meta l4proto . th dport @S
+	tDaddrProtoPortInSet struct {
+		f   family
+		set string
+	}
 	// tPairInSet: ip saddr . ip daddr @S (a hairpin: a packet DNATed back
 	// to its sender)
 	tPairInSet struct {
@@ -143,6 +159,9 @@ func (t sDNAT) fam() family        { return t.f }
 func (t sUpdateSaddr) fam() family { return t.f }
 func (t tVmapService) fam() family { return t.f }
 func (t tPairInSet) fam() family   { return t.f }
+func (t tVmapAddr) fam() family    { return t.f }
+
+func (t tDaddrProtoPortInSet) fam() family { return t.f }
 
 func prefixString(p netip.Prefix) string {
 	if p.IsSingleIP() {
@@ -159,7 +178,23 @@ func (t tSaddr) String() string {
 	}
 	return t.f.nft() + " saddr" + op + prefixString(t.prefix)
 }
-func (t tDaddrNet) String() string    { return t.f.nft() + " daddr " + prefixString(t.prefix) }
+func (t tDaddrNet) String() string {
+	if t.not {
+		return t.f.nft() + " daddr != " + prefixString(t.prefix)
+	}
+	return t.f.nft() + " daddr " + prefixString(t.prefix)
+}
+func (t tDportRange) String() string       { return fmt.Sprintf("th dport %d-%d", t.lo, t.hi) }
+func (tCtStateEstablished) String() string { return "ct state established,related" }
+func (t tVmapAddr) String() string {
+	if t.src {
+		return t.f.nft() + " saddr vmap @" + t.set
+	}
+	return t.f.nft() + " daddr vmap @" + t.set
+}
+func (t tDaddrProtoPortInSet) String() string {
+	return t.f.nft() + " daddr . meta l4proto . th dport @" + t.set
+}
 func (t tL4proto) String() string     { return "meta l4proto " + t.p.String() }
 func (t tDport) String() string       { return "th dport " + strconv.Itoa(int(t.port)) }
 func (t tDaddrInSet) String() string  { return t.f.nft() + " daddr @" + t.set }

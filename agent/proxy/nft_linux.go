@@ -472,7 +472,25 @@ func (n *nftProgrammer) compile(r rule, sealed bool) ([]expr.Any, error) {
 		case tSaddr:
 			out = append(out, matchPrefix(t.f, true, t.prefix, t.not)...)
 		case tDaddrNet:
-			out = append(out, matchPrefix(t.f, false, t.prefix, false)...)
+			out = append(out, matchPrefix(t.f, false, t.prefix, t.not)...)
+		case tDportRange:
+			out = append(out, loadDport(reg1),
+				&expr.Cmp{Op: expr.CmpOpGte, Register: reg1, Data: binaryutil.BigEndian.PutUint16(t.lo)},
+				&expr.Cmp{Op: expr.CmpOpLte, Register: reg1, Data: binaryutil.BigEndian.PutUint16(t.hi)})
+		case tCtStateEstablished:
+			out = append(out,
+				&expr.Ct{Register: reg1, Key: expr.CtKeySTATE},
+				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED), Xor: native32(0)},
+				&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: native32(0)})
+		case tVmapAddr:
+			out = append(out, loadAddr(t.f, t.src, reg1), &expr.Lookup{SourceRegister: reg1, DestRegister: 0, IsDestRegSet: true, SetName: t.set})
+		case tDaddrProtoPortInSet:
+			_, size := addrOffsets(t.f, false)
+			out = append(out,
+				loadAddr(t.f, false, reg1),
+				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg32(int(size))},
+				loadDport(reg32(int(size)+4)),
+				&expr.Lookup{SourceRegister: reg1, SetName: t.set})
 		case tL4proto:
 			out = append(out,
 				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},

@@ -126,6 +126,7 @@ const (
 	bindingAutoApprove  = "cairn:node-autoapprove-bootstrap"
 	bindingAutoRenew    = "cairn:node-autoapprove-certificate-rotation"
 	bindingNodeProxier  = "cairn:node-proxier"
+	roleNodePolicy      = "cairn:node-network-policy"
 )
 
 // stopGrace is how long a process gets after SIGTERM before SIGKILL.
@@ -654,6 +655,21 @@ func (c *Cluster) bootstrapObjects() error {
 		// Cairn nodes program Services themselves, with their own
 		// credentials: they read Services and EndpointSlices as kube-proxy.
 		c.bindGroup(bindingNodeProxier, "system:nodes", "system:node-proxier"),
+		// ... and enforce NetworkPolicy, reading the policies, pods and
+		// namespaces of the whole cluster (docs/machine-config.md).
+		func(ctx context.Context) error {
+			_, err := c.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+				ObjectMeta: metav1.ObjectMeta{Name: roleNodePolicy},
+				Rules: []rbacv1.PolicyRule{
+					{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{""}, Resources: []string{"pods", "namespaces"}},
+					{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}},
+				},
+			}, metav1.CreateOptions{})
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				return err
+			}
+			return c.bindGroup(roleNodePolicy, "system:nodes", roleNodePolicy)(ctx)
+		},
 		func(ctx context.Context) error {
 			kubeconfig, err := clientcmd.Write(clientcmdapi.Config{
 				Clusters: map[string]*clientcmdapi.Cluster{"": {Server: c.URL, CertificateAuthorityData: c.CAPEM}},

@@ -21,6 +21,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,6 +69,28 @@ func TestCluster(t *testing.T) {
 		}
 		if diff := cmp.Diff(want, got.Data); diff != "" {
 			t.Errorf("configmap data (-want +got):\n%s", diff)
+		}
+	})
+
+	// Cairn nodes read, with their own credentials, what kube-proxy and a
+	// NetworkPolicy controller read.
+	t.Run("node permissions", func(t *testing.T) {
+		for _, ra := range []authorizationv1.ResourceAttributes{
+			{Verb: "list", Resource: "services"},
+			{Verb: "watch", Group: "discovery.k8s.io", Resource: "endpointslices"},
+			{Verb: "list", Resource: "pods"},
+			{Verb: "watch", Resource: "namespaces"},
+			{Verb: "list", Group: "networking.k8s.io", Resource: "networkpolicies"},
+		} {
+			r, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{User: "system:node:n1", Groups: []string{"system:nodes", "system:authenticated"}, ResourceAttributes: &ra},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !r.Status.Allowed {
+				t.Errorf("a node may not %s %s.%s: %s", ra.Verb, ra.Resource, ra.Group, r.Status.Reason)
+			}
 		}
 	})
 
