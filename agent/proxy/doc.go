@@ -1,8 +1,11 @@
-// Package proxy is Cairn's Service dataplane: it watches Services and
-// EndpointSlices and keeps one nftables table, inet "cairn", in step with
-// them, doing on the node the work kube-proxy would do. It talks to the
-// kernel over netlink (github.com/google/nftables); there is no nft binary
-// and no iptables.
+// Package proxy is Cairn's nftables dataplane. Its Proxier watches
+// Services and EndpointSlices and keeps one nftables table, inet "cairn",
+// in step with them, doing on the node the work kube-proxy would do; its
+// PolicyEnforcer enforces NetworkPolicy for the node's pods in a table of
+// its own, inet "cairn-policy", built by the same model, plan and
+// programmer (policy.go, enforcer.go). It talks to the kernel over
+// netlink (github.com/google/nftables); there is no nft binary and no
+// iptables.
 //
 // Use it as:
 //
