@@ -99,9 +99,11 @@ func buildPolicyTable(in policyInput) (*table, []policyProblem) {
 	}
 
 	var pods []policyPod
+	byNS := map[string][]policyPod{}
 	for _, p := range in.pods {
 		if pp, ok := selectable(p); ok {
 			pods = append(pods, pp)
+			byNS[p.Namespace] = append(byNS[p.Namespace], pp)
 		}
 	}
 	policies := slices.Clone(in.policies)
@@ -115,7 +117,7 @@ func buildPolicyTable(in policyInput) (*table, []policyProblem) {
 	for _, np := range policies {
 		// The policy's chains and sets go to a table of their own first:
 		// a policy that cannot be honoured whole is left out whole.
-		b := policyBuilder{t: newTable(), np: np, pods: pods, namespaces: in.namespaces}
+		b := policyBuilder{t: newTable(), np: np, pods: pods, byNS: byNS, namespaces: in.namespaces}
 		applies, err := b.build(in.nodeName)
 		if err != nil {
 			problems = append(problems, policyProblem{np, err.Error()})
@@ -164,6 +166,7 @@ type policyBuilder struct {
 	t          *table
 	np         *networkingv1.NetworkPolicy
 	pods       []policyPod
+	byNS       map[string][]policyPod // pods by namespace
 	namespaces map[string]labels.Set
 }
 
@@ -199,8 +202,8 @@ func (b *policyBuilder) selected(node string) ([]policyPod, error) {
 		return nil, fmt.Errorf("spec.podSelector: %w", err)
 	}
 	var out []policyPod
-	for _, p := range b.pods {
-		if p.pod.Spec.NodeName == node && p.pod.Namespace == b.np.Namespace && sel.Matches(labels.Set(p.pod.Labels)) {
+	for _, p := range b.byNS[b.np.Namespace] {
+		if p.pod.Spec.NodeName == node && sel.Matches(labels.Set(p.pod.Labels)) {
 			out = append(out, p)
 		}
 	}
@@ -350,14 +353,21 @@ func (b *policyBuilder) peerPods(peer networkingv1.NetworkPolicyPeer, path strin
 			return nil, fmt.Errorf("%s.namespaceSelector: %w", path, err)
 		}
 	}
-	var out []policyPod
-	for _, p := range b.pods {
-		inNS := p.pod.Namespace == b.np.Namespace
-		if peer.NamespaceSelector != nil {
-			inNS = nsSel.Matches(b.namespaces[p.pod.Namespace])
+	nss := []string{b.np.Namespace}
+	if peer.NamespaceSelector != nil {
+		nss = nil
+		for ns, l := range b.namespaces {
+			if nsSel.Matches(l) {
+				nss = append(nss, ns)
+			}
 		}
-		if inNS && podSel.Matches(labels.Set(p.pod.Labels)) {
-			out = append(out, p)
+	}
+	var out []policyPod
+	for _, ns := range nss {
+		for _, p := range b.byNS[ns] {
+			if podSel.Matches(labels.Set(p.pod.Labels)) {
+				out = append(out, p)
+			}
 		}
 	}
 	return out, nil

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -8,6 +9,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // TestPolicyProblems checks that a policy the enforcer cannot honour is
@@ -35,4 +37,47 @@ func TestPolicyProblems(t *testing.T) {
 	if strings.Contains(out, "ns/bad") {
 		t.Errorf("the bad policy is in the table:\n%s", out)
 	}
+}
+
+// policyScale is a cluster of 5 000 pods in 100 namespaces, 100 of them on
+// node n1, and 1 000 policies: each selects one app's pods and lets in
+// those of another app of namespaces with a label, on a named port and a
+// port range.
+func policyScale() policyInput {
+	in := policyInput{nodeName: "n1", namespaces: map[string]labels.Set{}}
+	for n := range 100 {
+		ns := fmt.Sprintf("ns-%d", n)
+		in.namespaces[ns] = labels.Set{"team": fmt.Sprint(n % 10)}
+		for i := range 50 {
+			k := n*50 + i
+			node := "n2"
+			if k%50 == 0 {
+				node = "n1"
+			}
+			in.pods = append(in.pods, &v1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%d", k), Namespace: ns, Labels: map[string]string{"app": fmt.Sprint(i % 10)}},
+				Spec: v1.PodSpec{NodeName: node, Containers: []v1.Container{{Name: "c",
+					Ports: []v1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}},
+				Status: v1.PodStatus{PodIPs: []v1.PodIP{{IP: fmt.Sprintf("10.%d.%d.%d", 64+k>>16, k>>8&255, k&255)}}},
+			})
+		}
+		for p := range 10 {
+			np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("np-%d", p), Namespace: ns},
+				Spec: networkingv1.NetworkPolicySpec{
+					PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": fmt.Sprint(p)}},
+					Ingress: []networkingv1.NetworkPolicyIngressRule{{
+						From: []networkingv1.NetworkPolicyPeer{{
+							PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": fmt.Sprint((p + 1) % 10)}},
+							NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprint(p)}},
+						}},
+						Ports: []networkingv1.NetworkPolicyPort{
+							{Port: ptr(intstr.FromString("http"))},
+							{Port: ptr(intstr.FromInt32(9000)), EndPort: ptr[int32](9100)},
+						},
+					}},
+				}}
+			in.policies = append(in.policies, np)
+		}
+	}
+	return in
 }

@@ -6,6 +6,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // manyPorts makes n TCP service ports with eps endpoints each; the first
@@ -173,4 +176,49 @@ func benchTable(b *testing.B, services int) {
 	b.ReportMetric(float64(changeAlone.Microseconds())/1000, "change-alone-ms")
 	fmt.Printf("proxy table, %d Services x 5 endpoints (%d chains, %d rules, %d elements): empty table -> programmed %.2fs; restart, unchanged -> nothing written %.2fs; one endpoint added %.1fms (%.1fms to the same Service alone in a table beside it)\n",
 		services, len(want.chains), rules, elems, empty.Seconds(), restart.Seconds(), float64(change.Microseconds())/1000, float64(changeAlone.Microseconds())/1000)
+}
+
+// BenchmarkPolicyTable prints how long the policy table of policyScale
+// takes to program from empty, to program again after a restart (nothing
+// to write), and to take one policy's change and one new pod, each as the
+// enforcer does it: the table built, planned against the last and written
+// in one transaction.
+func BenchmarkPolicyTable(b *testing.B) {
+	for range b.N {
+		ns := newNS(b, "policy")
+		n, err := newNFTProgrammer("cairn-policy", int(ns.h))
+		if err != nil {
+			b.Fatal(err)
+		}
+		in := policyScale()
+		write := func(last *table, full bool) (*table, time.Duration) {
+			start := time.Now()
+			want, problems := buildPolicyTable(in)
+			if len(problems) > 0 {
+				b.Fatal(problems)
+			}
+			if full {
+				if last, err = n.observe(want); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := n.apply(makePlan(last, want, full)); err != nil {
+				b.Fatal(err)
+			}
+			return want, time.Since(start)
+		}
+		last, empty := write(nil, true)
+		_, restart := write(nil, true)
+		in.policies[0].Spec.Ingress[0].Ports[1].EndPort = ptr[int32](9200)
+		last, change := write(last, false)
+		in.pods = append(in.pods, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "new", Namespace: "ns-1", Labels: map[string]string{"app": "1"}},
+			Spec: v1.PodSpec{NodeName: "n2"}, Status: v1.PodStatus{PodIPs: []v1.PodIP{{IP: "10.99.0.1"}}}})
+		_, pod := write(last, false)
+		n.closeTx()
+		rules, elems := last.counts()
+		b.ReportMetric(empty.Seconds(), "empty-s")
+		b.ReportMetric(float64(change.Microseconds())/1000, "change-ms")
+		fmt.Printf("policy table, %d policies, %d pods (%d chains, %d rules, %d elements): empty -> programmed %.2fs; restart, unchanged %.2fs; one policy changed %.1fms; one pod added %.1fms\n",
+			len(in.policies), len(in.pods), len(last.chains), rules, elems, empty.Seconds(), restart.Seconds(), float64(change.Microseconds())/1000, float64(pod.Microseconds())/1000)
+	}
 }
