@@ -222,3 +222,33 @@ func BenchmarkPolicyTable(b *testing.B) {
 			len(in.policies), len(in.pods), len(last.chains), rules, elems, empty.Seconds(), restart.Seconds(), float64(change.Microseconds())/1000, float64(pod.Microseconds())/1000)
 	}
 }
+
+// TestPolicyTableRestart writes a policy table and reads it back as a
+// restarted enforcer does: the plan against the kernel's table is empty,
+// element keys of every kind included.
+func TestPolicyTableRestart(t *testing.T) {
+	needRoot(t)
+	ns := newNS(t, "policy")
+	n, err := newNFTProgrammer("cairn-policy", int(ns.h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.closeTx()
+	in := policyScale()
+	in.pods, in.policies = in.pods[:500], in.policies[:100]
+	want, _ := buildPolicyTable(in)
+	observed, err := n.observe(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.apply(makePlan(observed, want, true)); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := buildPolicyTable(in)
+	if observed, err = n.observe(again); err != nil {
+		t.Fatal(err)
+	}
+	if p := makePlan(observed, again, true); !p.empty() {
+		t.Errorf("a restart against an unchanged table writes:\n%s", p)
+	}
+}
