@@ -158,7 +158,7 @@ func policy(name string, sel map[string]string, types ...networkingv1.PolicyType
 func TestNetworkPolicy(t *testing.T) {
 	e := newPolicyEnv(t)
 	e.enforce()
-	client, web, other := e.client, e.backends[0], e.backends[2]
+	client, web, db, other := e.client, e.backends[0], e.backends[1], e.backends[2]
 
 	// Nothing isolates anyone yet.
 	e.reach(client, "client", 0, false, true)
@@ -173,6 +173,25 @@ func TestNetworkPolicy(t *testing.T) {
 	e.reach(web, "be0", 1, false, false)
 	e.reach(e.node, "node", 0, false, true)
 	e.reach(web, "be0", 2, false, true)
+
+	// A podSelector alone: pods of the policy's namespace.
+	fromDB := policy("allow-db", map[string]string{"app": "web"})
+	fromDB.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
+		{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}}}}
+	e.policy(fromDB)
+	e.reach(db, "be1", 0, false, true)
+	e.reach(db, "be1", 0, true, true) // no ports: every port
+	e.reach(other, "be2", 0, false, false)
+	// A namespaceSelector alone: every pod of those namespaces.
+	fromTeam := policy("allow-team", map[string]string{"app": "db"})
+	fromTeam.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
+		{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "other"}}}}}}
+	e.policy(fromTeam)
+	e.reach(other, "be2", 1, false, true)
+	e.reach(web, "be0", 1, false, false)
+	e.deletePolicy("allow-db")
+	e.deletePolicy("allow-team")
+	e.reach(db, "be1", 0, false, false)
 
 	// Pods app=client of namespaces team=other, on the named port http.
 	from := ptr(networkingv1.NetworkPolicyPeer{
@@ -228,6 +247,17 @@ func TestNetworkPolicy(t *testing.T) {
 	// A pod that takes the label is reached too.
 	e.relabel(e.other, "client", map[string]string{"app": "db"})
 	e.reach(web, "be0", 2, false, true)
+
+	// An ipBlock to be2's network, but for be2 itself.
+	out.Spec.Egress = append(out.Spec.Egress, networkingv1.NetworkPolicyEgressRule{
+		To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "198.18.18.0/24", Except: []string{backendIP(2) + "/32"}}}},
+	})
+	e.relabel(e.other, "client", map[string]string{"app": "client"})
+	e.policy(out)
+	e.reach(web, "be0", 2, false, false)
+	out.Spec.Egress[1].To[0].IPBlock.Except = nil
+	e.policy(out)
+	e.reach(web, "be0", 2, true, true)
 
 	e.deletePolicy("web-egress")
 	e.reach(web, "be0", 2, true, true)
