@@ -114,7 +114,7 @@ func (ns *netNS) sysctl(t *testing.T, key, value string) {
 }
 
 // link connects a and b with a veth pair: aName/aAddr in a, bName/bAddr in
-// b (addresses with prefix length).
+// b (addresses with prefix length; none if empty).
 func link(t *testing.T, a *netNS, aName, aAddr string, b *netNS, bName, bAddr string) {
 	t.Helper()
 	ipCmd(t, "-n", a.name, "link", "add", aName, "type", "veth", "peer", "name", bName, "netns", b.name)
@@ -122,9 +122,11 @@ func link(t *testing.T, a *netNS, aName, aAddr string, b *netNS, bName, bAddr st
 		ns        *netNS
 		dev, addr string
 	}{{a, aName, aAddr}, {b, bName, bAddr}} {
-		if strings.Contains(x.addr, ":") {
+		switch {
+		case x.addr == "":
+		case strings.Contains(x.addr, ":"):
 			ipCmd(t, "-n", x.ns.name, "-6", "addr", "add", x.addr, "dev", x.dev, "nodad")
-		} else {
+		default:
 			ipCmd(t, "-n", x.ns.name, "addr", "add", x.addr, "dev", x.dev)
 		}
 		ipCmd(t, "-n", x.ns.name, "link", "set", x.dev, "up")

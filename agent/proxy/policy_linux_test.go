@@ -22,9 +22,15 @@ import (
 // NetworkPolicies are real objects of the API server, which the
 // enforcer watches; nothing runs the Pods: their addresses are written
 // into their status.
+//
+// Two more pods, be3 and be4 (app=bridged) of the test's namespace, share
+// a bridge in the node's namespace, as the CNI bridge plugin puts a
+// node's pods on cairn0: traffic between them is bridged, and reaches
+// the forward hook only through br_netfilter.
 type policyEnv struct {
 	*testEnv
-	other string // the second namespace
+	other string   // the second namespace
+	addrs []string // the address of be0, be1…
 }
 
 func newPolicyEnv(t *testing.T) *policyEnv {
@@ -42,9 +48,27 @@ func newPolicyEnv(t *testing.T) *policyEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.kube.CoreV1().Nodes().Delete(context.Background(), testNode, metav1.DeleteOptions{}) })
+	for i := range e.backends {
+		e.addrs = append(e.addrs, backendIP(i))
+	}
+	ipCmd(t, "-n", e.node.name, "link", "add", "br0", "type", "bridge")
+	ipCmd(t, "-n", e.node.name, "addr", "add", "198.18.40.1/24", "dev", "br0")
+	ipCmd(t, "-n", e.node.name, "link", "set", "br0", "up")
+	for i := 3; i <= 4; i++ {
+		b := newNS(t, fmt.Sprintf("be%d", i))
+		addr := fmt.Sprintf("198.18.40.%d", i)
+		link(t, e.node, fmt.Sprintf("be%d", i), "", b, "eth0", addr+"/24")
+		ipCmd(t, "-n", e.node.name, "link", "set", fmt.Sprintf("be%d", i), "master", "br0")
+		ipCmd(t, "-n", b.name, "route", "add", "198.18.0.0/15", "via", "198.18.40.1")
+		serve(t, b, fmt.Sprintf("be%d", i))
+		e.backends = append(e.backends, b)
+		e.addrs = append(e.addrs, addr)
+	}
 	e.pod(e.ns, "web", 0, map[string]string{"app": "web"})
 	e.pod(e.ns, "db", 1, map[string]string{"app": "db"})
 	e.pod(e.other, "client", 2, map[string]string{"app": "client"})
+	e.pod(e.ns, "bridged-a", 3, map[string]string{"app": "bridged"})
+	e.pod(e.ns, "bridged-b", 4, map[string]string{"app": "bridged"})
 	return e
 }
 
@@ -65,7 +89,7 @@ func (e *policyEnv) pod(ns, name string, i int, labels map[string]string) {
 	e.t.Cleanup(func() {
 		_ = pods.Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr[int64](0)})
 	})
-	p.Status = v1.PodStatus{Phase: v1.PodRunning, PodIP: backendIP(i), PodIPs: []v1.PodIP{{IP: backendIP(i)}}}
+	p.Status = v1.PodStatus{Phase: v1.PodRunning, PodIP: e.addrs[i], PodIPs: []v1.PodIP{{IP: e.addrs[i]}}}
 	if _, err := pods.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
@@ -131,9 +155,9 @@ func (e *policyEnv) reach(from *netNS, fromName string, i int, udp, open bool) {
 	eventually(e.t, what, func() error {
 		var err error
 		if udp {
-			_, err = udpAsk(from, 0, backendIP(i)+":5353", 300*time.Millisecond)
+			_, err = udpAsk(from, 0, e.addrs[i]+":5353", 300*time.Millisecond)
 		} else {
-			_, err = httpGet(from, backendIP(i)+":8080", 300*time.Millisecond)
+			_, err = httpGet(from, e.addrs[i]+":8080", 300*time.Millisecond)
 		}
 		switch {
 		case open && err != nil:
@@ -160,9 +184,12 @@ func TestNetworkPolicy(t *testing.T) {
 	e.enforce()
 	client, web, db, other := e.client, e.backends[0], e.backends[1], e.backends[2]
 
+	bridged := e.backends[3]
+
 	// Nothing isolates anyone yet.
 	e.reach(client, "client", 0, false, true)
 	e.reach(other, "be2", 0, false, true)
+	e.reach(bridged, "be3", 4, false, true)
 
 	// Default deny for ingress in the namespace: be0 and be1 are isolated;
 	// the node itself still reaches them, and be2 (another namespace) is
@@ -173,6 +200,8 @@ func TestNetworkPolicy(t *testing.T) {
 	e.reach(web, "be0", 1, false, false)
 	e.reach(e.node, "node", 0, false, true)
 	e.reach(web, "be0", 2, false, true)
+	e.reach(bridged, "be3", 4, false, false) // bridged, on the same node
+	e.reach(e.node, "node", 4, false, true)
 
 	// A podSelector alone: pods of the policy's namespace.
 	fromDB := policy("allow-db", map[string]string{"app": "web"})
@@ -233,6 +262,7 @@ func TestNetworkPolicy(t *testing.T) {
 	e.deletePolicy("deny")
 	e.deletePolicy("allow-clients")
 	e.deletePolicy("allow-outside")
+	e.reach(bridged, "be3", 4, false, true)
 	out := policy("web-egress", map[string]string{"app": "web"}, networkingv1.PolicyTypeEgress)
 	out.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{
 		To: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
