@@ -149,6 +149,9 @@ func nodeRoutes(n *corev1.Node, s *self, mode string, onLink onLinkFunc) ([]rout
 		if !ok {
 			continue // not reported yet
 		}
+		if via == s.addrs[six] {
+			return nil, fmt.Sprintf("its InternalIP %s is this node's: its pod CIDR %s cannot be routed through it", via, c), nil
+		}
 		r := route{node: n.Name, cidr: c, via: via}
 		switch mode {
 		case machineconfig.PodNetworkVXLAN:

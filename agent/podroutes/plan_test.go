@@ -36,6 +36,7 @@ func TestPlan(t *testing.T) {
 		testNode("registering", 0, "10.244.3.0/24"),
 		testNode("bad", 0, "10.244.4.1/24", "10.0.0.4"),
 		testNode("in-services", 0, "10.96.5.0/24", "10.0.0.5"),
+		testNode("same-address", 0, "10.244.6.0/24", "10.0.0.1"),
 	}
 	services := []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}
 	s, routes, refused, err := plan("me", machineconfig.PodNetworkAuto, services, nodes, near)
@@ -59,17 +60,18 @@ func TestPlan(t *testing.T) {
 		whys[r.node.Name] = r.why
 	}
 	for name, part := range map[string]string{
-		"a-late":      "overlaps 10.244.1.0/24 of Node b",
-		"in-services": "its pod CIDR 10.96.5.0/24 overlaps 10.96.0.0/16 of the Service range",
-		"far":         "no InternalIP of its pod CIDR fd00:244:2::/64's family",
-		"bad":         `"10.244.4.1/24" is not a network`,
+		"a-late":       "overlaps 10.244.1.0/24 of Node b",
+		"in-services":  "its pod CIDR 10.96.5.0/24 overlaps 10.96.0.0/16 of the Service range",
+		"same-address": "its InternalIP 10.0.0.1 is this node's",
+		"far":          "no InternalIP of its pod CIDR fd00:244:2::/64's family",
+		"bad":          `"10.244.4.1/24" is not a network`,
 	} {
 		if !strings.Contains(whys[name], part) {
 			t.Errorf("%s refused for %q, want %q", name, whys[name], part)
 		}
 	}
-	if len(refused) != 4 {
-		t.Errorf("refused %+v, want a-late, far, bad and in-services only (registering has no address yet)", refused)
+	if len(refused) != 5 {
+		t.Errorf("refused %+v, want a-late, far, bad, in-services and same-address only (registering has no address yet)", refused)
 	}
 
 	if _, _, _, err := plan("gone", machineconfig.PodNetworkAuto, services, nodes, near); err == nil {

@@ -29,9 +29,13 @@ import (
 	"github.com/cairn-os/cairn/test/runtime"
 )
 
-// ProxyTable is the nftables table (family inet) that cairn-agent's
-// proxier programs in its network namespace, the host's here.
-const ProxyTable = "cairn"
+// ProxyTable and PolicyTable are the nftables tables (family inet) that
+// cairn-agent's proxier and NetworkPolicy enforcer program in its network
+// namespace, the host's here.
+const (
+	ProxyTable  = "cairn"
+	PolicyTable = "cairn-policy"
+)
 
 // Options say which agent to run and where.
 type Options struct {
@@ -120,18 +124,22 @@ func FreePort(tb testing.TB) int {
 // section that joins c with its bootstrap token, whose pod range is rt's
 // bridge subnet.
 //
-// Everything it writes is in opts.Dir but two things. Its proxier programs
-// the table inet cairn (ProxyTable) in the host's network namespace: there
-// must be none before, and Cleanup deletes it. The pod network it writes
+// Everything it writes is in opts.Dir but two things. Its proxier and its
+// NetworkPolicy enforcer program the tables inet cairn and cairn-policy
+// (ProxyTable, PolicyTable) in the host's network namespace: there must be
+// none before, and Cleanup deletes them. (Its pod routes route no other
+// Node here: they all have the host's address, as it does.) The pod network it writes
 // goes to a directory that containerd does not read, so that its pods use
 // rt's bridge network. No init runs: New serves the least of init's
 // control socket that the management API needs, until tb ends.
 func New(tb testing.TB, c *kube.Cluster, rt *runtime.Runtime, opts Options) *Agent {
 	tb.Helper()
-	if exists, err := hasNFTable(ProxyTable); err != nil {
-		tb.Fatalf("list the host's nftables tables: %v", err)
-	} else if exists {
-		tb.Fatalf("the host has an nftables table inet %s already, which cairn-agent's proxier would take over: delete it (nft delete table inet %[1]s) or run where there is none", ProxyTable)
+	for _, table := range []string{ProxyTable, PolicyTable} {
+		if exists, err := hasNFTable(table); err != nil {
+			tb.Fatalf("list the host's nftables tables: %v", err)
+		} else if exists {
+			tb.Fatalf("the host has an nftables table inet %s already, which cairn-agent would take over: delete it (nft delete table inet %[1]s) or run where there is none", table)
+		}
 	}
 	dir := opts.Dir
 	if dir == "" {
@@ -247,8 +255,10 @@ func (a *Agent) Tail() string {
 }
 
 // Cleanup deletes what the agent leaves outside its directory once
-// stopped: its proxier's nftables table.
-func (a *Agent) Cleanup() error { return deleteNFTable(ProxyTable) }
+// stopped: its nftables tables.
+func (a *Agent) Cleanup() error {
+	return errors.Join(deleteNFTable(ProxyTable), deleteNFTable(PolicyTable))
+}
 
 // Ready waits until the management API answers and the proxier has
 // written its table once: the whole agent is at work.
