@@ -231,6 +231,10 @@ func TestBoot(t *testing.T) {
 		testPod(t, ctx, kc, c, filepath.Join(dir, "cairnconfig"), guestRegistry+"/cairn-test/hello:v1", metricsPort, start)
 	})
 
+	t.Run("NetworkPolicy", func(t *testing.T) {
+		testNetworkPolicy(t, ctx, kc, c, guestRegistry+"/cairn-test/hello:v1")
+	})
+
 	t.Run("CSI", func(t *testing.T) { testCSI(t, kc, c, reg, guestRegistry) })
 
 	t.Run("Services", func(t *testing.T) { testServices(t, ctx, c, cfg) })

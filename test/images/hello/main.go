@@ -16,6 +16,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -36,6 +37,27 @@ func main() {
 		return
 	}
 
+	if addr := os.Getenv("HELLO_SERVE"); addr != "" {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			fmt.Println("serve:", err)
+			os.Exit(1)
+		}
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				fmt.Fprintln(c, "hello")
+				c.Close()
+			}
+		}()
+	}
+	if addr := os.Getenv("HELLO_DIAL"); addr != "" {
+		go dial(addr)
+	}
+
 	ticker := time.NewTicker(tickEvery)
 	defer ticker.Stop()
 	for n := 1; ; n++ {
@@ -46,5 +68,18 @@ func main() {
 			fmt.Println("bye")
 			return
 		}
+	}
+}
+
+// dial connects to addr every second and says whether it got through.
+func dial(addr string) {
+	for ; ; time.Sleep(time.Second) {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			fmt.Printf("blocked %s: %v\n", addr, err)
+			continue
+		}
+		c.Close()
+		fmt.Printf("reached %s\n", addr)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -88,4 +89,30 @@ func TestSIGTERM(t *testing.T) {
 	if len(rest) == 0 || rest[len(rest)-1] != "bye" {
 		t.Errorf("after SIGTERM hello printed %q, want it to end with \"bye\"", strings.Join(rest, "\n"))
 	}
+}
+
+// TestServeAndDial runs one hello that serves and one that dials it: the
+// dialer reports it reached the server, and blocked once it is gone.
+func TestServeAndDial(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	server, _ := hello(t, []string{"HELLO_SERVE=" + addr})
+	_, stdout := hello(t, []string{"HELLO_DIAL=" + addr})
+	lines := bufio.NewScanner(stdout)
+	seen := func(prefix string) {
+		t.Helper()
+		for lines.Scan() {
+			if strings.HasPrefix(lines.Text(), prefix) {
+				return
+			}
+		}
+		t.Fatalf("no line %q: %v", prefix, lines.Err())
+	}
+	seen("reached " + addr)
+	server.Process.Kill()
+	seen("blocked " + addr)
 }
