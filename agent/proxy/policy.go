@@ -20,8 +20,8 @@ import (
 //	        egress-isolated pod of this node jumps to that pod's chain
 //	ingress (filter forward, priority 1): the same for ingress, by the
 //	        destination pod of this node
-//	pod chain: a jump to the chain of each policy that selects the pod,
-//	        then drop
+//	pod chain: its traffic to itself passes; a jump to the chain of each
+//	        policy that selects the pod, then drop
 //	policy chain: a rule per peer and port of each of the policy's rules,
 //	        accepting what it allows
 //
@@ -134,7 +134,9 @@ func buildPolicyTable(in policyInput) (*table, []policyProblem) {
 	for _, d := range []direction{ingress, egress} {
 		for a, chains := range chainsOf[d.name] {
 			f := familyOf(a)
-			var rules []rule
+			// A pod cannot block access to itself, as through its own
+			// Service.
+			rules := []rule{{d.block(f, netip.PrefixFrom(a, a.BitLen()), false), tVerdict{verdict{kind: vAccept}}}}
 			for _, c := range chains {
 				rules = append(rules, rule{tVerdict{jump(c)}})
 			}

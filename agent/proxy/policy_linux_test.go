@@ -326,3 +326,20 @@ func (e *policyEnv) relabel(ns, name string, labels map[string]string) {
 		e.t.Fatal(err)
 	}
 }
+
+// TestNetworkPolicyPodReachesItself runs the proxier beside the enforcer:
+// an isolated pod still reaches itself through its own Service, as a pod
+// cannot block access to itself.
+func TestNetworkPolicyPodReachesItself(t *testing.T) {
+	e := newPolicyEnv(t)
+	e.start()
+	e.enforce()
+	e.apply(webService(), endpointSlice("web", httpPort, ep(backendIP(0))))
+	waitAnswers(t, e.client, webAddr)
+	e.policy(policy("deny", nil, networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress))
+	e.reach(e.client, "client", 0, false, false)
+	eventually(t, "be0 reaches itself through its Service", func() error {
+		_, err := httpGet(e.backends[0], webAddr, 300*time.Millisecond)
+		return err
+	})
+}
