@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/record"
 )
 
 // TestPolicyProblems checks that a policy the enforcer cannot honour is
@@ -80,4 +81,32 @@ func policyScale() policyInput {
 		}
 	}
 	return in
+}
+
+// TestPolicyEvents checks that a policy left out gets one Warning Event
+// naming why, not one per sync, and a new one if it comes back.
+func TestPolicyEvents(t *testing.T) {
+	rec := record.NewFakeRecorder(10)
+	e := NewPolicyEnforcer(PolicyConfig{NodeName: "n1"}, nil)
+	e.events = rec
+	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: "ns"}}
+	bad := []policyProblem{{np, `spec.ingress[0].from[0].ipBlock.except[0]: "ten" is not a CIDR`}}
+	e.tell(bad)
+	e.tell(bad)
+	e.tell(nil)
+	e.tell(bad)
+	want := `Warning NetworkPolicyNotEnforced not enforced on node n1: spec.ingress[0].from[0].ipBlock.except[0]: "ten" is not a CIDR`
+	for i := range 2 {
+		select {
+		case got := <-rec.Events:
+			if got != want {
+				t.Errorf("event %d = %q, want %q", i, got, want)
+			}
+		default:
+			t.Fatalf("%d events, want 2", i)
+		}
+	}
+	if len(rec.Events) != 0 {
+		t.Errorf("more events: %q", <-rec.Events)
+	}
 }
