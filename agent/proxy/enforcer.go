@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -89,7 +92,12 @@ func (e *PolicyEnforcer) Run(ctx context.Context, policies, pods, namespaces cac
 		}
 	}
 	h := cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { poke() }, UpdateFunc: func(_, _ any) { poke() }, DeleteFunc: func(any) { poke() },
+		AddFunc: func(any) { poke() }, DeleteFunc: func(any) { poke() },
+		UpdateFunc: func(old, o any) {
+			if policyRelevant(old, o) {
+				poke()
+			}
+		},
 	}
 	for _, inf := range []cache.SharedIndexInformer{policies, pods, namespaces} {
 		reg, err := inf.AddEventHandler(h)
@@ -142,6 +150,37 @@ func (e *PolicyEnforcer) Run(ctx context.Context, policies, pods, namespaces cac
 		case <-time.After(policySyncQuiet):
 		}
 	}
+}
+
+// policyRelevant says whether an update from old to o can change the
+// policy table: pods change status all the time (conditions, restarts),
+// and only their labels, addresses, node, network, ports and end count.
+func policyRelevant(old, o any) bool {
+	switch o := o.(type) {
+	case *v1.Pod:
+		p, ok := old.(*v1.Pod)
+		if !ok {
+			return true
+		}
+		a, okA := selectable(p)
+		b, okB := selectable(o)
+		return okA != okB || !maps.Equal(p.Labels, o.Labels) || !slices.Equal(a.addrs, b.addrs) ||
+			p.Spec.NodeName != o.Spec.NodeName || !equality.Semantic.DeepEqual(containerPorts(p), containerPorts(o))
+	case *v1.Namespace:
+		n, ok := old.(*v1.Namespace)
+		return !ok || !maps.Equal(n.Labels, o.Labels)
+	}
+	return true // a NetworkPolicy, or what the informer holds instead
+}
+
+// containerPorts lists a pod's containers' ports, which named ports
+// resolve to.
+func containerPorts(p *v1.Pod) [][]v1.ContainerPort {
+	var out [][]v1.ContainerPort
+	for _, c := range p.Spec.Containers {
+		out = append(out, c.Ports)
+	}
+	return out
 }
 
 // write makes the kernel's table want in one transaction: against last,

@@ -110,3 +110,38 @@ func TestPolicyEvents(t *testing.T) {
 		t.Errorf("more events: %q", <-rec.Events)
 	}
 }
+
+// TestPolicyRelevant checks which updates make the enforcer sync.
+func TestPolicyRelevant(t *testing.T) {
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Labels: map[string]string{"app": "a"}},
+		Spec:   v1.PodSpec{NodeName: "n1", Containers: []v1.Container{{Name: "c", Ports: []v1.ContainerPort{{Name: "http", ContainerPort: 80}}}}},
+		Status: v1.PodStatus{Phase: v1.PodRunning, PodIPs: []v1.PodIP{{IP: "10.0.0.1"}}}}
+	change := func(f func(p *v1.Pod)) *v1.Pod {
+		p := pod.DeepCopy()
+		f(p)
+		return p
+	}
+	for _, tt := range []struct {
+		name string
+		o    *v1.Pod
+		want bool
+	}{
+		{"a condition", change(func(p *v1.Pod) { p.Status.Conditions = []v1.PodCondition{{Type: v1.PodReady}} }), false},
+		{"a restart", change(func(p *v1.Pod) { p.Status.ContainerStatuses = []v1.ContainerStatus{{RestartCount: 1}} }), false},
+		{"a label", change(func(p *v1.Pod) { p.Labels["app"] = "b" }), true},
+		{"an address", change(func(p *v1.Pod) { p.Status.PodIPs = []v1.PodIP{{IP: "10.0.0.2"}} }), true},
+		{"the end", change(func(p *v1.Pod) { p.Status.Phase = v1.PodSucceeded }), true},
+		{"a port", change(func(p *v1.Pod) { p.Spec.Containers[0].Ports[0].ContainerPort = 81 }), true},
+	} {
+		if got := policyRelevant(pod, tt.o); got != tt.want {
+			t.Errorf("%s: policyRelevant = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	ns := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns", Labels: map[string]string{"team": "a"}}}
+	if policyRelevant(ns, ns.DeepCopy()) {
+		t.Error("an unchanged namespace is relevant")
+	}
+	if !policyRelevant(ns, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}) {
+		t.Error("a namespace's labels dropped are not relevant")
+	}
+}
