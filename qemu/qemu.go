@@ -8,6 +8,7 @@ package qemu
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -440,8 +441,8 @@ func (vm *VM) WaitReady(ctx context.Context, waitingFor string, probe func(conte
 			progress(time.Since(start), line)
 		}
 		if time.Since(lastChange) > vm.Opts.Stall {
-			return fmt.Errorf("node makes no progress: its console has not changed for %s while waiting for %s (last probe: %v)%s%s; see %s",
-				vm.Opts.Stall, waitingFor, err, vm.qemuStderr(), vm.consoleTail(5), vm.Opts.ConsoleLog)
+			return fmt.Errorf("node makes no progress: its console has not changed for %s while waiting for %s (last probe: %v)%s%s%s; see %s",
+				vm.Opts.Stall, waitingFor, err, vm.qemuStderr(), vm.vcpuState(), vm.consoleTail(5), vm.Opts.ConsoleLog)
 		}
 		select {
 		case <-ctx.Done():
@@ -451,6 +452,59 @@ func (vm *VM) WaitReady(ctx context.Context, waitingFor string, probe func(conte
 		case <-tick.C:
 		}
 	}
+}
+
+// vcpuState asks QEMU's monitor, for a boot that makes no progress, how
+// its virtual CPUs stand: whether QEMU runs the guest at all, and where
+// each CPU is (instruction pointer, halted or not), twice a second apart,
+// so that a guest spinning, idle or not run can be told apart.
+func (vm *VM) vcpuState() string {
+	mon, err := qmp.NewSocketMonitor("unix", vm.qmp, 2*time.Second)
+	if err == nil {
+		err = mon.Connect()
+	}
+	if err != nil {
+		return "\nqemu monitor: " + err.Error()
+	}
+	defer mon.Disconnect()
+	var b strings.Builder
+	var status struct {
+		Return struct {
+			Status string `json:"status"`
+		} `json:"return"`
+	}
+	if out, err := mon.Run([]byte(`{"execute":"query-status"}`)); err == nil && json.Unmarshal(out, &status) == nil {
+		fmt.Fprintf(&b, "\nqemu status: %s", status.Return.Status)
+	}
+	for i := range 2 {
+		if i > 0 {
+			time.Sleep(time.Second)
+		}
+		out, err := mon.Run([]byte(`{"execute":"human-monitor-command","arguments":{"command-line":"info registers -a"}}`))
+		var regs struct {
+			Return string `json:"return"`
+		}
+		if err != nil || json.Unmarshal(out, &regs) != nil {
+			continue
+		}
+		b.WriteString("\nvCPUs:")
+		for _, line := range strings.Split(regs.Return, "\n") {
+			line = strings.TrimSpace(line)
+			switch f := strings.Fields(line); {
+			case strings.HasPrefix(line, "CPU#"):
+				b.WriteString(" " + line)
+			case strings.HasPrefix(line, "RIP="), strings.HasPrefix(line, "EIP="): // long mode, or not yet
+				b.WriteString(" " + f[0])
+				for _, x := range f {
+					if strings.HasPrefix(x, "HLT=") {
+						b.WriteString(" " + x)
+					}
+				}
+				b.WriteString(";")
+			}
+		}
+	}
+	return b.String()
 }
 
 func (vm *VM) qemuStderr() string {

@@ -180,6 +180,11 @@ func TestWaitReadyStall(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "makes no progress") || !strings.Contains(err.Error(), "the console is empty") {
 		t.Fatalf("WaitReady = %v, want a no-progress error naming the empty console", err)
 	}
+	// QEMU was started with its CPUs stopped (-S): the error says so, and
+	// where they stand, at the reset vector.
+	if !strings.Contains(err.Error(), "qemu status: prelaunch") || !strings.Contains(err.Error(), "vCPUs: CPU#0 EIP=0000fff0 HLT=0;") {
+		t.Errorf("WaitReady = %v, want QEMU's status and its vCPUs' registers", err)
+	}
 	if ctx.Err() != nil {
 		t.Error("WaitReady waited for the caller's deadline")
 	}
