@@ -12,8 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
@@ -79,10 +77,9 @@ func (e *PolicyEnforcer) Run(ctx context.Context, policies, pods, namespaces cac
 		return err
 	}
 	defer dp.close()
-	events := record.NewBroadcaster(record.WithContext(ctx))
-	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: e.client.CoreV1().Events("")})
-	defer events.Shutdown()
-	e.events = events.NewRecorder(scheme.Scheme, v1.EventSource{Component: PolicyEventSource, Host: e.cfg.NodeName})
+	var stop func()
+	e.events, stop = eventRecorder(ctx, e.client, PolicyEventSource, e.cfg.NodeName)
+	defer stop()
 
 	changed := make(chan struct{}, 1)
 	poke := func() {

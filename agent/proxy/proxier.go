@@ -129,10 +129,9 @@ func (p *Proxier) Run(ctx context.Context, services coreinformers.ServiceInforme
 	}
 	defer p.closeDataplane()
 
-	events := record.NewBroadcaster(record.WithContext(ctx))
-	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: p.client.CoreV1().Events("")})
-	defer events.Shutdown()
-	p.events = events.NewRecorder(scheme.Scheme, v1.EventSource{Component: EventSource, Host: p.cfg.NodeName})
+	var stop func()
+	p.events, stop = eventRecorder(ctx, p.client, EventSource, p.cfg.NodeName)
+	defer stop()
 
 	sliceInformer := endpointSlices.Informer()
 	if _, ok := sliceInformer.GetIndexer().GetIndexers()[indexService]; !ok {
@@ -171,6 +170,14 @@ func (p *Proxier) Run(ctx context.Context, services coreinformers.ServiceInforme
 	p.services, p.slices = services.Lister(), sliceInformer.GetIndexer()
 	p.log.Info("informers synced; programming Services", "table", "inet "+p.cfg.Table)
 	return p.loop(ctx)
+}
+
+// eventRecorder returns a recorder of the Events of component on node,
+// written through client until stop is called.
+func eventRecorder(ctx context.Context, client kubernetes.Interface, component, node string) (r record.EventRecorder, stop func()) {
+	events := record.NewBroadcaster(record.WithContext(ctx))
+	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	return events.NewRecorder(scheme.Scheme, v1.EventSource{Component: component, Host: node}), events.Shutdown
 }
 
 func (p *Proxier) open() error {
