@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/cairn-os/cairn/agent/cni"
 	"github.com/cairn-os/cairn/agent/node"
+	"github.com/cairn-os/cairn/agent/podroutes"
 )
 
 // writePodNetwork writes the pod network for containerd's CRI once the
@@ -28,9 +28,9 @@ func writePodNetwork(ctx context.Context, m *node.Member, paths nodePaths, podMT
 	}
 	defer stop()
 	for waiting := false; ; waiting = true {
-		cidrs, err := podCIDRs(m.Node())
+		cidrs, err := podroutes.PodCIDRs(m.Node())
 		if err != nil {
-			return err
+			return fmt.Errorf("Node %s: %w", m.Name, err)
 		}
 		if len(cidrs) > 0 {
 			mtu, err := podMTU(m.Node())
@@ -53,17 +53,4 @@ func writePodNetwork(ctx context.Context, m *node.Member, paths nodePaths, podMT
 		case <-changed:
 		}
 	}
-}
-
-// podCIDRs returns the Node's pod ranges.
-func podCIDRs(node *corev1.Node) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, c := range node.Spec.PodCIDRs {
-		p, err := netip.ParsePrefix(c)
-		if err != nil {
-			return nil, fmt.Errorf("Node spec.podCIDRs: %w", err)
-		}
-		out = append(out, p)
-	}
-	return out, nil
 }

@@ -80,7 +80,7 @@ func plan(name, mode string, services []netip.Prefix, nodes []*corev1.Node, onLi
 	}
 	s := &self{addrs: internalIPs(me)}
 	var err error
-	if s.cidrs, err = podCIDRs(me); err != nil {
+	if s.cidrs, err = PodCIDRs(me); err != nil {
 		return nil, nil, nil, fmt.Errorf("Node %s: %w", name, err)
 	}
 	// taken holds the Service ranges and every pod CIDR accepted so far,
@@ -137,7 +137,7 @@ func plan(name, mode string, services []netip.Prefix, nodes []*corev1.Node, onLi
 // nodeRoutes returns the routes to node n's pod CIDRs, or why it cannot
 // be routed.
 func nodeRoutes(n *corev1.Node, s *self, mode string, onLink onLinkFunc) ([]route, string, error) {
-	cidrs, err := podCIDRs(n)
+	cidrs, err := PodCIDRs(n)
 	if err != nil {
 		return nil, err.Error(), nil
 	}
@@ -174,8 +174,8 @@ func nodeRoutes(n *corev1.Node, s *self, mode string, onLink onLinkFunc) ([]rout
 	return rs, "", nil
 }
 
-// podCIDRs returns the Node's pod ranges.
-func podCIDRs(n *corev1.Node) ([]netip.Prefix, error) {
+// PodCIDRs returns the Node's pod ranges, each a network address.
+func PodCIDRs(n *corev1.Node) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, c := range n.Spec.PodCIDRs {
 		p, err := netip.ParsePrefix(c)

@@ -66,7 +66,6 @@ type policyPod struct {
 // direction is ingress or egress, and what differs between them.
 type direction struct {
 	name   string // in or out
-	local  func(f family, set string) term
 	remote func(f family, set string) term
 	block  func(f family, p netip.Prefix, not bool) term
 	vmap   string
@@ -74,12 +73,10 @@ type direction struct {
 
 var (
 	ingress = direction{name: "in",
-		local:  func(f family, s string) term { return tDaddrInSet{f, s} },
 		remote: func(f family, s string) term { return tSaddrInSet{f, s} },
 		block:  func(f family, p netip.Prefix, not bool) term { return tSaddr{f, p, not} },
 		vmap:   mapIngressPods}
 	egress = direction{name: "out",
-		local:  func(f family, s string) term { return tSaddrInSet{f, s} },
 		remote: func(f family, s string) term { return tDaddrInSet{f, s} },
 		block:  func(f family, p netip.Prefix, not bool) term { return tDaddrNet{f, p, not} },
 		vmap:   mapEgressPods}
