@@ -11,7 +11,7 @@ LDFLAGS := -s -w -buildid= -X github.com/cairn-os/cairn/internal/version.Version
 
 export CGO_ENABLED := 0
 
-.PHONY: all deps components build image run test test-unit test-e2e test-powercut bench bench-build bench-pods bench-streams bench-storage bench-proxy bench-podnet bench-policy proto clean
+.PHONY: all deps components build image run test test-unit test-e2e test-cluster test-powercut bench bench-build bench-pods bench-streams bench-storage bench-proxy bench-podnet bench-policy proto clean
 
 all: build
 
@@ -110,6 +110,7 @@ TEST_ENV := CAIRN_NO_SKIP=1 CAIRN_CLUSTER_BIN=$(abspath $(CLUSTER_BIN)) CAIRN_BI
 test: deps cluster build conformance-suite csi-sidecars $(GOTESTSUM)
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e/
+	$(GO) vet -tags 'e2e cluster' ./test/e2e/
 	$(GO) vet -tags bench ./test/bench/
 	$(GO) vet -tags conformance ./test/conformance/
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt: files above need formatting'; exit 1; }
@@ -127,6 +128,13 @@ test-powercut: deps build
 
 test-unit:
 	$(GO) test ./...
+
+# A cluster of two Cairn nodes in QEMU (cairn qemu cluster create, as root;
+# about 15 min under TCG): pods across the nodes by IP, through a
+# ClusterIP Service and through a NodePort, NetworkPolicy between them,
+# then destroy (test/e2e TestCluster).
+test-cluster: deps cluster build
+	$(TEST_ENV) $(GO) test -v -tags 'e2e cluster' -run '^TestCluster$$' -timeout 60m -count=1 ./test/e2e/
 
 bench: deps bench-pods bench-streams bench-storage bench-proxy bench-podnet bench-policy
 	$(GO) test -tags e2e -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/e2e/

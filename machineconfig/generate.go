@@ -37,6 +37,9 @@ type GenerateOptions struct {
 	Endpoints []string
 	// Now starts the certificates' validity; zero means time.Now().
 	Now time.Time
+	// CA, if set, signs the API certificate and the client config instead
+	// of a new CA: the nodes of one cluster share it.
+	CA *CA
 }
 
 // Bundle is a freshly generated machine config with the CA that signed its
@@ -70,9 +73,12 @@ func Generate(opts GenerateOptions) (*Bundle, error) {
 		iface.Routes = []Route{{To: to, Via: opts.Gateway}}
 	}
 
-	ca, err := NewCA("cairn api ca", now)
-	if err != nil {
-		return nil, err
+	ca := opts.CA
+	if ca == nil {
+		var err error
+		if ca, err = NewCA("cairn api ca", now); err != nil {
+			return nil, err
+		}
 	}
 	dnsNames, ips := serverNames(opts.Hostname, opts.Addresses, endpoints)
 	serverCert, serverKey, err := ca.IssueServer(opts.Hostname, dnsNames, ips, now)

@@ -335,3 +335,35 @@ func TestTLSConfigMinVersion(t *testing.T) {
 		t.Errorf("client config has %d certificates and RootCAs %v, want 1 and the CA", len(client.Certificates), client.RootCAs)
 	}
 }
+
+// TestGenerateSharedCA generates the configs of two nodes with one CA, as
+// `cairn qemu cluster` does: each node's API certificate is the CA's, and
+// the client config of either is trusted by both.
+func TestGenerateSharedCA(t *testing.T) {
+	first, err := Generate(GenerateOptions{Hostname: "node-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := Generate(GenerateOptions{Hostname: "node-2", CA: first.CA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Config.Machine.API.CA != first.Config.Machine.API.CA {
+		t.Fatal("node-2's API CA differs from the one it was given")
+	}
+	for _, b := range []*Bundle{first, second} {
+		server, err := b.Config.Machine.API.TLSConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []*ClientConfig{first.Client, second.Client} {
+			client, err := c.TLSConfig(b.Config.Machine.Hostname)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if serverErr, clientErr, _ := handshake(t, server, client); serverErr != nil || clientErr != nil {
+				t.Errorf("%s: handshake: server error %v, client error %v, want success", b.Config.Machine.Hostname, serverErr, clientErr)
+			}
+		}
+	}
+}

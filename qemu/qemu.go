@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -57,6 +58,11 @@ type Options struct {
 	// MetricsPort, if not 0, is the host port on 127.0.0.1 forwarded to
 	// the node's metrics (50001).
 	MetricsPort int
+	// Forwards are more TCP ports on 127.0.0.1 forwarded to the node.
+	Forwards []Forward
+	// Taps are more NICs, each on a tap device the caller opened, after
+	// the user-networking one.
+	Taps []Tap
 	MemoryMiB   int    // default 2048
 	CPUs        int    // default 2
 	ConsoleLog  string // default Disk + ".console.log"
@@ -80,6 +86,18 @@ type Options struct {
 	// disk, no NIC, and QEMU exits when the guest powers off or reboots.
 	// Set ConsoleLog too: its default is named after Disk.
 	Kernel *KernelBoot
+}
+
+// Forward forwards TCP port Host on the host's 127.0.0.1 to port Guest
+// of the node, through user networking.
+type Forward struct{ Host, Guest int }
+
+// Tap is a NIC on an open tap device (IFF_TAP|IFF_NO_PI|IFF_VNET_HDR),
+// such as one on a bridge in a network namespace: QEMU gets the file
+// descriptor, so it needs neither the device's name nor its namespace.
+type Tap struct {
+	File *os.File
+	MAC  net.HardwareAddr // unique on the tap's network
 }
 
 // KernelBoot is a kernel QEMU boots directly, with its initramfs and
@@ -269,12 +287,20 @@ func (vm *VM) run(a attempt, format string, started chan<- error) (failed string
 			args = append(args, "-drive", "if=virtio,format=raw,readonly=on,file="+f)
 		}
 	}
+	var files []*os.File
+	for i, t := range vm.Opts.Taps {
+		id := "tap" + strconv.Itoa(i)
+		args = append(args, "-netdev", fmt.Sprintf("tap,id=%s,fd=%d,vhost=off", id, 3+len(files)),
+			"-device", fmt.Sprintf("virtio-net-pci,netdev=%s,mac=%s", id, t.MAC))
+		files = append(files, t.File)
+	}
 	if vm.Opts.IsolatedNIC {
 		// A hub with nothing else on it: frames go nowhere, DHCP times out.
 		args = append(args, "-netdev", "hubport,id=n1,hubid=1", "-device", "virtio-net-pci,netdev=n1")
 	}
 	args = append(args, a.extra...)
 	cmd := exec.Command(vm.qemu, args...)
+	cmd.ExtraFiles = files
 	stderr := &watchedBuffer{}
 	cmd.Stderr = stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -442,13 +468,13 @@ func (vm *VM) WaitReady(ctx context.Context, waitingFor string, probe func(conte
 		}
 		if time.Since(lastChange) > vm.Opts.Stall {
 			return fmt.Errorf("node makes no progress: its console has not changed for %s while waiting for %s (last probe: %v)%s%s%s; see %s",
-				vm.Opts.Stall, waitingFor, err, vm.qemuStderr(), vm.vcpuState(), vm.consoleTail(5), vm.Opts.ConsoleLog)
+				vm.Opts.Stall, waitingFor, err, vm.qemuStderr(), vm.vcpuState(), vm.ConsoleTail(5), vm.Opts.ConsoleLog)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("node not ready after %s waiting for %s (last probe: %v)%s; see %s", time.Since(start).Round(time.Second), waitingFor, err, vm.consoleTail(5), vm.Opts.ConsoleLog)
+			return fmt.Errorf("node not ready after %s waiting for %s (last probe: %v)%s; see %s", time.Since(start).Round(time.Second), waitingFor, err, vm.ConsoleTail(5), vm.Opts.ConsoleLog)
 		case <-vm.done:
-			return fmt.Errorf("qemu exited before the node was ready: %v%s; see %s", vm.err, vm.consoleTail(5), vm.Opts.ConsoleLog)
+			return fmt.Errorf("qemu exited before the node was ready: %v%s; see %s", vm.err, vm.ConsoleTail(5), vm.Opts.ConsoleLog)
 		case <-tick.C:
 		}
 	}
@@ -519,9 +545,9 @@ func (vm *VM) qemuStderr() string {
 	return ""
 }
 
-// consoleTail is the console log's last n non-empty lines, indented, or
+// ConsoleTail is the console log's last n non-empty lines, indented, or
 // a note that it is empty.
-func (vm *VM) consoleTail(n int) string {
+func (vm *VM) ConsoleTail(n int) string {
 	lines := vm.consoleLines()
 	if len(lines) == 0 {
 		return "\nthe console is empty"
@@ -608,6 +634,9 @@ func netdev(o Options) string {
 	s := fmt.Sprintf("user,id=n0,hostfwd=tcp:127.0.0.1:%d-:%d", o.APIPort, machineconfig.DefaultAPIPort)
 	if o.MetricsPort != 0 {
 		s += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:%d", o.MetricsPort, machineconfig.DefaultMetricsPort)
+	}
+	for _, f := range o.Forwards {
+		s += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:%d", f.Host, f.Guest)
 	}
 	return s
 }

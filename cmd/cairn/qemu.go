@@ -58,7 +58,7 @@ func qemuCmd() *cobra.Command {
 	run.Flags().StringVar(&o.Accel, "accel", qemu.DefaultAccel(), "accelerator: auto (KVM if it really runs the guest, else TCG), kvm or tcg; default from $"+qemu.EnvAccel)
 	run.Flags().StringVar(&cairnconfig, "cairnconfig", defaultClientConfig(), "client config used to probe the API")
 	run.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for the API")
-	cmd.AddCommand(run)
+	cmd.AddCommand(run, qemuClusterCmd())
 	return cmd
 }
 

@@ -1,9 +1,9 @@
-// Package kube starts a real Kubernetes control plane on loopback for tests:
-// etcd, kube-apiserver and kube-controller-manager (kube-scheduler on
-// request), the binaries that make cluster builds from the pins in
-// test/cluster. Certificates, keys, data and logs live in the test's
-// temporary directory; every process is stopped and every file removed when
-// the test ends.
+// Package kube starts a real Kubernetes control plane on loopback for tests
+// (internal/controlplane): etcd, kube-apiserver and kube-controller-manager
+// (kube-scheduler on request), the binaries that make cluster builds from
+// the pins in test/cluster. Certificates, keys, data and logs live in the
+// test's temporary directory; every process is stopped and every file
+// removed when the test ends.
 //
 //	c := kube.Start(t, kube.Options{})
 //	c.Client.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{})
@@ -16,101 +16,32 @@
 // _out/cluster/bin of the repository. Without them the test is skipped
 // with "run make cluster", unless CAIRN_NO_SKIP is set (test/need): then it
 // fails.
-//
-// The cluster is set up as kubeadm sets one up for joining nodes: a
-// bootstrap token (a Secret in kube-system) that may create CSRs,
-// kubelet client CSRs from bootstrap tokens and renewals from nodes approved
-// automatically and signed with the cluster CA, and the kube-public
-// cluster-info ConfigMap signed with the token.
 package kube
 
 import (
-	"context"
-	"crypto/rand"
-	"crypto/x509"
-	"errors"
-	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/client-go/rest"
+
+	"github.com/cairn-os/cairn/internal/controlplane"
 	"github.com/cairn-os/cairn/test/need"
 	"github.com/cairn-os/cairn/test/repo"
-
-	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // Options shape the cluster; the zero value is a working cluster.
-type Options struct {
-	// ServiceCIDR is the service IP range; default 10.96.0.0/16. Two
-	// ranges separated by a comma, one IPv4 and one IPv6, make the cluster
-	// dual-stack: the first is the primary family, the one the kubernetes
-	// Service and single-stack Services without an IP family get.
-	ServiceCIDR string
-	// PodCIDR, if set, makes kube-controller-manager give each Node a pod
-	// range from it (spec.podCIDR), as kube-proxy and CNI plugins expect.
-	PodCIDR string
-	// Scheduler also starts kube-scheduler; without it, pods bind only by
-	// spec.nodeName.
-	Scheduler bool
-	// ServingIPs are more addresses for the API server's serving
-	// certificate, by which clients elsewhere reach it: 10.0.2.2 for a
-	// QEMU guest with user networking, whose packets to it arrive on the
-	// host's loopback.
-	ServingIPs []net.IP
-	// APIServerFlags and ControllerManagerFlags are appended to the
-	// defaults; for a flag given twice, the later wins.
-	APIServerFlags, ControllerManagerFlags []string
-}
+type Options = controlplane.Options
 
 // Cluster is a running control plane. Its methods must be called from the
 // test's goroutine, like testing.TB's Fatal; for the shared cluster, from
 // the goroutine of the test that Shared returned it to.
 type Cluster struct {
-	// URL is the API server's, https://127.0.0.1:PORT; it stays the same
-	// across RestartAPIServer.
-	URL string
-	// CAPEM is the cluster CA certificate: it signed the API server's
-	// serving certificate and signs every certificate that a CSR asks for.
-	CAPEM []byte
-	// AdminKubeconfig is the path of a kubeconfig for a system:masters user.
-	AdminKubeconfig string
-	// AdminConfig and Client are for the same user.
-	AdminConfig *rest.Config
-	Client      kubernetes.Interface
-	// BootstrapToken is a bootstrap token, ID.SECRET, as a joining node gets
-	// it: it authenticates as system:bootstrap:ID in the groups
-	// system:bootstrappers and system:bootstrappers:cairn:default-node-token,
-	// may create CSRs, and its kubelet client CSRs are approved on their own.
-	BootstrapToken string
-	// BootstrapKubeconfig is the path of a kubeconfig with BootstrapToken.
-	BootstrapKubeconfig string
-	// Dir is the temporary directory with pki/, etcd/ and logs/.
-	Dir string
+	*controlplane.ControlPlane
 
-	tb       testing.TB
-	ca       *ca
-	port     int // kube-apiserver's
-	etcdPort int
-	etcd     *process
-	api      *process
-	ctrl     *process
-	sched    *process
-	stopped  bool
-	shared   bool // a test's view of the shared cluster: see Shared
+	tb     testing.TB
+	shared bool // a test's view of the shared cluster: see Shared
 }
 
 // Environment variables read by Start.
@@ -118,19 +49,8 @@ const (
 	EnvBin = "CAIRN_CLUSTER_BIN" // directory of the binaries
 )
 
-// Names of what Start creates besides the processes.
-const (
-	BootstrapGroup      = "system:bootstrappers:cairn:default-node-token"
-	ClusterName         = "cairn-test"
-	bindingBootstrapper = "cairn:kubelet-bootstrap"
-	bindingAutoApprove  = "cairn:node-autoapprove-bootstrap"
-	bindingAutoRenew    = "cairn:node-autoapprove-certificate-rotation"
-	bindingNodeProxier  = "cairn:node-proxier"
-	roleNodePolicy      = "cairn:node-network-policy"
-)
-
-// stopGrace is how long a process gets after SIGTERM before SIGKILL.
-const stopGrace = 5 * time.Second
+// BootstrapGroup is the extra group of the bootstrap token.
+const BootstrapGroup = controlplane.BootstrapGroup
 
 // Start starts etcd, kube-apiserver and kube-controller-manager (and
 // kube-scheduler if asked), and returns when the API server is ready, the
@@ -141,171 +61,17 @@ func Start(tb testing.TB, opts Options) *Cluster {
 	tb.Helper()
 	started := time.Now()
 	bin := binaries(tb, opts)
-	c, err := newCluster(bin, tb.TempDir(), opts)
+	cp, err := controlplane.New(bin, tb.TempDir(), opts)
 	if err != nil {
 		tb.Fatalf("kube: %v", err)
 	}
-	c.tb = tb
+	c := &Cluster{ControlPlane: cp, tb: tb}
 	tb.Cleanup(c.cleanup)
-	if err := c.boot(); err != nil {
+	if err := c.Boot(); err != nil {
 		tb.Fatalf("kube: %v", err)
 	}
 	tb.Logf("kube: control plane at %s usable %v after Start", c.URL, time.Since(started).Round(time.Millisecond))
 	return c
-}
-
-// newCluster writes the certificates and kubeconfigs into dir and sets up
-// the processes, starting none of them.
-func newCluster(bin, dir string, opts Options) (*Cluster, error) {
-	if opts.ServiceCIDR == "" {
-		opts.ServiceCIDR = "10.96.0.0/16"
-	}
-	c := &Cluster{Dir: dir}
-	pki := filepath.Join(dir, "pki")
-	for _, d := range []string{pki, filepath.Join(dir, "etcd"), filepath.Join(dir, "logs")} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return nil, err
-		}
-	}
-
-	files, err := c.writePKI(pki, opts.ServiceCIDR, opts.ServingIPs)
-	if err != nil {
-		return nil, fmt.Errorf("certificates: %w", err)
-	}
-	ports, err := freePorts(3)
-	if err != nil {
-		return nil, err
-	}
-	c.etcdPort, c.port = ports[0], ports[2]
-	etcdPort, peerPort := ports[0], ports[1]
-	c.URL = "https://127.0.0.1:" + strconv.Itoa(c.port)
-	if c.BootstrapToken, err = newBootstrapToken(); err != nil {
-		return nil, err
-	}
-	c.AdminKubeconfig = filepath.Join(dir, "admin.kubeconfig")
-	c.BootstrapKubeconfig = filepath.Join(dir, "bootstrap.kubeconfig")
-	if err := c.writeKubeconfig(c.AdminKubeconfig, &clientcmdapi.AuthInfo{
-		ClientCertificate: files.adminCert, ClientKey: files.adminKey,
-	}); err != nil {
-		return nil, err
-	}
-	if err := c.writeKubeconfig(c.BootstrapKubeconfig, &clientcmdapi.AuthInfo{Token: c.BootstrapToken}); err != nil {
-		return nil, err
-	}
-	if c.AdminConfig, err = clientcmd.BuildConfigFromFlags("", c.AdminKubeconfig); err != nil {
-		return nil, fmt.Errorf("%s: %w", c.AdminKubeconfig, err)
-	}
-	c.AdminConfig.QPS, c.AdminConfig.Burst = 100, 200
-	if c.Client, err = kubernetes.NewForConfig(c.AdminConfig); err != nil {
-		return nil, err
-	}
-
-	logs := filepath.Join(dir, "logs")
-	c.etcd = &process{
-		name: "etcd",
-		path: filepath.Join(bin, "etcd"),
-		log:  filepath.Join(logs, "etcd.log"),
-		args: []string{
-			"--name=test",
-			"--data-dir=" + filepath.Join(dir, "etcd"),
-			"--listen-client-urls=" + httpURL(etcdPort),
-			"--advertise-client-urls=" + httpURL(etcdPort),
-			"--listen-peer-urls=" + httpURL(peerPort),
-			"--initial-advertise-peer-urls=" + httpURL(peerPort),
-			"--initial-cluster=test=" + httpURL(peerPort),
-			"--unsafe-no-fsync", // the data dies with the test
-			"--log-level=warn",
-		},
-	}
-	c.api = &process{
-		name: "kube-apiserver",
-		path: filepath.Join(bin, "kube-apiserver"),
-		log:  filepath.Join(logs, "kube-apiserver.log"),
-		args: append([]string{
-			"--etcd-servers=" + httpURL(etcdPort),
-			"--bind-address=127.0.0.1",
-			"--advertise-address=127.0.0.1",
-			"--secure-port=" + strconv.Itoa(c.port),
-			// The endpoint reconciler refuses a loopback advertise address.
-			"--endpoint-reconciler-type=none",
-			"--tls-cert-file=" + files.servingCert,
-			"--tls-private-key-file=" + files.servingKey,
-			"--client-ca-file=" + files.caCert,
-			"--authorization-mode=Node,RBAC",
-			"--enable-bootstrap-token-auth",
-			"--enable-admission-plugins=NodeRestriction",
-			"--allow-privileged",
-			"--service-cluster-ip-range=" + opts.ServiceCIDR,
-			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-			"--service-account-key-file=" + files.saKey,
-			"--service-account-signing-key-file=" + files.saKey,
-			"--kubelet-client-certificate=" + files.kubeletClientCert,
-			"--kubelet-client-key=" + files.kubeletClientKey,
-			"--profiling=false",
-			// On SIGTERM, end watches after 1 s rather than wait for
-			// clients to close them: a graceful stop in seconds.
-			"--shutdown-watch-termination-grace-period=1s",
-		}, opts.APIServerFlags...),
-	}
-	ctrlArgs := []string{
-		"--kubeconfig=" + c.AdminKubeconfig,
-		"--secure-port=0",
-		"--leader-elect=false",
-		"--controllers=*,bootstrapsigner,tokencleaner",
-		"--cluster-name=" + ClusterName,
-		"--service-account-private-key-file=" + files.saKey,
-		"--root-ca-file=" + files.caCert,
-		"--cluster-signing-cert-file=" + files.caCert,
-		"--cluster-signing-key-file=" + files.caKey,
-		"--service-cluster-ip-range=" + opts.ServiceCIDR,
-		"--profiling=false",
-	}
-	if opts.PodCIDR != "" {
-		ctrlArgs = append(ctrlArgs, "--allocate-node-cidrs", "--cluster-cidr="+opts.PodCIDR)
-	}
-	c.ctrl = &process{
-		name: "kube-controller-manager",
-		path: filepath.Join(bin, "kube-controller-manager"),
-		log:  filepath.Join(logs, "kube-controller-manager.log"),
-		args: append(ctrlArgs, opts.ControllerManagerFlags...),
-	}
-	if opts.Scheduler {
-		c.sched = &process{
-			name: "kube-scheduler",
-			path: filepath.Join(bin, "kube-scheduler"),
-			log:  filepath.Join(logs, "kube-scheduler.log"),
-			args: []string{
-				"--kubeconfig=" + c.AdminKubeconfig,
-				"--secure-port=0",
-				"--leader-elect=false",
-				"--profiling=false",
-			},
-		}
-	}
-	return c, nil
-}
-
-// boot starts the processes that newCluster set up and waits until the
-// cluster is usable. On an error, some may run: stop them with stop.
-func (c *Cluster) boot() error {
-	if err := c.etcd.start(); err != nil {
-		return err
-	}
-	if err := c.waitEtcd(c.etcdPort, 30*time.Second); err != nil {
-		return err
-	}
-	if err := c.startAPIServer(); err != nil {
-		return err
-	}
-	if err := c.bootstrapObjects(); err != nil {
-		return err
-	}
-	for _, p := range c.processes()[2:] {
-		if err := p.start(); err != nil {
-			return err
-		}
-	}
-	return c.waitUsable(60 * time.Second)
 }
 
 // binaries returns the directory of the binaries, or skips or fails tb.
@@ -319,105 +85,10 @@ func binaries(tb testing.TB, opts Options) string {
 		}
 		dir = filepath.Join(root, "_out", "cluster", "bin")
 	}
-	names := []string{"etcd", "kube-apiserver", "kube-controller-manager"}
-	if opts.Scheduler {
-		names = append(names, "kube-scheduler")
-	}
-	for _, n := range names {
+	for _, n := range controlplane.Binaries(opts) {
 		need.Built(tb, filepath.Join(dir, n), "cluster", EnvBin)
 	}
 	return dir
-}
-
-func httpURL(port int) string { return "http://127.0.0.1:" + strconv.Itoa(port) }
-
-// pkiFiles are the paths that the processes read.
-type pkiFiles struct {
-	caCert, caKey                       string
-	servingCert, servingKey             string
-	adminCert, adminKey                 string
-	kubeletClientCert, kubeletClientKey string
-	saKey                               string
-}
-
-func (c *Cluster) writePKI(dir, serviceCIDR string, servingIPs []net.IP) (pkiFiles, error) {
-	var f pkiFiles
-	var err error
-	if c.ca, err = newCA("cairn-test-ca"); err != nil {
-		return f, err
-	}
-	c.CAPEM = c.ca.certPEM
-	if f.caCert, f.caKey, err = writeKeyPair(dir, "ca", c.ca.certPEM, c.ca.keyPEM); err != nil {
-		return f, err
-	}
-	primary, _, _ := strings.Cut(serviceCIDR, ",")
-	_, svc, err := net.ParseCIDR(primary)
-	if err != nil {
-		return f, fmt.Errorf("service CIDR: %w", err)
-	}
-	kubernetesIP := append(net.IP(nil), svc.IP...) // the first address: the kubernetes Service
-	kubernetesIP[len(kubernetesIP)-1]++
-	for _, k := range []struct {
-		name      string
-		spec      certSpec
-		cert, key *string
-	}{
-		{"apiserver", certSpec{
-			commonName: "kube-apiserver",
-			dnsNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-				"kubernetes.default.svc.cluster.local"},
-			ips:   append([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, kubernetesIP}, servingIPs...),
-			usage: x509.ExtKeyUsageServerAuth,
-		}, &f.servingCert, &f.servingKey},
-		{"admin", certSpec{commonName: "cairn-test-admin", organizations: []string{"system:masters"}, usage: x509.ExtKeyUsageClientAuth},
-			&f.adminCert, &f.adminKey},
-		{"apiserver-kubelet-client", certSpec{commonName: "kube-apiserver-kubelet-client",
-			organizations: []string{"system:masters"}, usage: x509.ExtKeyUsageClientAuth},
-			&f.kubeletClientCert, &f.kubeletClientKey},
-	} {
-		certPEM, keyPEM, err := c.ca.issue(k.spec)
-		if err != nil {
-			return f, err
-		}
-		if *k.cert, *k.key, err = writeKeyPair(dir, k.name, certPEM, keyPEM); err != nil {
-			return f, err
-		}
-	}
-	saKey, err := newKey()
-	if err != nil {
-		return f, err
-	}
-	saPEM, err := keyPEM(saKey)
-	if err != nil {
-		return f, err
-	}
-	f.saKey = filepath.Join(dir, "sa.key")
-	return f, os.WriteFile(f.saKey, saPEM, 0o600)
-}
-
-func (c *Cluster) writeKubeconfig(path string, user *clientcmdapi.AuthInfo) error {
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters[ClusterName] = &clientcmdapi.Cluster{Server: c.URL, CertificateAuthorityData: c.CAPEM}
-	cfg.AuthInfos["user"] = user
-	cfg.Contexts["default"] = &clientcmdapi.Context{Cluster: ClusterName, AuthInfo: "user"}
-	cfg.CurrentContext = "default"
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		return fmt.Errorf("write kubeconfig %s: %w", path, err)
-	}
-	return nil
-}
-
-// newBootstrapToken returns a token in the form [a-z0-9]{6}.[a-z0-9]{16}.
-func newBootstrapToken() (string, error) {
-	const chars = "abcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, 22)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	for i := range b {
-		b[i] = chars[int(b[i])%len(chars)]
-	}
-	return string(b[:6]) + "." + string(b[6:]), nil
 }
 
 // UserConfig returns a client configuration for a user authenticated by a
@@ -425,26 +96,11 @@ func newBootstrapToken() (string, error) {
 // system:nodes is a node as the Node authorizer knows it.
 func (c *Cluster) UserConfig(user string, groups ...string) *rest.Config {
 	c.tb.Helper()
-	certPEM, keyPEM, err := c.ca.issue(certSpec{commonName: user, organizations: groups, usage: x509.ExtKeyUsageClientAuth})
+	cfg, err := c.ControlPlane.UserConfig(user, groups...)
 	if err != nil {
 		c.tb.Fatalf("kube: %v", err)
 	}
-	return &rest.Config{
-		Host: c.URL,
-		TLSClientConfig: rest.TLSClientConfig{
-			CAData: c.CAPEM, CertData: certPEM, KeyData: keyPEM,
-		},
-	}
-}
-
-// BootstrapConfig returns a client configuration that authenticates with
-// BootstrapToken.
-func (c *Cluster) BootstrapConfig() *rest.Config {
-	return &rest.Config{
-		Host:            c.URL,
-		BearerToken:     c.BootstrapToken,
-		TLSClientConfig: rest.TLSClientConfig{CAData: c.CAPEM},
-	}
+	return cfg
 }
 
 // StartAPIServer starts kube-apiserver, on the same port as before if it
@@ -452,17 +108,10 @@ func (c *Cluster) BootstrapConfig() *rest.Config {
 func (c *Cluster) StartAPIServer() {
 	c.tb.Helper()
 	start := time.Now()
-	if err := c.startAPIServer(); err != nil {
+	if err := c.ControlPlane.StartAPIServer(); err != nil {
 		c.tb.Fatalf("kube: %v", err)
 	}
 	c.tb.Logf("kube: kube-apiserver ready in %v", time.Since(start).Round(time.Millisecond))
-}
-
-func (c *Cluster) startAPIServer() error {
-	if err := c.api.start(); err != nil {
-		return err
-	}
-	return c.waitReady(90 * time.Second)
 }
 
 // StopAPIServer stops kube-apiserver and waits until it has exited; the
@@ -471,11 +120,12 @@ func (c *Cluster) startAPIServer() error {
 func (c *Cluster) StopAPIServer() {
 	c.tb.Helper()
 	start := time.Now()
-	if err := c.api.stop(stopGrace); err != nil {
+	killed, err := c.ControlPlane.StopAPIServer()
+	if err != nil {
 		c.tb.Fatal(err)
 	}
 	how := "on SIGTERM"
-	if c.api.killed {
+	if killed {
 		how = "by SIGKILL"
 	}
 	c.tb.Logf("kube: kube-apiserver stopped %s in %v", how, time.Since(start).Round(time.Millisecond))
@@ -496,233 +146,16 @@ func (c *Cluster) Stop() {
 	if c.shared {
 		c.tb.Fatal("kube: Stop on the shared cluster; kube.Main stops it after the last test")
 	}
-	if err := c.stop(); err != nil {
+	if err := c.ControlPlane.Stop(); err != nil {
 		c.tb.Error(err)
 	}
-}
-
-func (c *Cluster) stop() error {
-	if c.stopped {
-		return nil
-	}
-	c.stopped = true
-	var errs []error
-	ps := c.processes()
-	for i := len(ps) - 1; i >= 0; i-- { // dependents first, etcd last
-		errs = append(errs, ps[i].stop(stopGrace))
-	}
-	return errors.Join(errs...)
 }
 
 func (c *Cluster) cleanup() {
-	err := c.stop()
-	if err != nil {
+	if err := c.ControlPlane.Stop(); err != nil {
 		c.tb.Error(err)
 	}
 	if c.tb.Failed() {
-		for _, p := range c.processes() {
-			c.tb.Logf("kube: last lines of %s:\n%s", p.log, p.tail(40))
-		}
-	}
-}
-
-// processes returns the processes in start order.
-func (c *Cluster) processes() []*process {
-	ps := []*process{c.etcd, c.api, c.ctrl}
-	if c.sched != nil {
-		ps = append(ps, c.sched)
-	}
-	return ps
-}
-
-// poll calls f every 100 ms until it returns true or an error, or the
-// timeout passes; then it returns an error that names what and f's last
-// error.
-func poll(what string, timeout time.Duration, f func(context.Context) (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		ok, err := f(ctx)
-		cancel()
-		if ok {
-			return nil
-		}
-		var stop stopError
-		if errors.As(err, &stop) {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not done after %v (last error: %v)", what, timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// stopError ends a poll at once.
-type stopError struct{ error }
-
-func (c *Cluster) waitEtcd(port int, timeout time.Duration) error {
-	return poll("wait for etcd", timeout, func(ctx context.Context) (bool, error) {
-		if err := c.etcd.exited(); err != nil {
-			return false, stopError{err}
-		}
-		req, _ := http.NewRequestWithContext(ctx, "GET", httpURL(port)+"/health", nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false, err
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, fmt.Errorf("/health: %s", resp.Status)
-	})
-}
-
-func (c *Cluster) waitReady(timeout time.Duration) error {
-	hc, err := rest.HTTPClientFor(c.AdminConfig)
-	if err != nil {
-		return err
-	}
-	defer hc.CloseIdleConnections()
-	return poll("wait for kube-apiserver /readyz", timeout, func(ctx context.Context) (bool, error) {
-		if err := c.api.exited(); err != nil {
-			return false, stopError{err}
-		}
-		req, _ := http.NewRequestWithContext(ctx, "GET", c.URL+"/readyz", nil)
-		resp, err := hc.Do(req)
-		if err != nil {
-			return false, err
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, fmt.Errorf("/readyz: %s", resp.Status)
-	})
-}
-
-// waitUsable waits until the bootstrap token authenticates and the default
-// ServiceAccount exists (kube-controller-manager runs).
-func (c *Cluster) waitUsable(timeout time.Duration) error {
-	boot, err := kubernetes.NewForConfig(c.BootstrapConfig())
-	if err != nil {
-		return err
-	}
-	want := "system:bootstrap:" + strings.Split(c.BootstrapToken, ".")[0]
-	err = poll("wait for the bootstrap token to authenticate", timeout, func(ctx context.Context) (bool, error) {
-		r, err := boot.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
-		if err != nil {
-			return false, err
-		}
-		return r.Status.UserInfo.Username == want, fmt.Errorf("authenticated as %q", r.Status.UserInfo.Username)
-	})
-	if err != nil {
-		return err
-	}
-	return poll("wait for the default ServiceAccount", timeout, func(ctx context.Context) (bool, error) {
-		for _, p := range c.processes()[2:] {
-			if err := p.exited(); err != nil {
-				return false, stopError{err}
-			}
-		}
-		_, err := c.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, err
-	})
-}
-
-// bootstrapObjects creates what kubeadm creates for joining nodes: the
-// bootstrap token Secret, the RBAC bindings that let bootstrap tokens ask
-// for kubelet client certificates and have them approved, and the
-// cluster-info ConfigMap that bootstrapsigner signs with the token.
-func (c *Cluster) bootstrapObjects() error {
-	id, secret, _ := strings.Cut(c.BootstrapToken, ".")
-	objects := []func(context.Context) error{
-		func(ctx context.Context) error {
-			_, err := c.Client.CoreV1().Secrets(metav1.NamespaceSystem).Create(ctx, &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-" + id, Namespace: metav1.NamespaceSystem},
-				Type:       corev1.SecretTypeBootstrapToken,
-				StringData: map[string]string{
-					"description":                    "cairn test cluster",
-					"token-id":                       id,
-					"token-secret":                   secret,
-					"usage-bootstrap-authentication": "true",
-					"usage-bootstrap-signing":        "true",
-					"auth-extra-groups":              BootstrapGroup,
-				},
-			}, metav1.CreateOptions{})
-			return err
-		},
-		c.bindGroup(bindingBootstrapper, "system:bootstrappers", "system:node-bootstrapper"),
-		c.bindGroup(bindingAutoApprove, "system:bootstrappers",
-			"system:certificates.k8s.io:certificatesigningrequests:nodeclient"),
-		c.bindGroup(bindingAutoRenew, "system:nodes",
-			"system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"),
-		// Cairn nodes program Services themselves, with their own
-		// credentials: they read Services and EndpointSlices as kube-proxy.
-		c.bindGroup(bindingNodeProxier, "system:nodes", "system:node-proxier"),
-		// ... and enforce NetworkPolicy, reading the policies, pods and
-		// namespaces of the whole cluster (docs/machine-config.md).
-		func(ctx context.Context) error {
-			_, err := c.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-				ObjectMeta: metav1.ObjectMeta{Name: roleNodePolicy},
-				Rules: []rbacv1.PolicyRule{
-					{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{""}, Resources: []string{"pods", "namespaces"}},
-					{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}},
-				},
-			}, metav1.CreateOptions{})
-			if err != nil && !apierrors.IsAlreadyExists(err) {
-				return err
-			}
-			return c.bindGroup(roleNodePolicy, "system:nodes", roleNodePolicy)(ctx)
-		},
-		func(ctx context.Context) error {
-			kubeconfig, err := clientcmd.Write(clientcmdapi.Config{
-				Clusters: map[string]*clientcmdapi.Cluster{"": {Server: c.URL, CertificateAuthorityData: c.CAPEM}},
-			})
-			if err != nil {
-				return err
-			}
-			_, err = c.Client.CoreV1().ConfigMaps(metav1.NamespacePublic).Create(ctx, &corev1.ConfigMap{
-				ObjectMeta: metav1.ObjectMeta{Name: "cluster-info", Namespace: metav1.NamespacePublic},
-				Data:       map[string]string{"kubeconfig": string(kubeconfig)},
-			}, metav1.CreateOptions{})
-			return err
-		},
-		func(ctx context.Context) error {
-			_, err := c.Client.RbacV1().Roles(metav1.NamespacePublic).Create(ctx, &rbacv1.Role{
-				ObjectMeta: metav1.ObjectMeta{Name: "cairn:bootstrap-signer-clusterinfo"},
-				Rules: []rbacv1.PolicyRule{{
-					Verbs: []string{"get"}, APIGroups: []string{""},
-					Resources: []string{"configmaps"}, ResourceNames: []string{"cluster-info"},
-				}},
-			}, metav1.CreateOptions{})
-			if err != nil {
-				return err
-			}
-			_, err = c.Client.RbacV1().RoleBindings(metav1.NamespacePublic).Create(ctx, &rbacv1.RoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: "cairn:bootstrap-signer-clusterinfo"},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "cairn:bootstrap-signer-clusterinfo"},
-				Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "system:anonymous"}},
-			}, metav1.CreateOptions{})
-			return err
-		},
-	}
-	for i, create := range objects {
-		// Right after /readyz the system namespaces may still be on their
-		// way; retry what fails, but not what already exists.
-		err := poll("create bootstrap object "+strconv.Itoa(i), 30*time.Second, func(ctx context.Context) (bool, error) {
-			err := create(ctx)
-			return err == nil || apierrors.IsAlreadyExists(err), err
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (c *Cluster) bindGroup(name, group, role string) func(context.Context) error {
-	return func(ctx context.Context) error {
-		_, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
-			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: group}},
-		}, metav1.CreateOptions{})
-		return err
+		c.tb.Logf("kube: %s", c.Tails(40))
 	}
 }

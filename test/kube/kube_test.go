@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -28,6 +29,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/cairn-os/cairn/internal/controlplane"
+	"github.com/cairn-os/cairn/test/poll"
 )
 
 // TestMain runs the tests under Main, with a dual-stack Service range for
@@ -95,13 +99,10 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("controller-manager", func(t *testing.T) {
-		err := poll("default ServiceAccount in "+ns, 30*time.Second, func(ctx context.Context) (bool, error) {
+		poll.Until(t, 30*time.Second, "default ServiceAccount in "+ns+" (kube-controller-manager runs)", func() error {
 			_, err := c.Client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
-			return err == nil, err
+			return err
 		})
-		if err != nil {
-			t.Fatalf("kube-controller-manager does not run: %v", err)
-		}
 	})
 
 	t.Run("kubeconfig", func(t *testing.T) {
@@ -138,17 +139,16 @@ func TestCluster(t *testing.T) {
 			t.Errorf("self subject review through %s: %v", c.BootstrapKubeconfig, err)
 		}
 		// bootstrapsigner (kube-controller-manager) signs cluster-info with the token.
-		err = poll("cluster-info signed", 30*time.Second, func(ctx context.Context) (bool, error) {
+		poll.Until(t, 30*time.Second, "cluster-info signed", func() error {
 			cm, err := c.Client.CoreV1().ConfigMaps(metav1.NamespacePublic).Get(ctx, "cluster-info", metav1.GetOptions{})
 			if err != nil {
-				return false, err
+				return err
 			}
-			_, ok := cm.Data["jws-kubeconfig-"+id]
-			return ok, nil
+			if _, ok := cm.Data["jws-kubeconfig-"+id]; !ok {
+				return fmt.Errorf("no jws-kubeconfig-%s", id)
+			}
+			return nil
 		})
-		if err != nil {
-			t.Error(err)
-		}
 	})
 
 	t.Run("kubelet client CSR", func(t *testing.T) {
@@ -176,17 +176,16 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("create CSR with the bootstrap token: %v", err)
 		}
 		var certPEM []byte
-		err = poll("CSR "+csr.Name+" approved and signed", 30*time.Second, func(ctx context.Context) (bool, error) {
+		poll.Until(t, 30*time.Second, "CSR "+csr.Name+" approved and signed", func() error {
 			got, err := boot.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
 			if err != nil {
-				return false, err
+				return err
 			}
-			certPEM = got.Status.Certificate
-			return len(certPEM) > 0, nil
+			if certPEM = got.Status.Certificate; len(certPEM) == 0 {
+				return errors.New("no certificate yet")
+			}
+			return nil
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
 		block, _ := pem.Decode(certPEM)
 		if block == nil {
 			t.Fatalf("CSR certificate is not PEM: %q", certPEM)
@@ -227,8 +226,8 @@ func TestCluster(t *testing.T) {
 
 	t.Run("apiserver restart", func(t *testing.T) {
 		c.StopAPIServer()
-		if listening(c.port) {
-			t.Errorf("port %d still accepts connections after StopAPIServer", c.port)
+		if port, _ := c.Ports(); listening(port) {
+			t.Errorf("port %d still accepts connections after StopAPIServer", port)
 		}
 		short, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err := c.Client.CoreV1().ConfigMaps(ns).Get(short, "config", metav1.GetOptions{})
@@ -255,27 +254,22 @@ func TestCluster(t *testing.T) {
 			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns2}}, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create namespace %s after the restart: %v", ns2, err)
 		}
-		err = poll("default ServiceAccount in "+ns2, 30*time.Second, func(ctx context.Context) (bool, error) {
+		poll.Until(t, 30*time.Second, "default ServiceAccount in "+ns2+" (kube-controller-manager after the API server restarts)", func() error {
 			_, err := c.Client.CoreV1().ServiceAccounts(ns2).Get(ctx, "default", metav1.GetOptions{})
-			return err == nil, err
+			return err
 		})
-		if err != nil {
-			t.Errorf("kube-controller-manager after the API server restarts: %v", err)
-		}
 	})
 
 	t.Run("stop", func(t *testing.T) {
-		var pids []int
-		for _, p := range c.processes() {
-			pids = append(pids, p.pid())
-		}
+		ps := c.Processes()
 		c.Stop()
-		for i, p := range c.processes() {
-			if alive(pids[i]) {
-				t.Errorf("%s (pid %d) still runs after Stop", p.name, pids[i])
+		for _, p := range ps {
+			if controlplane.Alive(p.PID) {
+				t.Errorf("%s (pid %d) still runs after Stop", p.Name, p.PID)
 			}
 		}
-		for _, port := range []int{c.port, c.etcdPort} {
+		apiPort, etcdPort := c.Ports()
+		for _, port := range []int{apiPort, etcdPort} {
 			if listening(port) {
 				t.Errorf("port %d still accepts connections after Stop", port)
 			}
@@ -349,17 +343,16 @@ func TestOptions(t *testing.T) {
 		t.Fatalf("create node: %v", err)
 	}
 	var cidr string
-	err = poll("node pod CIDR", 30*time.Second, func(ctx context.Context) (bool, error) {
+	poll.Until(t, 30*time.Second, "node pod CIDR", func() error {
 		n, err := c.Client.CoreV1().Nodes().Get(ctx, "cairn-test-node", metav1.GetOptions{})
 		if err != nil {
-			return false, err
+			return err
 		}
-		cidr = n.Spec.PodCIDR
-		return cidr != "", nil
+		if cidr = n.Spec.PodCIDR; cidr == "" {
+			return errors.New("no pod CIDR yet")
+		}
+		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if !strings.HasPrefix(cidr, "10.244.") {
 		t.Errorf("node pod CIDR = %s, want a range of 10.244.0.0/16", cidr)
 	}
@@ -370,9 +363,12 @@ func TestOptions(t *testing.T) {
 	if svc.Spec.ClusterIP != "10.100.0.1" {
 		t.Errorf("kubernetes Service IP = %s, want 10.100.0.1 (first of ServiceCIDR)", svc.Spec.ClusterIP)
 	}
-	if err := c.sched.exited(); err != nil {
-		t.Errorf("kube-scheduler: %v", err)
+	for _, p := range c.Processes() {
+		if p.Name == "kube-scheduler" {
+			return
+		}
 	}
+	t.Error("kube-scheduler was not started")
 }
 
 // TestShared checks the cluster that tests share: the same one for every
@@ -434,3 +430,14 @@ func TestShared(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// listening reports whether something accepts TCP connections on
+// 127.0.0.1:port.
+func listening(port int) bool {
+	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}

@@ -3,7 +3,6 @@ package kube
 import (
 	"bytes"
 	"context"
-	"crypto/x509"
 	"fmt"
 	"os"
 	"os/exec"
@@ -45,14 +44,14 @@ func (c *Cluster) UserKubectl(tb testing.TB, ns, user string, groups ...string) 
 	tb.Helper()
 	auth := &clientcmdapi.AuthInfo{}
 	if user != "" {
-		certPEM, keyPEM, err := c.ca.issue(certSpec{commonName: user, organizations: groups, usage: x509.ExtKeyUsageClientAuth})
+		certPEM, keyPEM, err := c.IssueClient(user, groups...)
 		if err != nil {
 			tb.Fatalf("kube: %v", err)
 		}
 		auth.ClientCertificateData, auth.ClientKeyData = certPEM, keyPEM
 	}
 	path := filepath.Join(tb.TempDir(), "kubeconfig")
-	if err := c.writeKubeconfig(path, auth); err != nil {
+	if err := c.WriteKubeconfig(path, "", auth); err != nil {
 		tb.Fatalf("kube: %v", err)
 	}
 	return &Kubectl{Path: kubectlPath(tb), Kubeconfig: path, Namespace: ns}

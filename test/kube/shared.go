@@ -17,6 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cairn-os/cairn/internal/controlplane"
 )
 
 // The tests of one package can share one cluster, since starting one takes
@@ -93,9 +95,9 @@ func Shared(tb testing.TB) *Cluster {
 		shared.c = c
 		tb.Logf("kube: shared control plane at %s usable %v after start", c.URL, time.Since(start).Round(time.Millisecond))
 	}
-	for _, p := range shared.c.processes() {
-		if err := p.exited(); err != nil {
-			tb.Fatalf("kube: shared cluster: %v; last lines:\n%s", err, p.tail(20))
+	for _, p := range shared.c.Processes() {
+		if p.Exited != nil {
+			tb.Fatalf("kube: shared cluster: %v; %s", p.Exited, shared.c.Tails(20))
 		}
 	}
 	v := *shared.c
@@ -115,18 +117,12 @@ func startShared(bin string, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := newCluster(bin, dir, opts)
-	if err == nil {
-		if err = c.boot(); err != nil {
-			err = fmt.Errorf("%w\n%s", err, c.tails(40))
-			err = errors.Join(err, c.stop())
-		}
-	}
+	cp, err := controlplane.Run(bin, dir, opts)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	return c, nil
+	return &Cluster{ControlPlane: cp}, nil
 }
 
 // stopShared stops the shared cluster, if it runs, and removes its
@@ -140,9 +136,9 @@ func stopShared(showLogs bool) error {
 		return nil
 	}
 	if showLogs {
-		fmt.Fprint(os.Stderr, c.tails(40))
+		fmt.Fprint(os.Stderr, c.Tails(40))
 	}
-	return errors.Join(c.stop(), os.RemoveAll(c.Dir))
+	return errors.Join(c.ControlPlane.Stop(), os.RemoveAll(c.Dir))
 }
 
 // removeStaleSharedDirs removes the directories of shared clusters whose
@@ -155,7 +151,7 @@ func removeStaleSharedDirs() {
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), sharedDirPrefix+"*-*"))
 	for _, d := range dirs {
 		pid, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), sharedDirPrefix), "-")
-		if n, err := strconv.Atoi(pid); err == nil && n != os.Getpid() && !alive(n) {
+		if n, err := strconv.Atoi(pid); err == nil && n != os.Getpid() && !controlplane.Alive(n) {
 			os.RemoveAll(d)
 		}
 	}
@@ -168,20 +164,11 @@ func sharedPIDs() map[int]bool {
 	defer shared.mu.Unlock()
 	pids := map[int]bool{}
 	if shared.c != nil {
-		for _, p := range shared.c.processes() {
-			pids[p.pid()] = true
+		for _, p := range shared.c.Processes() {
+			pids[p.PID] = true
 		}
 	}
 	return pids
-}
-
-// tails returns the last n lines of each process's log.
-func (c *Cluster) tails(n int) string {
-	var b strings.Builder
-	for _, p := range c.processes() {
-		fmt.Fprintf(&b, "kube: last lines of %s:\n%s\n", p.log, p.tail(n))
-	}
-	return b.String()
 }
 
 var nsSeq atomic.Int64

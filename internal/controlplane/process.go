@@ -1,4 +1,4 @@
-package kube
+package controlplane
 
 import (
 	"bytes"
@@ -6,18 +6,20 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/cairn-os/cairn/internal/inns"
 )
 
 // process is one control-plane binary, started and stopped as a unit, its
 // stdout and stderr appended to one log file.
 type process struct {
-	name string
-	path string
-	args []string
-	log  string
+	name  string
+	path  string
+	args  []string
+	log   string
+	netns string // the network namespace it runs in, if not the caller's
 
 	cmd    *exec.Cmd
 	done   chan struct{} // closed when cmd has been waited for
@@ -38,7 +40,12 @@ func (p *process) start() error {
 	cmd := exec.Command(p.path, p.args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
+	if p.netns != "" {
+		err = inns.Do(p.netns, cmd.Start)
+	} else {
+		err = cmd.Start()
+	}
+	if err != nil {
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}
 	p.cmd, p.done, p.err = cmd, make(chan struct{}), nil
@@ -138,15 +145,4 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
-}
-
-// listening reports whether something accepts TCP connections on
-// 127.0.0.1:port.
-func listening(port int) bool {
-	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
-	if err != nil {
-		return false
-	}
-	c.Close()
-	return true
 }

@@ -1,4 +1,4 @@
-package kube
+package controlplane
 
 import "syscall"
 
@@ -8,8 +8,8 @@ func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
 
-// alive reports whether a process with this pid exists; a pid that we have
+// Alive reports whether a process with this pid exists; a pid that we have
 // reaped does not.
-func alive(pid int) bool {
+func Alive(pid int) bool {
 	return pid > 0 && syscall.Kill(pid, 0) != syscall.ESRCH
 }

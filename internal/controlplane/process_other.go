@@ -1,9 +1,9 @@
 //go:build !linux
 
-package kube
+package controlplane
 
 import "syscall"
 
 func sysProcAttr() *syscall.SysProcAttr { return nil }
 
-func alive(pid int) bool { return false }
+func Alive(pid int) bool { return false }

@@ -1,4 +1,4 @@
-package kube
+package controlplane
 
 import (
 	"crypto/ecdsa"

@@ -1,0 +1,521 @@
+// Package cluster runs a Kubernetes cluster of Cairn nodes in QEMU on this
+// machine: a control plane (internal/controlplane) and N nodes booted from
+// one generic image, each with its own machine config on a NoCloud volume
+// and a copy-on-write overlay of the image.
+//
+// The nodes share an L2 network: a bridge in a network namespace that the
+// cluster makes and that the control plane listens in, with a tap per VM
+// handed to QEMU as a file descriptor. Nothing routes out of that
+// namespace. Each VM also has user networking, for its API port forwarded
+// to the host's loopback (and for pulls from registries the host serves).
+// The API server is forwarded to the host's loopback too, for the
+// kubeconfig the cluster writes.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/cairn-os/cairn/api/client"
+	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/image"
+	"github.com/cairn-os/cairn/image/build"
+	"github.com/cairn-os/cairn/internal/controlplane"
+	"github.com/cairn-os/cairn/internal/inns"
+	"github.com/cairn-os/cairn/machineconfig"
+	"github.com/cairn-os/cairn/qemu"
+)
+
+// Defaults of Options.
+const (
+	DefaultName        = "cairn"
+	DefaultNetwork     = "10.89.0.0/24"
+	DefaultPodCIDR     = "10.244.0.0/16"
+	DefaultServiceCIDR = "10.96.0.0/16"
+	// APIServerPort is kube-apiserver's port on the bridge.
+	APIServerPort = 6443
+)
+
+// Options describe a cluster.
+type Options struct {
+	Name  string // default DefaultName; names the network namespace cairn-NAME
+	Dir   string // where its files go; made if missing
+	Nodes int    // how many; at least 1
+	// ControlPlaneBin is the directory of etcd, kube-apiserver,
+	// kube-controller-manager and kube-scheduler (make cluster).
+	ControlPlaneBin string
+	// Assets is the directory of the node binaries (make build).
+	Assets   string
+	CacheDir string // of image builds; default rootfs.DefaultCacheDir()
+	// Network is the nodes' L2 network: the control plane takes its first
+	// address, node i (from 1) the (10+i)th.
+	Network netip.Prefix
+	// Registries are registries the nodes pull from over plain HTTP,
+	// HOST:PORT as the nodes reach them (the host's loopback is 10.0.2.2).
+	Registries []string
+	// NodePort, if not 0, is a NodePort forwarded from the host's
+	// loopback to each node: see State.Nodes' Forwarded.
+	NodePort  int
+	MemoryMiB int
+	CPUs      int
+	Accel     string
+	// Timeout bounds the wait for every node to be Ready.
+	Timeout time.Duration
+	// Progress gets a line for each step.
+	Progress func(string)
+}
+
+func (o *Options) setDefaults() {
+	if o.Name == "" {
+		o.Name = DefaultName
+	}
+	if !o.Network.IsValid() {
+		o.Network = netip.MustParsePrefix(DefaultNetwork)
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 20 * time.Minute
+	}
+	if o.Progress == nil {
+		o.Progress = func(string) {}
+	}
+}
+
+// Cluster is a running cluster, owned by this process.
+type Cluster struct {
+	opts  Options
+	state State
+	net   *network
+	cp    *controlplane.ControlPlane
+	fwd   net.Listener
+	nodes []*node
+}
+
+// node is one VM and its API client.
+type node struct {
+	name   string
+	vm     *qemu.VM
+	client *client.Client
+}
+
+// Create makes and starts the cluster and returns once every node is
+// Ready, or at ctx's end or Options.Timeout. A node that does not come up
+// is named with its console's last lines; the others go on, and Create
+// returns the cluster with an error. Any other error leaves nothing
+// running. The state is written to Dir/state.json at each step.
+func Create(ctx context.Context, opts Options) (*Cluster, error) {
+	opts.setDefaults()
+	if opts.Nodes < 1 {
+		return nil, errors.New("a cluster needs at least one node")
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	opts.Dir = dir
+	c := &Cluster{opts: opts, state: State{
+		Name: opts.Name, PID: os.Getpid(), Phase: PhaseStarting, Netns: "cairn-" + opts.Name,
+		Kubeconfig:   filepath.Join(dir, "kubeconfig"),
+		ClientConfig: filepath.Join(dir, machineconfig.ClientConfigFile),
+	}}
+	if err := c.writeState(); err != nil {
+		return nil, err
+	}
+	if err := c.start(ctx); err != nil {
+		derr := c.Destroy()
+		c.state.Phase, c.state.Error = PhaseFailed, err.Error()
+		return nil, errors.Join(err, derr, c.writeState())
+	}
+	err = c.waitReady(ctx)
+	if err != nil {
+		c.state.Phase, c.state.Error = PhaseDegraded, err.Error()
+	} else {
+		c.state.Phase = PhaseReady
+	}
+	return c, errors.Join(err, c.writeState())
+}
+
+// start makes the network, the control plane, the images, and boots the
+// nodes.
+func (c *Cluster) start(ctx context.Context) error {
+	o, step := c.opts, c.opts.Progress
+	step(fmt.Sprintf("network namespace %s: bridge %s on %s", c.state.Netns, bridge, o.Network))
+	var err error
+	if c.net, err = newNetwork(c.state.Netns, o.Network, o.Nodes); err != nil {
+		return err
+	}
+
+	step("control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler")
+	start := time.Now()
+	cpDir := filepath.Join(o.Dir, "controlplane")
+	if err := os.RemoveAll(cpDir); err != nil {
+		return err
+	}
+	if c.cp, err = controlplane.Run(o.ControlPlaneBin, cpDir, controlplane.Options{
+		Address: c.net.host(), Port: APIServerPort, Netns: c.state.Netns, Scheduler: true,
+		PodCIDR: DefaultPodCIDR, ServiceCIDR: DefaultServiceCIDR,
+	}); err != nil {
+		return fmt.Errorf("control plane: %w", err)
+	}
+	step(fmt.Sprintf("control plane at %s usable after %s", c.cp.URL, time.Since(start).Round(time.Second)))
+	if err := c.forwardAPIServer(); err != nil {
+		return err
+	}
+
+	bundles, err := c.nodeConfigs()
+	if err != nil {
+		return err
+	}
+	disks, err := c.disks(ctx, bundles)
+	if err != nil {
+		return err
+	}
+	return c.boot(bundles, disks)
+}
+
+// forwardAPIServer serves the API server on a free port of the host's
+// loopback and writes the kubeconfig that goes there.
+func (c *Cluster) forwardAPIServer() error {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	c.fwd = l
+	c.state.APIServer = l.Addr().String()
+	target := net.JoinHostPort(c.net.host().String(), strconv.Itoa(APIServerPort))
+	go forward(l, inns.Dialer(c.state.Netns), target)
+	cert, key, err := c.cp.IssueClient("cairn-admin", "system:masters")
+	if err != nil {
+		return err
+	}
+	return c.cp.WriteKubeconfig(c.state.Kubeconfig, "https://"+c.state.APIServer,
+		&clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key})
+}
+
+// nodeConfigs generates a machine config per node, all with one API CA,
+// and the client config for all of them.
+func (c *Cluster) nodeConfigs() ([]*machineconfig.Bundle, error) {
+	o := c.opts
+	var bundles []*machineconfig.Bundle
+	var ca *machineconfig.CA
+	var endpoints []string
+	for i := range o.Nodes {
+		name := fmt.Sprintf("node-%d", i+1)
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		endpoint := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		b, err := machineconfig.Generate(machineconfig.GenerateOptions{
+			Hostname: name, Interface: "eth0", Endpoints: []string{endpoint}, CA: ca,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		ca = b.CA
+		addr := c.net.nodeAddr(i)
+		cfg := b.Config
+		cfg.Network.Interfaces = append(cfg.Network.Interfaces, machineconfig.Interface{
+			MAC: nodeMAC(i).String(), Addresses: []string{netip.PrefixFrom(addr, o.Network.Bits()).String()},
+		})
+		cfg.Cluster = &machineconfig.Cluster{
+			Server:         "https://" + net.JoinHostPort(c.net.host().String(), strconv.Itoa(APIServerPort)),
+			CA:             string(c.cp.CAPEM),
+			BootstrapToken: c.cp.BootstrapToken,
+			NodeIP:         addr.String(),
+			ClusterCIDRs:   []string{DefaultPodCIDR},
+			ServiceCIDRs:   []string{DefaultServiceCIDR},
+		}
+		for _, r := range o.Registries {
+			cfg.Containerd.Registries = append(cfg.Containerd.Registries, machineconfig.Registry{Host: r, Endpoints: []string{"http://" + r}})
+		}
+		// Checked as the node will read it: defaults applied, then validated.
+		data, err := cfg.Marshal()
+		if err == nil {
+			_, err = machineconfig.Parse(data)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		n := NodeState{Name: name, Address: addr.String(), API: endpoint, Dir: filepath.Join(o.Dir, name)}
+		if o.NodePort != 0 {
+			if port, err = freePort(); err != nil {
+				return nil, err
+			}
+			n.Forwarded = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		}
+		c.state.Nodes = append(c.state.Nodes, n)
+		endpoints = append(endpoints, endpoint)
+		bundles = append(bundles, b)
+	}
+	client := *bundles[0].Client
+	client.Endpoints = endpoints
+	if err := client.Write(c.state.ClientConfig); err != nil {
+		return nil, err
+	}
+	return bundles, c.writeState()
+}
+
+// disks builds the generic image once, and for each node a qcow2 overlay
+// of it and a NoCloud volume with its config: every node shares
+// everything but its STATE.
+func (c *Cluster) disks(ctx context.Context, bundles []*machineconfig.Bundle) ([]string, error) {
+	o := c.opts
+	base := filepath.Join(o.Dir, "generic.raw")
+	o.Progress("image: " + base)
+	if _, err := build.Build(ctx, build.Options{
+		Generic: true, Output: base, Assets: o.Assets, CacheDir: o.CacheDir,
+		Progress: func(line string) { o.Progress("  " + line) },
+	}); err != nil {
+		return nil, fmt.Errorf("build the node image: %w", err)
+	}
+	var disks []string
+	for i, b := range bundles {
+		n := c.state.Nodes[i]
+		if err := os.MkdirAll(n.Dir, 0o755); err != nil {
+			return nil, err
+		}
+		config, err := b.Config.Marshal()
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(n.Dir, machineconfig.MachineConfigFile), config, 0o600); err != nil {
+			return nil, err
+		}
+		disk := filepath.Join(n.Dir, "disk.qcow2")
+		for _, f := range []string{disk, disk + ".efivars"} {
+			if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return nil, err
+			}
+		}
+		if out, err := exec.CommandContext(ctx, "qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", base, disk).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("%s: qemu-img create: %v: %s", n.Name, err, out)
+		}
+		meta := fmt.Sprintf("instance-id: %s\nlocal-hostname: %s\n", n.Name, n.Name)
+		if err := image.WriteNoCloud(ctx, image.NoCloud{UserData: config, MetaData: []byte(meta), SourceDateEpoch: build.DefaultSourceDateEpoch},
+			filepath.Join(n.Dir, "cidata.img")); err != nil {
+			return nil, fmt.Errorf("%s: %w", n.Name, err)
+		}
+		disks = append(disks, disk)
+	}
+	return disks, nil
+}
+
+// boot starts every node's VM.
+func (c *Cluster) boot(bundles []*machineconfig.Bundle, disks []string) error {
+	o := c.opts
+	for i, b := range bundles {
+		n := &c.state.Nodes[i]
+		port, _ := strconv.Atoi(n.API[len("127.0.0.1:"):])
+		vo := qemu.Options{
+			Disk: disks[i], Attach: []string{filepath.Join(n.Dir, "cidata.img")}, APIPort: port,
+			Taps: []qemu.Tap{c.net.tap(i)}, MemoryMiB: o.MemoryMiB, CPUs: o.CPUs, Accel: o.Accel,
+			Notify: func(line string) { o.Progress(n.Name + ": " + line) },
+		}
+		if n.Forwarded != "" {
+			fport, _ := strconv.Atoi(n.Forwarded[len("127.0.0.1:"):])
+			vo.Forwards = []qemu.Forward{{Host: fport, Guest: o.NodePort}}
+		}
+		cc := *b.Client
+		cl, err := client.Dial(&cc, n.API)
+		if err != nil {
+			return err
+		}
+		vm, err := qemu.Start(vo)
+		if err != nil {
+			cl.Close()
+			return fmt.Errorf("%s: %w", n.Name, err)
+		}
+		n.Console = vm.Opts.ConsoleLog
+		c.nodes = append(c.nodes, &node{name: n.Name, vm: vm, client: cl})
+		o.Progress(fmt.Sprintf("%s: booting (accel %s, address %s, API %s, console %s)", n.Name, vm.Accel(), n.Address, n.API, n.Console))
+	}
+	return c.writeState()
+}
+
+// waitReady waits for each node's API, then for its Node to be Ready; it
+// reports each as it comes. A node that fails is named with why; the
+// others are waited for still.
+func (c *Cluster) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
+	defer cancel()
+	start := time.Now()
+	errs := make([]error, len(c.nodes))
+	var wg sync.WaitGroup
+	for i, n := range c.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.waitNode(ctx, n, start)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	c.state.ReadyAfter = time.Since(start).Round(time.Second).String()
+	c.opts.Progress(fmt.Sprintf("cluster ready: %d nodes Ready %s after the first boot started", len(c.nodes), c.state.ReadyAfter))
+	return nil
+}
+
+func (c *Cluster) waitNode(ctx context.Context, n *node, start time.Time) error {
+	var last time.Duration
+	err := n.vm.WaitReady(ctx, n.name+"'s API", func(ctx context.Context) error {
+		_, err := n.client.Version(ctx, &machine.VersionRequest{})
+		return err
+	}, func(elapsed time.Duration, line string) {
+		if elapsed-last >= 15*time.Second {
+			last = elapsed
+			c.opts.Progress(fmt.Sprintf("%s: %3.0fs %s", n.name, elapsed.Seconds(), line))
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", n.name, err)
+	}
+	c.opts.Progress(fmt.Sprintf("%s: API up after %s; joining", n.name, time.Since(start).Round(time.Second)))
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	why := "not registered yet"
+	for {
+		node, err := c.cp.Client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+		if err == nil {
+			why = "no Ready condition yet"
+			for _, cond := range node.Status.Conditions {
+				if cond.Type != corev1.NodeReady {
+					continue
+				}
+				if cond.Status == corev1.ConditionTrue {
+					c.opts.Progress(fmt.Sprintf("%s: Ready after %s", n.name, time.Since(start).Round(time.Second)))
+					return nil
+				}
+				why = cond.Reason + ": " + cond.Message
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: its Node is not Ready (%s)%s", n.name, why, n.vm.ConsoleTail(5))
+		case <-n.vm.Done():
+			return fmt.Errorf("%s: QEMU exited: %v%s", n.name, n.vm.Wait(), n.vm.ConsoleTail(5))
+		case <-tick.C:
+		}
+	}
+}
+
+// State is what the cluster's state file says of it.
+func (c *Cluster) State() State { return c.state }
+
+// Wait returns when ctx ends or every node's QEMU has exited.
+func (c *Cluster) Wait(ctx context.Context) {
+	for _, n := range c.nodes {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.vm.Done():
+		}
+	}
+}
+
+// Destroy shuts the nodes down (through their API, else by stopping
+// QEMU), stops the control plane, removes the network namespace and marks
+// the state file stopped.
+func (c *Cluster) Destroy() error {
+	c.opts.Progress("stopping the nodes")
+	var wg sync.WaitGroup
+	for _, n := range c.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n.shutdown()
+		}()
+	}
+	wg.Wait()
+	var errs []error
+	if c.fwd != nil {
+		c.fwd.Close()
+	}
+	if c.cp != nil {
+		c.opts.Progress("stopping the control plane")
+		errs = append(errs, c.cp.Stop())
+	}
+	if c.net != nil {
+		errs = append(errs, c.net.remove())
+	}
+	c.state.Phase = PhaseStopped
+	errs = append(errs, c.writeState())
+	return errors.Join(errs...)
+}
+
+// shutdown powers the node off through its API, and stops QEMU if that
+// fails or takes over a minute.
+func (n *node) shutdown() {
+	defer n.client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_, err := n.client.Shutdown(ctx, &machine.ShutdownRequest{})
+	cancel()
+	if err == nil {
+		select {
+		case <-n.vm.Done():
+			return
+		case <-time.After(time.Minute):
+		}
+	}
+	n.vm.Kill()
+}
+
+// forward accepts connections on l and joins each to target, dialled
+// with dial, until l is closed.
+func forward(l net.Listener, dial func(ctx context.Context, network, addr string) (net.Conn, error), target string) {
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer conn.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			up, err := dial(ctx, "tcp", target)
+			cancel()
+			if err != nil {
+				slog.Warn("forward to the API server", "target", target, "err", err)
+				return
+			}
+			defer up.Close()
+			done := make(chan struct{})
+			go func() {
+				io.Copy(up, conn)
+				up.(*net.TCPConn).CloseWrite()
+				close(done)
+			}()
+			io.Copy(conn, up)
+			conn.(*net.TCPConn).CloseWrite()
+			<-done
+		}()
+	}
+}
+
+// freePort returns a TCP port free on 127.0.0.1 a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,235 @@
+//go:build e2e && cluster
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/cairn-os/cairn/qemu/cluster"
+	"github.com/cairn-os/cairn/test/kube"
+	"github.com/cairn-os/cairn/test/need"
+	"github.com/cairn-os/cairn/test/poll"
+	"github.com/cairn-os/cairn/test/registry"
+)
+
+// clusterNodePort is the NodePort the test's Service takes, forwarded
+// from the host to each node by cairn qemu cluster create --node-port.
+const clusterNodePort = 30080
+
+// TestCluster runs `cairn qemu cluster create` with two nodes, as a user
+// would (the cluster in a process of its own, its network in a namespace
+// of its own), and checks through the kubeconfig it writes that:
+//   - both nodes are Ready, each with its InternalIP on the cluster's
+//     network and a pod CIDR;
+//   - a pod on node-2 reaches a pod on node-1 by its IP and through a
+//     ClusterIP Service (pod routes between the nodes, Services);
+//   - the NodePort of node-2 reaches the pod on node-1, from the host;
+//   - a default-deny NetworkPolicy cuts both clients off, and a rule that
+//     allows them lets them through again;
+//   - status shows the nodes Ready, and destroy leaves no process,
+//     network namespace or directory behind.
+func TestCluster(t *testing.T) {
+	bin := os.Getenv(kube.EnvBin)
+	need.Built(t, filepath.Join(bin, "kube-apiserver"), "cluster", kube.EnvBin)
+	reg := registry.Start(t)
+	if _, err := registry.BuildAndPush(context.Background(), reg, "./test/images/hello", "cairn-test/hello:v1"); err != nil {
+		t.Fatal(err)
+	}
+	guestRegistry := fmt.Sprintf("%s:%d", guestHost, reg.Port())
+	image := guestRegistry + "/cairn-test/hello:v1"
+
+	name := fmt.Sprintf("e2e-%d", os.Getpid())
+	dir := filepath.Join(t.TempDir(), "cluster")
+	args := []string{"qemu", "cluster", "--name", name, "--dir", dir}
+	destroyed := false
+	t.Cleanup(func() {
+		if !destroyed {
+			out, err := cairnCLI(context.Background(), append(args, "destroy")...)
+			t.Logf("destroy: %v\n%s", err, out)
+		}
+	})
+	start := time.Now()
+	cairn(t, append(args, "create", "--nodes", "2", "--registry", guestRegistry, "--node-port", strconv.Itoa(clusterNodePort),
+		"--control-plane-bin", bin, "--assets", binDir, "--memory", "1536")...)
+	t.Logf("cluster create: 2 nodes Ready %s after the command started", time.Since(start).Round(time.Second))
+	state, err := cluster.ReadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state.Phase != cluster.PhaseReady || !state.Running() {
+		t.Fatalf("state after create: phase %s, running %v, want ready and running", state.Phase, state.Running())
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", state.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+
+	t.Run("Nodes", func(t *testing.T) {
+		for _, n := range state.Nodes {
+			node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(node.Status.Addresses) == 0 || node.Status.Addresses[0].Address != n.Address {
+				t.Errorf("%s addresses = %v, want InternalIP %s first", n.Name, node.Status.Addresses, n.Address)
+			}
+			if node.Spec.PodCIDR == "" {
+				t.Errorf("%s has no pod CIDR", n.Name)
+			}
+			for _, c := range node.Status.Conditions {
+				if c.Type == corev1.NodeNetworkUnavailable && c.Status != corev1.ConditionFalse {
+					t.Errorf("%s NetworkUnavailable = %s (%s), want False: the pod routes are in", n.Name, c.Status, c.Reason)
+				}
+			}
+		}
+		out := cairn(t, append(args, "status")...)
+		for _, n := range state.Nodes {
+			if !strings.Contains(out, n.Name) || !strings.Contains(out, n.Address) {
+				t.Errorf("status printed:\n%s\nwant %s with %s", out, n.Name, n.Address)
+			}
+		}
+		if strings.Count(out, " True ") != 2 {
+			t.Errorf("status printed:\n%s\nwant both nodes Ready True", out)
+		}
+	})
+
+	const ns = "default"
+	pods := cs.CoreV1().Pods(ns)
+	run := func(t *testing.T, name, node string, labels map[string]string, env ...corev1.EnvVar) *corev1.Pod {
+		t.Helper()
+		p, err := pods.Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{
+				Name: "hello", Image: image, Env: env, ImagePullPolicy: corev1.PullIfNotPresent,
+			}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		poll.Until(t, 5*time.Minute, name+" Running on "+node, func() error {
+			if p, err = pods.Get(ctx, name, metav1.GetOptions{}); err != nil {
+				return err
+			}
+			if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+				return fmt.Errorf("phase %s, IP %q", p.Status.Phase, p.Status.PodIP)
+			}
+			return nil
+		})
+		return p
+	}
+	server := run(t, "server", "node-1", map[string]string{"app": "server"}, corev1.EnvVar{Name: "HELLO_SERVE", Value: ":8080"})
+	svc, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "server"},
+		Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "server"},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080), NodePort: clusterNodePort}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byIP := server.Status.PodIP + ":8080"
+	byService := net.JoinHostPort(svc.Spec.ClusterIP, "80")
+	client := map[string]corev1.EnvVar{"by-ip": {Name: "HELLO_DIAL", Value: byIP}, "by-service": {Name: "HELLO_DIAL", Value: byService}}
+	for name, env := range client {
+		run(t, name, "node-2", map[string]string{"role": "client"}, env)
+	}
+	// lastLine waits until the pod's last log line, read through the API
+	// server from its node's kubelet server, starts with want.
+	lastLine := func(t *testing.T, pod, want string) {
+		t.Helper()
+		tail := int64(1)
+		poll.Until(t, 2*time.Minute, pod+"'s last line "+want, func() error {
+			b, err := pods.GetLogs(pod, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(ctx)
+			if err != nil {
+				return err
+			}
+			if !strings.HasPrefix(string(b), want) {
+				return fmt.Errorf("last line %q", b)
+			}
+			return nil
+		})
+	}
+	// nodePort reads the server's greeting through node-2's NodePort,
+	// forwarded from the host's loopback.
+	nodePort := func() error {
+		c, err := net.DialTimeout("tcp", state.Nodes[1].Forwarded, 5*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return fmt.Errorf("read through the NodePort: %w", err)
+		}
+		if line != "hello\n" {
+			return fmt.Errorf("the NodePort answered %q, want the server's hello", line)
+		}
+		return nil
+	}
+
+	t.Run("AcrossNodes", func(t *testing.T) {
+		lastLine(t, "by-ip", "reached "+byIP)
+		lastLine(t, "by-service", "reached "+byService)
+		poll.Until(t, time.Minute, "the server's hello through node-2's NodePort", nodePort)
+	})
+
+	t.Run("NetworkPolicy", func(t *testing.T) {
+		policies := cs.NetworkingV1().NetworkPolicies(ns)
+		server := metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}}
+		if _, err := policies.Create(ctx, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "deny"},
+			Spec: networkingv1.NetworkPolicySpec{PodSelector: server, PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		lastLine(t, "by-ip", "blocked "+byIP)
+		lastLine(t, "by-service", "blocked "+byService)
+		if _, err := policies.Create(ctx, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "allow-clients"},
+			Spec: networkingv1.NetworkPolicySpec{PodSelector: server, PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+				Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{
+					PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "client"}},
+				}}}}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		lastLine(t, "by-ip", "reached "+byIP)
+		lastLine(t, "by-service", "reached "+byService)
+	})
+
+	t.Run("Destroy", func(t *testing.T) {
+		cairn(t, append(args, "destroy")...)
+		destroyed = true
+		if state.Running() {
+			t.Errorf("the cluster's process %d still runs after destroy", state.PID)
+		}
+		if _, err := os.Stat("/run/netns/" + state.Netns); !os.IsNotExist(err) {
+			t.Errorf("network namespace %s after destroy: %v, want it gone", state.Netns, err)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("cluster directory after destroy: %v, want it gone", err)
+		}
+	})
+}
