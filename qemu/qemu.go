@@ -62,11 +62,11 @@ type Options struct {
 	Forwards []Forward
 	// Taps are more NICs, each on a tap device the caller opened, after
 	// the user-networking one.
-	Taps []Tap
-	MemoryMiB   int    // default 2048
-	CPUs        int    // default 2
-	ConsoleLog  string // default Disk + ".console.log"
-	EFIVars     string // writable OVMF variable store, default Disk + ".efivars"; kept across runs
+	Taps       []Tap
+	MemoryMiB  int    // default 2048
+	CPUs       int    // default 2
+	ConsoleLog string // default Disk + ".console.log"
+	EFIVars    string // writable OVMF variable store, default Disk + ".efivars"; kept across runs
 	// IsolatedNIC adds a second virtio NIC on a network of its own where
 	// nothing answers: DHCP on it times out.
 	IsolatedNIC bool
