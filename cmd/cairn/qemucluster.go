@@ -85,7 +85,6 @@ returns; it shows that process's progress until every node is Ready. With
 	f := create.Flags()
 	f.IntVar(&o.Nodes, "nodes", 2, "how many nodes")
 	f.StringVar(&network, "network", cluster.DefaultNetwork, "the nodes' network: the control plane takes its first address, node-N the (10+N)th")
-	f.StringSliceVar(&o.Registries, "registry", nil, "registry HOST:PORT the nodes pull from over plain HTTP (the host's loopback is 10.0.2.2); repeatable")
 	f.IntVar(&o.NodePort, "node-port", 0, "a NodePort to forward from the host's loopback to each node (status shows where)")
 	f.IntVar(&o.MemoryMiB, "memory", 2048, "memory of each node in MiB")
 	f.IntVar(&o.CPUs, "cpus", 2, "virtual CPUs of each node")
@@ -247,7 +246,8 @@ func clusterStatus(ctx context.Context, out io.Writer, dir string) error {
 	if s.Error != "" {
 		fmt.Fprintf(out, "error: %s\n", s.Error)
 	}
-	fmt.Fprintf(out, "kubeconfig: %s (API server %s)\nclient config: %s\n", s.Kubeconfig, s.APIServer, s.ClientConfig)
+	fmt.Fprintf(out, "kubeconfig: %s (API server %s)\nclient config: %s\nregistry: push to %s; pods name the images %s/…\n",
+		s.Kubeconfig, s.APIServer, s.ClientConfig, s.Registry, s.NodeRegistry)
 	ready := map[string]string{}
 	if s.Running() {
 		ready, err = nodesReady(ctx, s.Kubeconfig)

@@ -19,6 +19,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -65,9 +66,6 @@ type Options struct {
 	// Network is the nodes' L2 network: the control plane takes its first
 	// address, node i (from 1) the (10+i)th.
 	Network netip.Prefix
-	// Registries are registries the nodes pull from over plain HTTP,
-	// HOST:PORT as the nodes reach them (the host's loopback is 10.0.2.2).
-	Registries []string
 	// NodePort, if not 0, is a NodePort forwarded from the host's
 	// loopback to each node: see State.Nodes' Forwarded.
 	NodePort  int
@@ -102,7 +100,9 @@ type Cluster struct {
 	net   *network
 	cp    *controlplane.ControlPlane
 	fwd   net.Listener
-	nodes []*node
+	// registry is the cluster's image registry (serveRegistry).
+	registry *http.Server
+	nodes    []*node
 }
 
 // node is one VM and its API client.
@@ -171,6 +171,9 @@ func (c *Cluster) start(ctx context.Context) error {
 	if c.cp, err = controlplane.Run(o.ControlPlaneBin, cpDir, controlplane.Options{
 		Address: c.net.host(), Port: APIServerPort, Netns: c.state.Netns, Scheduler: true,
 		PodCIDR: DefaultPodCIDR, ServiceCIDR: DefaultServiceCIDR,
+		// The nodes' hostnames resolve nowhere: reach their kubelet
+		// servers (logs, exec) at their InternalIPs.
+		APIServerFlags: []string{"--kubelet-preferred-address-types=InternalIP,Hostname"},
 	}); err != nil {
 		return fmt.Errorf("control plane: %w", err)
 	}
@@ -178,6 +181,14 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := c.forwardAPIServer(); err != nil {
 		return err
 	}
+	if err := c.serveRegistry(); err != nil {
+		return err
+	}
+	step(fmt.Sprintf("registry: push to %s, the nodes pull from %s", c.state.Registry, c.state.NodeRegistry))
+	if err := c.deployDNS(ctx); err != nil {
+		return err
+	}
+	step("CoreDNS deployed as the cluster's DNS at " + DNSServiceIP)
 
 	bundles, err := c.nodeConfigs()
 	if err != nil {
@@ -242,10 +253,9 @@ func (c *Cluster) nodeConfigs() ([]*machineconfig.Bundle, error) {
 			NodeIP:         addr.String(),
 			ClusterCIDRs:   []string{DefaultPodCIDR},
 			ServiceCIDRs:   []string{DefaultServiceCIDR},
+			ClusterDNS:     []string{DNSServiceIP},
 		}
-		for _, r := range o.Registries {
-			cfg.Containerd.Registries = append(cfg.Containerd.Registries, machineconfig.Registry{Host: r, Endpoints: []string{"http://" + r}})
-		}
+		cfg.Containerd.Registries = []machineconfig.Registry{{Host: c.state.NodeRegistry, Endpoints: []string{"http://" + c.state.NodeRegistry}}}
 		// Checked as the node will read it: defaults applied, then validated.
 		data, err := cfg.Marshal()
 		if err == nil {
@@ -370,8 +380,12 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	if err := c.waitDNS(ctx); err != nil {
+		return err
+	}
+	c.opts.Progress(fmt.Sprintf("CoreDNS ready %s after the first boot started", time.Since(start).Round(time.Second)))
 	c.state.ReadyAfter = time.Since(start).Round(time.Second).String()
-	c.opts.Progress(fmt.Sprintf("cluster ready: %d nodes Ready %s after the first boot started", len(c.nodes), c.state.ReadyAfter))
+	c.opts.Progress(fmt.Sprintf("cluster ready: %d nodes Ready and the cluster DNS serving %s after the first boot started", len(c.nodes), c.state.ReadyAfter))
 	return nil
 }
 
@@ -449,6 +463,9 @@ func (c *Cluster) Destroy() error {
 	var errs []error
 	if c.fwd != nil {
 		c.fwd.Close()
+	}
+	if c.registry != nil {
+		c.registry.Close()
 	}
 	if c.cp != nil {
 		c.opts.Progress("stopping the control plane")

@@ -38,7 +38,11 @@ type State struct {
 	ReadyAfter string `json:"readyAfter,omitempty"`
 	Netns      string `json:"netns"`
 	// APIServer is the API server's address on the host's loopback.
-	APIServer    string      `json:"apiServer,omitempty"`
+	APIServer string `json:"apiServer,omitempty"`
+	// Registry is the cluster's image registry on the host's loopback,
+	// where users push; the nodes pull the same images from NodeRegistry.
+	Registry     string      `json:"registry,omitempty"`
+	NodeRegistry string      `json:"nodeRegistry,omitempty"`
 	Kubeconfig   string      `json:"kubeconfig"`
 	ClientConfig string      `json:"clientConfig"` // cairn node's, with every node's endpoint
 	Nodes        []NodeState `json:"nodes,omitempty"`

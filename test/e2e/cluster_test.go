@@ -37,23 +37,18 @@ const clusterNodePort = 30080
 // of its own), and checks through the kubeconfig it writes that:
 //   - both nodes are Ready, each with its InternalIP on the cluster's
 //     network and a pod CIDR;
-//   - a pod on node-2 reaches a pod on node-1 by its IP and through a
-//     ClusterIP Service (pod routes between the nodes, Services);
+//   - pods on node-2 reach a pod on node-1 by its IP, through a ClusterIP
+//     Service and by the Service's name (pod routes between the nodes,
+//     Services, the cluster's CoreDNS), with images from the cluster's
+//     registry;
 //   - the NodePort of node-2 reaches the pod on node-1, from the host;
-//   - a default-deny NetworkPolicy cuts both clients off, and a rule that
+//   - a default-deny NetworkPolicy cuts the clients off, and a rule that
 //     allows them lets them through again;
 //   - status shows the nodes Ready, and destroy leaves no process,
 //     network namespace or directory behind.
 func TestCluster(t *testing.T) {
 	bin := os.Getenv(kube.EnvBin)
 	need.Built(t, filepath.Join(bin, "kube-apiserver"), "cluster", kube.EnvBin)
-	reg := registry.Start(t)
-	if _, err := registry.BuildAndPush(context.Background(), reg, "./test/images/hello", "cairn-test/hello:v1"); err != nil {
-		t.Fatal(err)
-	}
-	guestRegistry := fmt.Sprintf("%s:%d", guestHost, reg.Port())
-	image := guestRegistry + "/cairn-test/hello:v1"
-
 	name := fmt.Sprintf("e2e-%d", os.Getpid())
 	dir := filepath.Join(t.TempDir(), "cluster")
 	args := []string{"qemu", "cluster", "--name", name, "--dir", dir}
@@ -65,13 +60,19 @@ func TestCluster(t *testing.T) {
 		}
 	})
 	start := time.Now()
-	cairn(t, append(args, "create", "--nodes", "2", "--registry", guestRegistry, "--node-port", strconv.Itoa(clusterNodePort),
+	cairn(t, append(args, "create", "--nodes", "2", "--node-port", strconv.Itoa(clusterNodePort),
 		"--control-plane-bin", bin, "--assets", binDir, "--memory", "1536")...)
 	t.Logf("cluster create: 2 nodes Ready %s after the command started", time.Since(start).Round(time.Second))
 	state, err := cluster.ReadState(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The cluster's own registry: pushed to on the host's loopback,
+	// pulled from on the cluster's network.
+	if _, err := registry.BuildAndPush(context.Background(), &registry.Registry{Addr: state.Registry}, "./test/images/hello", "cairn-test/hello:v1"); err != nil {
+		t.Fatal(err)
+	}
+	image := state.NodeRegistry + "/cairn-test/hello:v1"
 	if state.Phase != cluster.PhaseReady || !state.Running() {
 		t.Fatalf("state after create: phase %s, running %v, want ready and running", state.Phase, state.Running())
 	}
@@ -150,11 +151,14 @@ func TestCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byIP := server.Status.PodIP + ":8080"
-	byService := net.JoinHostPort(svc.Spec.ClusterIP, "80")
-	client := map[string]corev1.EnvVar{"by-ip": {Name: "HELLO_DIAL", Value: byIP}, "by-service": {Name: "HELLO_DIAL", Value: byService}}
-	for name, env := range client {
-		run(t, name, "node-2", map[string]string{"role": "client"}, env)
+	// Three clients on node-2 dial the server on node-1 every second.
+	clients := map[string]string{
+		"by-ip":      server.Status.PodIP + ":8080",
+		"by-service": net.JoinHostPort(svc.Spec.ClusterIP, "80"),
+		"by-name":    "server.default.svc.cluster.local:80", // through the cluster's CoreDNS
+	}
+	for name, addr := range clients {
+		run(t, name, "node-2", map[string]string{"role": "client"}, corev1.EnvVar{Name: "HELLO_DIAL", Value: addr})
 	}
 	// lastLine waits until the pod's last log line, read through the API
 	// server from its node's kubelet server, starts with want.
@@ -171,6 +175,14 @@ func TestCluster(t *testing.T) {
 			}
 			return nil
 		})
+	}
+	// allClients waits until each client's last line starts with what
+	// followed by its address.
+	allClients := func(t *testing.T, what string) {
+		t.Helper()
+		for name, addr := range clients {
+			lastLine(t, name, what+" "+addr)
+		}
 	}
 	// nodePort reads the server's greeting through node-2's NodePort,
 	// forwarded from the host's loopback.
@@ -192,8 +204,7 @@ func TestCluster(t *testing.T) {
 	}
 
 	t.Run("AcrossNodes", func(t *testing.T) {
-		lastLine(t, "by-ip", "reached "+byIP)
-		lastLine(t, "by-service", "reached "+byService)
+		allClients(t, "reached")
 		poll.Until(t, time.Minute, "the server's hello through node-2's NodePort", nodePort)
 	})
 
@@ -205,8 +216,7 @@ func TestCluster(t *testing.T) {
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		lastLine(t, "by-ip", "blocked "+byIP)
-		lastLine(t, "by-service", "blocked "+byService)
+		allClients(t, "blocked")
 		if _, err := policies.Create(ctx, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "allow-clients"},
 			Spec: networkingv1.NetworkPolicySpec{PodSelector: server, PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 				Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{
@@ -215,8 +225,7 @@ func TestCluster(t *testing.T) {
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		lastLine(t, "by-ip", "reached "+byIP)
-		lastLine(t, "by-service", "reached "+byService)
+		allClients(t, "reached")
 	})
 
 	t.Run("Destroy", func(t *testing.T) {
