@@ -11,7 +11,7 @@ LDFLAGS := -s -w -buildid= -X github.com/cairn-os/cairn/internal/version.Version
 
 export CGO_ENABLED := 0
 
-.PHONY: all deps components build image run test test-unit test-e2e test-cluster test-powercut bench bench-build bench-pods bench-streams bench-storage bench-proxy bench-podnet bench-policy proto clean
+.PHONY: all deps components build image run test test-unit test-e2e test-cluster test-powercut demo bench bench-build bench-pods bench-streams bench-storage bench-proxy bench-podnet bench-policy bench-cluster proto clean
 
 all: build
 
@@ -140,6 +140,12 @@ test-powercut: deps build
 test-unit:
 	$(GO) test ./...
 
+# A cluster of two Cairn nodes in QEMU with a sample app, a Deployment
+# behind a NodePort Service (hack/demo.sh, as root; a few minutes under
+# TCG): prints how to reach it, and how to destroy the cluster.
+demo: deps cluster coredns build
+	./hack/demo.sh
+
 # A cluster of two Cairn nodes in QEMU (cairn qemu cluster create, as root;
 # about 15 min under TCG): pods across the nodes by IP, through a
 # ClusterIP Service and through a NodePort, NetworkPolicy between them,
@@ -147,7 +153,7 @@ test-unit:
 test-cluster: deps cluster coredns build
 	$(TEST_ENV) $(GO) test -v -tags 'e2e cluster' -run '^TestCluster$$' -timeout 60m -count=1 ./test/e2e/
 
-bench: deps bench-pods bench-streams bench-storage bench-proxy bench-podnet bench-policy
+bench: deps bench-pods bench-streams bench-storage bench-proxy bench-podnet bench-policy bench-cluster
 	$(GO) test -tags e2e -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/e2e/
 
 # Image builds (test/e2e, about 5 min): cold (empty caches), warm (nothing
@@ -202,6 +208,11 @@ bench-proxy: deps cluster build
 # through host-gw and through VXLAN, each a network namespace here.
 bench-podnet: deps cluster
 	$(TEST_ENV) $(GO) test -run '^$$' -bench PodToPod -benchtime 3s -timeout 10m ./agent/podroutes/
+
+# cairn qemu cluster create with 3 nodes, from the command to every Node
+# Ready and CoreDNS serving (test/e2e, as root; about 5 min under TCG).
+bench-cluster: deps cluster coredns build
+	$(TEST_ENV) $(GO) test -v -tags 'e2e cluster' -run '^$$' -bench ClusterCreate -benchtime 1x -timeout 30m ./test/e2e/
 
 # NetworkPolicy (agent/proxy's PolicyEnforcer): 1 000 policies over 5 000
 # pods programmed into a table from empty, again after a restart, and one

@@ -145,8 +145,6 @@ func TestNetdev(t *testing.T) {
 		{name: "API only", o: Options{APIPort: 40000}, want: "user,id=n0,hostfwd=tcp:127.0.0.1:40000-:50000"},
 		{name: "API and metrics", o: Options{APIPort: 40000, MetricsPort: 40001},
 			want: "user,id=n0,hostfwd=tcp:127.0.0.1:40000-:50000,hostfwd=tcp:127.0.0.1:40001-:50001"},
-		{name: "API and more ports", o: Options{APIPort: 40000, Forwards: []Forward{{Host: 40080, Guest: 30080}}},
-			want: "user,id=n0,hostfwd=tcp:127.0.0.1:40000-:50000,hostfwd=tcp:127.0.0.1:40080-:30080"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

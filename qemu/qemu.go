@@ -58,8 +58,6 @@ type Options struct {
 	// MetricsPort, if not 0, is the host port on 127.0.0.1 forwarded to
 	// the node's metrics (50001).
 	MetricsPort int
-	// Forwards are more TCP ports on 127.0.0.1 forwarded to the node.
-	Forwards []Forward
 	// Taps are more NICs, each on a tap device the caller opened, after
 	// the user-networking one.
 	Taps       []Tap
@@ -87,10 +85,6 @@ type Options struct {
 	// Set ConsoleLog too: its default is named after Disk.
 	Kernel *KernelBoot
 }
-
-// Forward forwards TCP port Host on the host's 127.0.0.1 to port Guest
-// of the node, through user networking.
-type Forward struct{ Host, Guest int }
 
 // Tap is a NIC on an open tap device (IFF_TAP|IFF_NO_PI|IFF_VNET_HDR),
 // such as one on a bridge in a network namespace: QEMU gets the file
@@ -634,9 +628,6 @@ func netdev(o Options) string {
 	s := fmt.Sprintf("user,id=n0,hostfwd=tcp:127.0.0.1:%d-:%d", o.APIPort, machineconfig.DefaultAPIPort)
 	if o.MetricsPort != 0 {
 		s += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:%d", o.MetricsPort, machineconfig.DefaultMetricsPort)
-	}
-	for _, f := range o.Forwards {
-		s += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:%d", f.Host, f.Guest)
 	}
 	return s
 }

@@ -117,7 +117,26 @@ returns; it shows that process's progress until every node is Ready. With
 		},
 	}
 	destroy.Flags().DurationVar(&timeout, "timeout", 3*time.Minute, "how long the nodes get to shut down")
-	cmd.AddCommand(create, status, destroy)
+	push := &cobra.Command{
+		Use:   "push BINARY REPO:TAG",
+		Short: "Push a static Linux binary as a one-layer image to the cluster's registry, for pods to run",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := cluster.ReadState(dirOf())
+			if err != nil {
+				return err
+			}
+			if !s.Running() {
+				return fmt.Errorf("cluster %s does not run: cairn qemu cluster create --name %s", s.Name, s.Name)
+			}
+			if err := cluster.PushBinary(cmd.Context(), s.Registry, args[0], args[1]); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "pushed %s: pods name it %s/%s\n", args[0], s.NodeRegistry, args[1])
+			return nil
+		},
+	}
+	cmd.AddCommand(create, status, push, destroy)
 	return cmd
 }
 

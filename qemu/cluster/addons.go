@@ -62,22 +62,33 @@ func (c *Cluster) serveRegistry() error {
 // push pushes the single-binary image of bin (a file) to the cluster's
 // registry as repoTag and returns its reference as the nodes name it.
 func (c *Cluster) push(ctx context.Context, bin, repoTag string) (string, error) {
+	if err := PushBinary(ctx, c.state.Registry, bin, repoTag); err != nil {
+		return "", err
+	}
+	return c.state.NodeRegistry + "/" + repoTag, nil
+}
+
+// PushBinary pushes an image whose one layer is the static binary bin (a
+// file), as /usr/bin/NAME and the entrypoint, to the registry at addr
+// (HOST:PORT, plain HTTP) as repoTag. The same binary makes the same
+// image.
+func PushBinary(ctx context.Context, addr, bin, repoTag string) error {
 	b, err := os.ReadFile(bin)
 	if err != nil {
-		return "", err
+		return err
 	}
 	img, err := oci.BinaryImage(b, "/usr/bin/"+filepath.Base(bin), time.Unix(build.DefaultSourceDateEpoch, 0).UTC())
 	if err != nil {
-		return "", err
+		return err
 	}
-	ref, err := name.ParseReference(c.state.Registry+"/"+repoTag, name.Insecure)
+	ref, err := name.ParseReference(addr+"/"+repoTag, name.Insecure)
 	if err != nil {
-		return "", err
+		return err
 	}
 	if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
-		return "", fmt.Errorf("push %s: %w", ref, err)
+		return fmt.Errorf("push %s: %w", ref, err)
 	}
-	return c.state.NodeRegistry + "/" + repoTag, nil
+	return nil
 }
 
 // DNSServiceIP is the cluster DNS Service's ClusterIP: the tenth address

@@ -67,7 +67,8 @@ type Options struct {
 	// address, node i (from 1) the (10+i)th.
 	Network netip.Prefix
 	// NodePort, if not 0, is a NodePort forwarded from the host's
-	// loopback to each node: see State.Nodes' Forwarded.
+	// loopback to each node's InternalIP, through the cluster's network:
+	// see State.Nodes' Forwarded.
 	NodePort  int
 	MemoryMiB int
 	CPUs      int
@@ -99,7 +100,8 @@ type Cluster struct {
 	state State
 	net   *network
 	cp    *controlplane.ControlPlane
-	fwd   net.Listener
+	// forwards listen on the host's loopback (forward).
+	forwards []net.Listener
 	// registry is the cluster's image registry (serveRegistry).
 	registry *http.Server
 	nodes    []*node
@@ -204,14 +206,10 @@ func (c *Cluster) start(ctx context.Context) error {
 // forwardAPIServer serves the API server on a free port of the host's
 // loopback and writes the kubeconfig that goes there.
 func (c *Cluster) forwardAPIServer() error {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	var err error
+	if c.state.APIServer, err = c.forward(net.JoinHostPort(c.net.host().String(), strconv.Itoa(APIServerPort))); err != nil {
 		return err
 	}
-	c.fwd = l
-	c.state.APIServer = l.Addr().String()
-	target := net.JoinHostPort(c.net.host().String(), strconv.Itoa(APIServerPort))
-	go forward(l, inns.Dialer(c.state.Netns), target)
 	cert, key, err := c.cp.IssueClient("cairn-admin", "system:masters")
 	if err != nil {
 		return err
@@ -266,10 +264,9 @@ func (c *Cluster) nodeConfigs() ([]*machineconfig.Bundle, error) {
 		}
 		n := NodeState{Name: name, Address: addr.String(), API: endpoint, Dir: filepath.Join(o.Dir, name)}
 		if o.NodePort != 0 {
-			if port, err = freePort(); err != nil {
+			if n.Forwarded, err = c.forward(net.JoinHostPort(n.Address, strconv.Itoa(o.NodePort))); err != nil {
 				return nil, err
 			}
-			n.Forwarded = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		}
 		c.state.Nodes = append(c.state.Nodes, n)
 		endpoints = append(endpoints, endpoint)
@@ -338,10 +335,6 @@ func (c *Cluster) boot(bundles []*machineconfig.Bundle, disks []string) error {
 			Disk: disks[i], Attach: []string{filepath.Join(n.Dir, "cidata.img")}, APIPort: port,
 			Taps: []qemu.Tap{c.net.tap(i)}, MemoryMiB: o.MemoryMiB, CPUs: o.CPUs, Accel: o.Accel,
 			Notify: func(line string) { o.Progress(n.Name + ": " + line) },
-		}
-		if n.Forwarded != "" {
-			fport, _ := strconv.Atoi(n.Forwarded[len("127.0.0.1:"):])
-			vo.Forwards = []qemu.Forward{{Host: fport, Guest: o.NodePort}}
 		}
 		cc := *b.Client
 		cl, err := client.Dial(&cc, n.API)
@@ -461,8 +454,8 @@ func (c *Cluster) Destroy() error {
 	}
 	wg.Wait()
 	var errs []error
-	if c.fwd != nil {
-		c.fwd.Close()
+	for _, l := range c.forwards {
+		l.Close()
 	}
 	if c.registry != nil {
 		c.registry.Close()
@@ -496,6 +489,19 @@ func (n *node) shutdown() {
 	n.vm.Kill()
 }
 
+// forward listens on a free port of the host's loopback and joins each
+// connection to target in the cluster's network, until Destroy; it
+// returns the address it listens on.
+func (c *Cluster) forward(target string) (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	c.forwards = append(c.forwards, l)
+	go forward(l, inns.Dialer(c.state.Netns), target)
+	return l.Addr().String(), nil
+}
+
 // forward accepts connections on l and joins each to target, dialled
 // with dial, until l is closed.
 func forward(l net.Listener, dial func(ctx context.Context, network, addr string) (net.Conn, error), target string) {
@@ -510,7 +516,7 @@ func forward(l net.Listener, dial func(ctx context.Context, network, addr string
 			up, err := dial(ctx, "tcp", target)
 			cancel()
 			if err != nil {
-				slog.Warn("forward to the API server", "target", target, "err", err)
+				slog.Warn("forward into the cluster's network", "target", target, "err", err)
 				return
 			}
 			defer up.Close()

@@ -11,12 +11,16 @@
 // prints "bye" and exits 0. It handles the signals itself because, as PID 1
 // of a container, it would otherwise ignore them. With HELLO_ONCE=1 in its
 // environment it exits 0 right after the first line, for checks that only
-// need to run the binary.
+// need to run the binary. HELLO_SERVE=ADDR greets each TCP connection
+// with "hello"; HELLO_HTTP=ADDR answers HTTP requests with "hello from
+// <hostname>"; HELLO_DIAL=ADDR connects to ADDR every second and says
+// whether it got through.
 package main
 
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -57,6 +61,9 @@ func main() {
 	if addr := os.Getenv("HELLO_DIAL"); addr != "" {
 		go dial(addr)
 	}
+	if addr := os.Getenv("HELLO_HTTP"); addr != "" {
+		go serveHTTP(addr)
+	}
 
 	ticker := time.NewTicker(tickEvery)
 	defer ticker.Stop()
@@ -69,6 +76,17 @@ func main() {
 			return
 		}
 	}
+}
+
+// serveHTTP answers every HTTP request on addr with a line naming this
+// host: a pod's name, so that a client sees which pod answered.
+func serveHTTP(addr string) {
+	host, _ := os.Hostname()
+	err := http.ListenAndServe(addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from %s\n", host)
+	}))
+	fmt.Println("serve HTTP:", err)
+	os.Exit(1)
 }
 
 // dial connects to addr every second and says whether it got through.

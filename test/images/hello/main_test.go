@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -115,4 +116,32 @@ func TestServeAndDial(t *testing.T) {
 	seen("reached " + addr)
 	server.Process.Kill()
 	seen("blocked " + addr)
+}
+
+// TestHTTP starts hello with HELLO_HTTP and wants its greeting, with the
+// host's name, from an HTTP GET.
+func TestHTTP(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	hello(t, []string{"HELLO_HTTP=" + addr})
+	host, _ := os.Hostname()
+	var body []byte
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/")
+		if err == nil {
+			body, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET http://%s/: %v", addr, err)
+		}
+	}
+	if want := "hello from " + host + "\n"; string(body) != want {
+		t.Errorf("GET answered %q, want %q", body, want)
+	}
 }
