@@ -410,7 +410,7 @@ func (c *Cluster) waitNode(ctx context.Context, n *node, start time.Time) error 
 				}
 				if cond.Status == corev1.ConditionTrue {
 					c.opts.Progress(fmt.Sprintf("%s: Ready after %s", n.name, time.Since(start).Round(time.Second)))
-					return nil
+					return c.routePods(node)
 				}
 				why = cond.Reason + ": " + cond.Message
 			}
@@ -423,6 +423,26 @@ func (c *Cluster) waitNode(ctx context.Context, n *node, start time.Time) error 
 		case <-tick.C:
 		}
 	}
+}
+
+// routePods routes node's pod CIDRs in the cluster's network namespace
+// through its InternalIP, as the nodes route them to each other: the
+// control plane reaches pods (the API server's proxy to pods and
+// Services, webhooks) as it would on a node.
+func (c *Cluster) routePods(node *corev1.Node) error {
+	var via string
+	for _, a := range node.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			via = a.Address
+			break
+		}
+	}
+	for _, cidr := range node.Spec.PodCIDRs {
+		if err := ip("-n", c.state.Netns, "route", "replace", cidr, "via", via); err != nil {
+			return fmt.Errorf("%s: route its pods: %w", node.Name, err)
+		}
+	}
+	return nil
 }
 
 // State is what the cluster's state file says of it.

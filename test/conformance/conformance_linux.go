@@ -70,6 +70,38 @@ func (r Result) Summary() string {
 func Run(tb testing.TB, s Suite) Result {
 	tb.Helper()
 	need.Root(tb, "containerd and cairn-agent run as root")
+	// The API server reaches the kubelet server at the Node's InternalIP,
+	// one of the host's addresses.
+	c := kube.Start(tb, kube.Options{Scheduler: true, APIServerFlags: []string{"--kubelet-preferred-address-types=InternalIP"}})
+	rt := runtime.Start(tb)
+	reg := registry.Start(tb)
+	if err := rt.AllowHTTP(reg.Addr); err != nil {
+		tb.Fatal(err)
+	}
+	agent := agentnode.Start(tb, c, rt, agentnode.Options{Name: NodeName, Bin: agentnode.Build(tb)})
+	poll.Until(tb, 2*time.Minute, "Node "+NodeName+" Ready", func() error { return nodeReady(c, NodeName) })
+	res := RunOn(tb, s, Target{Kubeconfig: c.AdminKubeconfig, Registry: reg, Pull: reg.Addr})
+	if err := agent.Running(); err != nil {
+		tb.Error(err)
+	}
+	return res
+}
+
+// Target is a cluster that the suite runs against.
+type Target struct {
+	Kubeconfig string
+	// Registry is where the suite's images are pushed, and Pull its
+	// address as the nodes name it.
+	Registry *registry.Registry
+	Pull     string
+}
+
+// RunOn pushes the suite's images to t's registry, runs the specs of s
+// against t in ginkgo's parallel processes, and returns what they did.
+// The report stays in s.ReportDir. It fails tb only when the suite could
+// not run; failed specs are in the Result.
+func RunOn(tb testing.TB, s Suite, t Target) Result {
+	tb.Helper()
 	dir := binDir(tb)
 	e2eTest, ginkgo := filepath.Join(dir, "e2e.test"), filepath.Join(dir, "ginkgo")
 	for _, name := range []string{"e2e.test", "ginkgo", "agnhost", "nnp", "busybox", "localhost.crt", "localhost.key"} {
@@ -81,19 +113,10 @@ func Run(tb testing.TB, s Suite) Result {
 	if err := os.MkdirAll(s.ReportDir, 0o755); err != nil {
 		tb.Fatal(err)
 	}
-
-	// The API server reaches the kubelet server at the Node's InternalIP,
-	// one of the host's addresses.
 	kubectl := filepath.Join(clusterBinDir(tb), "kubectl")
 	need.Built(tb, kubectl, "cluster", kube.EnvBin)
-	c := kube.Start(tb, kube.Options{Scheduler: true, APIServerFlags: []string{"--kubelet-preferred-address-types=InternalIP"}})
-	rt := runtime.Start(tb)
-	reg := registry.Start(tb)
-	if err := rt.AllowHTTP(reg.Addr); err != nil {
-		tb.Fatal(err)
-	}
 	repoList := filepath.Join(tb.TempDir(), "repo-list.yaml")
-	if err := writeRepoList(repoList, reg.Addr); err != nil {
+	if err := writeRepoList(repoList, t.Pull); err != nil {
 		tb.Fatal(err)
 	}
 	env := append(os.Environ(), "KUBE_TEST_REPO_LIST="+repoList)
@@ -104,17 +127,14 @@ func Run(tb testing.TB, s Suite) Result {
 		tb.Fatal(err)
 	}
 	var res Result
-	if res.Missing, err = pushImages(ctx, reg, bins(dir), refs); err != nil {
+	if res.Missing, err = pushImages(ctx, t.Registry, t.Pull, bins(dir), refs); err != nil {
 		tb.Fatal(err)
 	}
 	notBuilt := filepath.Join(s.ReportDir, "images-not-built.txt")
 	if err := os.WriteFile(notBuilt, []byte(strings.Join(res.Missing, "\n")+"\n"), 0o644); err != nil {
 		tb.Fatal(err)
 	}
-	tb.Logf("conformance: pushed %d of the suite's images to %s; the %d not built are in %s", len(refs)-len(res.Missing), reg.Addr, len(res.Missing), notBuilt)
-
-	agent := agentnode.Start(tb, c, rt, agentnode.Options{Name: NodeName, Bin: agentnode.Build(tb)})
-	poll.Until(tb, 2*time.Minute, "Node "+NodeName+" Ready", func() error { return nodeReady(c, NodeName) })
+	tb.Logf("conformance: pushed %d of the suite's images to %s; the %d not built are in %s", len(refs)-len(res.Missing), t.Registry.Addr, len(res.Missing), notBuilt)
 
 	start := time.Now()
 	args := []string{"--procs", fmt.Sprint(s.Procs), "--timeout", s.Timeout.String(), "--no-color", "--succinct", "--focus", s.Focus}
@@ -122,7 +142,7 @@ func Run(tb testing.TB, s Suite) Result {
 		args = append(args, "--skip", s.Skip)
 	}
 	args = append(args, e2eTest, "--",
-		"--kubeconfig", c.AdminKubeconfig,
+		"--kubeconfig", t.Kubeconfig,
 		"--kubectl-path", kubectl,
 		"--provider", "skeleton",
 		"--report-dir", s.ReportDir,
@@ -145,9 +165,6 @@ func Run(tb testing.TB, s Suite) Result {
 	// ginkgo exits non-zero when a spec fails: the report says which.
 	runErr := cmd.Run()
 	res.Took = time.Since(start)
-	if err := agent.Running(); err != nil {
-		tb.Error(err)
-	}
 	if err := readReport(report, &res); err != nil {
 		tb.Fatalf("conformance: the suite wrote no report (%v, ginkgo: %v): %s", err, runErr, tail(logPath))
 	}

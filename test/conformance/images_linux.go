@@ -66,12 +66,13 @@ func (b bins) read(name string) ([]byte, error) {
 }
 
 // pushImages builds each image of refs (as the suite lists them, under
-// reg's address) that this package can build and pushes it to reg, and
-// returns those it could not build. The pause image is the node's own
-// (rootfs/pause), which the sandbox runs too.
-func pushImages(ctx context.Context, reg *registry.Registry, b bins, refs []string) (missing []string, err error) {
+// pull, the registry's address as the nodes name it) that this package
+// can build and pushes it to reg, and returns those it could not build.
+// The pause image is the node's own (rootfs/pause), which the sandbox
+// runs too.
+func pushImages(ctx context.Context, reg *registry.Registry, pull string, b bins, refs []string) (missing []string, err error) {
 	for _, ref := range refs {
-		repoTag, ok := strings.CutPrefix(ref, reg.Addr+"/")
+		repoTag, ok := strings.CutPrefix(ref, pull+"/")
 		if !ok {
 			missing = append(missing, ref)
 			continue

@@ -42,6 +42,7 @@ const clusterNodePort = 30080
 //     Services, the cluster's CoreDNS), with images from the cluster's
 //     registry;
 //   - the NodePort of node-2 reaches the pod on node-1, from the host;
+//   - the API server reaches the pod through its proxy;
 //   - a default-deny NetworkPolicy cuts the clients off, and a rule that
 //     allows them lets them through again;
 //   - status shows the nodes Ready, and destroy leaves no process,
@@ -123,7 +124,8 @@ func TestCluster(t *testing.T) {
 		})
 		return p
 	}
-	server := run(t, "server", "node-1", map[string]string{"app": "server"}, corev1.EnvVar{Name: "HELLO_SERVE", Value: ":8080"})
+	server := run(t, "server", "node-1", map[string]string{"app": "server"},
+		corev1.EnvVar{Name: "HELLO_SERVE", Value: ":8080"}, corev1.EnvVar{Name: "HELLO_HTTP", Value: ":8081"})
 	svc, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "server"},
 		Spec: corev1.ServiceSpec{
@@ -189,6 +191,11 @@ func TestCluster(t *testing.T) {
 	t.Run("AcrossNodes", func(t *testing.T) {
 		allClients(t, "reached")
 		poll.Until(t, time.Minute, "the server's hello through node-2's NodePort", nodePort)
+		// The control plane routes to the pods as the nodes do.
+		b, err := pods.ProxyGet("http", "server", "8081", "/", nil).DoRaw(ctx)
+		if err != nil || string(b) != "hello from server\n" {
+			t.Errorf("the API server's proxy to the server pod: %q, %v; want its hello", b, err)
+		}
 	})
 
 	t.Run("NetworkPolicy", func(t *testing.T) {
