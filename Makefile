@@ -11,7 +11,7 @@ LDFLAGS := -s -w -buildid= -X github.com/cairn-os/cairn/internal/version.Version
 
 export CGO_ENABLED := 0
 
-.PHONY: all deps components build image run test test-unit test-e2e test-cluster test-powercut demo bench bench-build bench-pods bench-streams bench-storage bench-proxy bench-podnet bench-policy bench-cluster proto clean
+.PHONY: all deps components build image run test test-unit test-e2e test-cluster test-powercut demo conformance-cluster bench bench-build bench-pods bench-streams bench-storage bench-proxy bench-podnet bench-policy bench-cluster proto clean
 
 all: build
 
@@ -219,6 +219,14 @@ bench-cluster: deps cluster coredns build
 # policy changed and one pod added, each in one transaction.
 bench-policy: deps
 	$(TEST_ENV) $(GO) test -run '^$$' -bench PolicyTable -benchtime 1x -timeout 10m ./agent/proxy/
+
+# The upstream suite's [sig-network] [Conformance] specs against a cluster
+# of two Cairn nodes in QEMU (test/e2e TestClusterConformance, as root;
+# the suite's images in the cluster's registry): a JUnit report in
+# $(OUT)/conformance/cluster-report and the line "conformance: N passed, N
+# failed, N skipped in Xm".
+conformance-cluster: deps cluster coredns build conformance-suite
+	$(TEST_ENV) $(GO) test -v -tags 'e2e cluster' -run '^TestClusterConformance$$' -timeout 180m -count=1 ./test/e2e/
 
 # The upstream suite's [sig-node] specs of [NodeConformance] and
 # [Conformance] against a Cairn node on the host (test/conformance, as

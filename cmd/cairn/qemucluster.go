@@ -112,7 +112,7 @@ returns; it shows that process's progress until every node is Ready. With
 			if err := cluster.Destroy(dirOf(), timeout); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "cluster %s destroyed\n", name)
+			fmt.Fprintf(cmd.OutOrStdout(), "cluster in %s destroyed\n", dirOf())
 			return nil
 		},
 	}

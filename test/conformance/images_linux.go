@@ -208,10 +208,23 @@ func agnhostEntries(ctx context.Context, b bins) ([]entry, error) {
 	if err != nil {
 		return nil, err
 	}
+	// OpenBSD's netcat, as upstream's image has it: the Service specs run
+	// nc -v -t, nc -u and nc -z, which busybox's nc lacks.
+	nc, err := hostProgram(ctx, NetcatOpenBSD, "usr/bin/nc")
+	if err != nil {
+		return nil, err
+	}
 	// bash replaces busybox's link: specs run /bin/bash.
-	es = slices.DeleteFunc(es, func(e entry) bool { return e.name == "bin/bash" || e.name == "usr/bin/curl" })
+	es = slices.DeleteFunc(es, func(e entry) bool {
+		return e.name == "bin/bash" || e.name == "usr/bin/curl" || e.name == "usr/bin/nc" || e.name == "bin/nc"
+	})
 	es = append(es, entry{name: "bin/bash", mode: 0o755, data: bash})
 	es = append(es, curl...)
+	for _, e := range nc { // the libraries and directories curl has not brought
+		if !slices.ContainsFunc(es, func(o entry) bool { return o.name == e.name }) {
+			es = append(es, e)
+		}
+	}
 	for i := range es {
 		switch es[i].name {
 		case "etc/passwd":
@@ -265,6 +278,8 @@ const (
 const (
 	BashStatic = "/bin/bash-static"
 	Curl       = "/usr/bin/curl"
+	// NetcatOpenBSD is Debian's netcat-openbsd.
+	NetcatOpenBSD = "/bin/nc.openbsd"
 )
 
 // hostProgram is the dynamically linked program at path as the file name

@@ -23,9 +23,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cairn-os/cairn/qemu/cluster"
+	"github.com/cairn-os/cairn/test/conformance"
 	"github.com/cairn-os/cairn/test/kube"
 	"github.com/cairn-os/cairn/test/need"
 	"github.com/cairn-os/cairn/test/poll"
+	"github.com/cairn-os/cairn/test/registry"
 )
 
 // clusterNodePort is the NodePort the test's Service takes, forwarded
@@ -288,4 +290,30 @@ func BenchmarkClusterCreate(b *testing.B) {
 		b.Logf("cluster create, 3 nodes: command → all Nodes Ready and CoreDNS serving %s (first boot → Ready %s)", took.Round(time.Second), state.ReadyAfter)
 		destroy(b)
 	}
+}
+
+// TestClusterConformance runs the upstream suite's [sig-network]
+// [Conformance] specs against a cluster of two Cairn nodes in QEMU, the
+// suite's images pushed to the cluster's registry, and prints the counts
+// (make conformance-cluster); each failed spec fails it. Its report is in
+// _out/conformance/cluster-report.
+func TestClusterConformance(t *testing.T) {
+	report, err := filepath.Abs(filepath.Join("..", "..", "_out", "conformance", "cluster-report"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	state, _, _ := createCluster(t, 2, "--memory", "2048")
+	res := conformance.RunOn(t, conformance.Suite{
+		Focus:     `\[sig-network\].*\[Conformance\]`,
+		Procs:     4,
+		Timeout:   150 * time.Minute,
+		ReportDir: report,
+	}, conformance.Target{Kubeconfig: state.Kubeconfig, Registry: &registry.Registry{Addr: state.Registry}, Pull: state.NodeRegistry})
+	if len(res.Passed)+len(res.Failed)+len(res.Skipped) == 0 {
+		t.Error("no spec matched [sig-network] [Conformance]")
+	}
+	for _, name := range res.Failed {
+		t.Errorf("failed: %s", name)
+	}
+	fmt.Println(res.Summary())
 }
