@@ -6,7 +6,8 @@
 # temp-deb-installer-hack) make ash drop environment variables whose names
 # are not shell names, such as the "data-1" of a ConfigMap's envFrom, which
 # upstream's busybox, and so upstream's busybox image, keeps: Debian's
-# busybox-static fails the envFrom specs for it.
+# busybox-static fails the envFrom specs for it. Its shell looks commands
+# up in PATH rather than running its applets first.
 set -euo pipefail
 
 out=${1:?usage: build-busybox.sh OUTDIR}
@@ -47,7 +48,11 @@ grep -v '^#' debian/patches/series | while read -r p; do
   patch -p1 -s <"debian/patches/$p"
 done
 # Without the installer hack's patch, its option is gone from the config.
-grep -v FEATURE_DI_ENV_HACK debian/config/pkg/static >.config
+# The shell runs the programs of PATH, as upstream's busybox image does,
+# not its own applets first (Debian's static busybox does): agnhost's
+# image puts OpenBSD's nc before busybox's.
+grep -v -e FEATURE_DI_ENV_HACK -e FEATURE_PREFER_APPLETS -e FEATURE_SH_STANDALONE debian/config/pkg/static >.config
+printf '# CONFIG_FEATURE_PREFER_APPLETS is not set\n# CONFIG_FEATURE_SH_STANDALONE is not set\n' >>.config
 export SOURCE_DATE_EPOCH=0 KCONFIG_NOTIMESTAMP=1
 (yes '' || true) | make -s oldconfig >/dev/null
 make -s -j"$(nproc)" busybox >build.log 2>&1 || { tail -30 build.log >&2; exit 1; }
