@@ -207,8 +207,7 @@ func (c *ControlPlane) Stop() error {
 // Process is one of the control plane's processes.
 type Process struct {
 	Name string
-	PID  int    // of its last start, 0 if never started
-	Log  string // where its output goes
+	PID  int // of its last start, 0 if never started
 	// Exited, if not nil, says how it ended.
 	Exited error
 }
@@ -217,7 +216,7 @@ type Process struct {
 func (c *ControlPlane) Processes() []Process {
 	var ps []Process
 	for _, p := range c.processes() {
-		ps = append(ps, Process{Name: p.name, PID: p.pid(), Log: p.log, Exited: p.exited()})
+		ps = append(ps, Process{Name: p.name, PID: p.pid(), Exited: p.exited()})
 	}
 	return ps
 }
