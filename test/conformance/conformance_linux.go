@@ -119,7 +119,9 @@ func RunOn(tb testing.TB, s Suite, t Target) Result {
 	if err := writeRepoList(repoList, t.Pull); err != nil {
 		tb.Fatal(err)
 	}
-	env := append(os.Environ(), "KUBE_TEST_REPO_LIST="+repoList)
+	// The suite's kubectl specs leave kuberc files in TMPDIR: a directory of
+	// the test's own keeps them from piling up in /tmp.
+	env := append(os.Environ(), "KUBE_TEST_REPO_LIST="+repoList, "TMPDIR="+tb.TempDir())
 
 	ctx := context.Background()
 	refs, err := listImages(ctx, e2eTest, env)
