@@ -167,6 +167,24 @@ func TestFirstLine(t *testing.T) {
 	}
 }
 
+// TestProgressMark: the kernel's reports of a stuck CPU are no progress,
+// however many there are; any other line is.
+func TestProgressMark(t *testing.T) {
+	stuck := []string{
+		"cairn: boot done at=13.105s",
+		"[   40.681532] watchdog: BUG: soft lockup - CPU#0 stuck for 26s! [init:92]",
+		"[   40.772421] watchdog: BUG: soft lockup - CPU#1 stuck for 26s! [init:93]",
+		"[   68.680408] watchdog: BUG: soft lockup - CPU#0 stuck for 52s! [init:92]",
+		"[   63.011111] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:",
+	}
+	if got := progressMark(stuck); got != 1 {
+		t.Errorf("progressMark(a console of stuck-CPU reports after one line) = %d, want 1", got)
+	}
+	if a, b := progressMark(stuck[:2]), progressMark(append(stuck, "cairn: start services")); a == b {
+		t.Errorf("progressMark did not change with a line of the node's own (%d)", a)
+	}
+}
+
 // TestWaitReadyEnds: WaitReady returns at once when the probe succeeds,
 // and otherwise says why it gave up — the caller's deadline, QEMU's exit,
 // a console that stopped changing — with what it waited for, the last

@@ -437,12 +437,13 @@ func (vm *VM) Powerdown() error {
 // after each failed probe with the elapsed time and a line saying what it
 // waits for and the console's last line. A boot that makes no progress —
 // the console unchanged for Opts.Stall — fails at once with QEMU's stderr and
-// the console's last lines.
+// the console's last lines. The guest kernel's reports of a stuck CPU do
+// not count as progress: they repeat for as long as nothing moves.
 func (vm *VM) WaitReady(ctx context.Context, waitingFor string, probe func(context.Context) error, progress func(time.Duration, string)) error {
 	start := time.Now()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	lastSize, lastChange := int64(-1), time.Now()
+	lastMark, lastChange := -1, time.Now()
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		err := probe(pctx)
@@ -450,8 +451,8 @@ func (vm *VM) WaitReady(ctx context.Context, waitingFor string, probe func(conte
 		if err == nil {
 			return nil
 		}
-		if st, serr := os.Stat(vm.Opts.ConsoleLog); serr == nil && st.Size() != lastSize {
-			lastSize, lastChange = st.Size(), time.Now()
+		if mark := progressMark(vm.consoleLines()); mark != lastMark {
+			lastMark, lastChange = mark, time.Now()
 		}
 		if progress != nil {
 			line := "waiting for " + waitingFor + " (" + vm.Accel() + ")"
@@ -566,6 +567,21 @@ func (vm *VM) consoleLines() []string {
 	}
 	return lines
 }
+
+// progressMark counts the console lines that show the guest doing
+// something: all but the kernel's reports of a CPU stuck in a soft lockup
+// or an RCU stall, which it prints every half minute while stuck.
+func progressMark(lines []string) int {
+	n := 0
+	for _, l := range lines {
+		if !stuckReport.MatchString(l) {
+			n++
+		}
+	}
+	return n
+}
+
+var stuckReport = regexp.MustCompile(`watchdog: BUG: soft lockup - CPU#\d+ stuck|rcu: INFO: rcu_\w+ detected stalls`)
 
 // terminalEscape matches a terminal control sequence (CSI).
 var terminalEscape = regexp.MustCompile(`\x1b\[[0-9;=?]*[A-Za-z]`)
