@@ -10,6 +10,7 @@ pkgs=(
   nftables                             # nft: in the image, and for the CNI tests
   busybox-static bash-static curl      # the test images: busybox, agnhost's shells and curl
   netcat-openbsd                       # agnhost's nc, as upstream's image has it (the Service specs run nc -v -t / -u)
+  bind9-dnsutils                       # dig, for the DNS specs' queriers (agnhost, glibc-dns-testing), as upstream's images have it
   make patch bzip2 xz-utils            # hack/build-busybox.sh: the conformance images' busybox from Debian's source
   iproute2                             # ip netns, veth: the network tests
   chrony                               # chronyd -x: a real NTP server on loopback for init's time keeper tests

@@ -25,28 +25,45 @@ func Do(name string, f func() error) error {
 	defer target.Close()
 	errc := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
+		leave, err := Enter(target)
 		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("own network namespace: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(target); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter network namespace %s: %w", name, err)
+			errc <- fmt.Errorf("network namespace %s: %w", name, err)
 			return
 		}
 		ferr := f()
-		if err := netns.Set(orig); err != nil {
-			errc <- fmt.Errorf("leave network namespace %s: %w", name, err) // the thread stays locked and dies
+		if err := leave(); err != nil {
+			errc <- fmt.Errorf("network namespace %s: %w", name, err)
 			return
 		}
-		runtime.UnlockOSThread()
 		errc <- ferr
 	}()
 	return <-errc
+}
+
+// Enter locks the calling goroutine to its thread and moves the thread
+// into the network namespace h. leave moves it back and unlocks it; if it
+// cannot, the thread stays locked, so that Go ends it with its goroutine,
+// and the caller must not go on in that goroutine as if nothing happened.
+func Enter(h netns.NsHandle) (leave func() error, err error) {
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		runtime.UnlockOSThread()
+		return nil, fmt.Errorf("own network namespace: %w", err)
+	}
+	if err := netns.Set(h); err != nil {
+		orig.Close()
+		runtime.UnlockOSThread()
+		return nil, fmt.Errorf("enter: %w", err)
+	}
+	return func() error {
+		defer orig.Close()
+		if err := netns.Set(orig); err != nil {
+			return fmt.Errorf("leave: %w", err)
+		}
+		runtime.UnlockOSThread()
+		return nil
+	}, nil
 }
 
 // Dialer returns a dial function whose connections are made from the

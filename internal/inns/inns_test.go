@@ -1,4 +1,4 @@
-package inns
+package inns_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
+	"github.com/cairn-os/cairn/internal/inns"
 	"github.com/cairn-os/cairn/test/nsrun"
 )
 
@@ -27,7 +28,7 @@ func TestDoAndDialer(t *testing.T) {
 	name, _ := nsrun.New(t, "inns")
 	nsrun.IP(t, "-n", name, "addr", "add", "192.0.2.1/32", "dev", "lo")
 	var l net.Listener
-	if err := Do(name, func() error {
+	if err := inns.Do(name, func() error {
 		l, err = net.Listen("tcp", "192.0.2.1:0")
 		return err
 	}); err != nil {
@@ -44,7 +45,7 @@ func TestDoAndDialer(t *testing.T) {
 			c.Close()
 		}
 	}()
-	c, err := Dialer(name)(context.Background(), "tcp", l.Addr().String())
+	c, err := inns.Dialer(name)(context.Background(), "tcp", l.Addr().String())
 	if err != nil {
 		t.Fatalf("dial %s in %s: %v", l.Addr(), name, err)
 	}
@@ -65,7 +66,7 @@ func TestDoAndDialer(t *testing.T) {
 	if out, err := exec.Command("ip", "-o", "addr", "show", "to", "192.0.2.1").Output(); err != nil || len(out) != 0 {
 		t.Errorf("192.0.2.1 in the host's namespace: %q, %v; want it only in %s", out, err, name)
 	}
-	if err := Do("cairn-no-such-namespace", func() error { return nil }); err == nil {
+	if err := inns.Do("cairn-no-such-namespace", func() error { return nil }); err == nil {
 		t.Error("Do in a namespace that does not exist succeeded")
 	}
 }

@@ -96,6 +96,18 @@ type Target struct {
 	Pull     string
 }
 
+// EnvFocus, if set, replaces a run's focus: a run of the specs it matches
+// but Skip, such as those that failed last time.
+const EnvFocus = "CAIRN_CONFORMANCE_FOCUS"
+
+// FocusFromEnv is EnvFocus if set, else focus.
+func FocusFromEnv(focus string) string {
+	if f := os.Getenv(EnvFocus); f != "" {
+		return f
+	}
+	return focus
+}
+
 // RunOn pushes the suite's images to t's registry, runs the specs of s
 // against t in ginkgo's parallel processes, and returns what they did.
 // The report stays in s.ReportDir. It fails tb only when the suite could

@@ -31,10 +31,6 @@ var HostExclusions = map[string]string{
 	`PrivilegedPod should enable privileged commands`: "it adds a dummy link (ip link add dummy1 type dummy): the host's kernel has no dummy driver and loads no modules; a Cairn node's kernel loads it",
 }
 
-// EnvFocus, if set, replaces Focus: a run of the specs it matches but
-// Skip, such as those that failed last time.
-const EnvFocus = "CAIRN_CONFORMANCE_FOCUS"
-
 // TestConformance runs the suite of Focus and Skip against a Cairn node,
 // with its report in _out/conformance/report, and prints the counts;
 // each failed spec fails it.
@@ -43,10 +39,7 @@ func TestConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	focus := Focus
-	if f := os.Getenv(EnvFocus); f != "" {
-		focus = f
-	}
+	focus := FocusFromEnv(Focus)
 	skip := Skip
 	for spec, why := range HostExclusions {
 		skip += "|" + regexp.QuoteMeta(spec)

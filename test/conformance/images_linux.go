@@ -208,22 +208,21 @@ func agnhostEntries(ctx context.Context, b bins) ([]entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	// OpenBSD's netcat, as upstream's image has it: the Service specs run
-	// nc -v -t, nc -u and nc -z, which busybox's nc lacks.
-	nc, err := hostProgram(ctx, NetcatOpenBSD, "usr/bin/nc")
-	if err != nil {
-		return nil, err
-	}
 	// bash replaces busybox's link: specs run /bin/bash.
 	es = slices.DeleteFunc(es, func(e entry) bool {
 		return e.name == "bin/bash" || e.name == "usr/bin/curl" || e.name == "usr/bin/nc" || e.name == "bin/nc"
 	})
 	es = append(es, entry{name: "bin/bash", mode: 0o755, data: bash})
 	es = append(es, curl...)
-	for _, e := range nc { // the libraries and directories curl has not brought
-		if !slices.ContainsFunc(es, func(o entry) bool { return o.name == e.name }) {
-			es = append(es, e)
+	// OpenBSD's netcat, as upstream's image has it: the Service specs run
+	// nc -v -t, nc -u and nc -z, which busybox's nc lacks. The DNS specs'
+	// queriers run dig.
+	for _, p := range []struct{ path, name string }{{NetcatOpenBSD, "usr/bin/nc"}, {Dig, "usr/bin/dig"}} {
+		pe, err := hostProgram(ctx, p.path, p.name)
+		if err != nil {
+			return nil, err
 		}
+		es = appendNew(es, pe)
 	}
 	for i := range es {
 		switch es[i].name {
@@ -246,7 +245,7 @@ func glibcDNSTestingImage(ctx context.Context, b bins) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	progs := []struct{ path, name string }{{Dash, "bin/sh"}, {Hostname, "bin/hostname"}, {Getent, "usr/bin/getent"}}
+	progs := []struct{ path, name string }{{Dash, "bin/sh"}, {Hostname, "bin/hostname"}, {Getent, "usr/bin/getent"}, {Dig, "usr/bin/dig"}}
 	for _, p := range progs {
 		es = slices.DeleteFunc(es, func(e entry) bool { return e.name == p.name })
 	}
@@ -255,21 +254,31 @@ func glibcDNSTestingImage(ctx context.Context, b bins) (v1.Image, error) {
 		if err != nil {
 			return nil, err
 		}
-		// The programs share libc and the loader: each file once.
-		es = append(es, slices.DeleteFunc(pe, func(n entry) bool {
-			return slices.ContainsFunc(es, func(e entry) bool { return e.name == n.name })
-		})...)
+		es = appendNew(es, pe)
 	}
 	es = append(es, entry{name: "etc/nsswitch.conf", mode: 0o644, data: []byte("passwd: files\ngroup: files\nhosts: files dns\n")})
 	return imageOf(es, nil, []string{"sh"})
 }
 
+// appendNew appends to es the entries of add that es has no file of: the
+// programs share libc, the loader and their directories.
+func appendNew(es, add []entry) []entry {
+	for _, e := range add {
+		if !slices.ContainsFunc(es, func(o entry) bool { return o.name == e.name }) {
+			es = append(es, e)
+		}
+	}
+	return es
+}
+
 // Programs of the host that glibc-dns-testing's image has, from Debian's
-// essential packages dash, hostname and libc-bin.
+// essential packages dash, hostname and libc-bin; and dig, which both
+// DNS querier images have, from Debian's bind9-dnsutils.
 const (
 	Dash     = "/bin/dash"
 	Hostname = "/bin/hostname"
 	Getent   = "/usr/bin/getent"
+	Dig      = "/usr/bin/dig"
 )
 
 // Programs of the host that agnhost's image has, as upstream's has them

@@ -304,7 +304,7 @@ func TestClusterConformance(t *testing.T) {
 	}
 	state, _, _ := createCluster(t, 2, "--memory", "2048")
 	res := conformance.RunOn(t, conformance.Suite{
-		Focus:     `\[sig-network\].*\[Conformance\]`,
+		Focus:     conformance.FocusFromEnv(`\[sig-network\].*\[Conformance\]`),
 		Procs:     4,
 		Timeout:   150 * time.Minute,
 		ReportDir: report,

@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/cairn-os/cairn/internal/inns"
 )
 
 var seq atomic.Int32
@@ -46,23 +47,17 @@ func IP(t testing.TB, args ...string) {
 	}
 }
 
-// In runs f on a thread in network namespace h: the sockets it opens and
-// the processes it starts live there. The thread returns to its own
-// namespace afterwards.
+// In runs f on the calling goroutine's thread, in network namespace h:
+// the sockets it opens and the processes it starts live there. The thread
+// returns to its own namespace afterwards.
 func In(t testing.TB, h netns.NsHandle, f func()) {
 	t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
+	leave, err := inns.Enter(h)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer orig.Close()
-	if err := netns.Set(h); err != nil {
-		t.Fatal(err)
-	}
 	defer func() {
-		if err := netns.Set(orig); err != nil {
+		if err := leave(); err != nil {
 			panic(fmt.Sprintf("cannot return to the test's network namespace: %v", err))
 		}
 	}()
