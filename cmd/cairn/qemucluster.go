@@ -49,6 +49,8 @@ cairn node.`,
 	}
 	cmd.PersistentFlags().StringVar(&name, "name", cluster.DefaultName, "cluster name: its network namespace is cairn-NAME")
 	cmd.PersistentFlags().StringVar(&dir, "dir", "", "the cluster's directory (default _out/clusters/NAME)")
+	// The name makes a directory that destroy removes: checked first.
+	cmd.PersistentPreRunE = func(*cobra.Command, []string) error { return cluster.ValidateName(name) }
 
 	var o cluster.Options
 	var network string

@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"sync"
 	"time"
@@ -79,6 +80,17 @@ type Options struct {
 	Progress func(string)
 }
 
+// ValidateName checks a cluster's name: it names a network namespace and
+// a directory, so it is a DNS label of at most 32 characters.
+func ValidateName(name string) error {
+	if len(name) > 32 || !nameRE.MatchString(name) {
+		return fmt.Errorf("cluster name %q: want at most 32 lower-case letters, digits and dashes, not at either end", name)
+	}
+	return nil
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
+
 func (o *Options) setDefaults() {
 	if o.Name == "" {
 		o.Name = DefaultName
@@ -121,6 +133,9 @@ type node struct {
 // running. The state is written to Dir/state.json at each step.
 func Create(ctx context.Context, opts Options) (*Cluster, error) {
 	opts.setDefaults()
+	if err := ValidateName(opts.Name); err != nil {
+		return nil, err
+	}
 	if opts.Nodes < 1 {
 		return nil, errors.New("a cluster needs at least one node")
 	}
