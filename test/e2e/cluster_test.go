@@ -106,25 +106,7 @@ func TestCluster(t *testing.T) {
 	pods := cs.CoreV1().Pods(ns)
 	run := func(t *testing.T, name, node string, labels map[string]string, env ...corev1.EnvVar) *corev1.Pod {
 		t.Helper()
-		p, err := pods.Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{
-				Name: "hello", Image: image, Env: env, ImagePullPolicy: corev1.PullIfNotPresent,
-			}}},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		poll.Until(t, 5*time.Minute, name+" Running on "+node, func() error {
-			if p, err = pods.Get(ctx, name, metav1.GetOptions{}); err != nil {
-				return err
-			}
-			if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
-				return fmt.Errorf("phase %s, IP %q", p.Status.Phase, p.Status.PodIP)
-			}
-			return nil
-		})
-		return p
+		return runHello(t, ctx, pods, name, node, image, labels, 5*time.Minute, env...)
 	}
 	server := run(t, "server", "node-1", map[string]string{"app": "server"},
 		corev1.EnvVar{Name: "HELLO_SERVE", Value: ":8080"}, corev1.EnvVar{Name: "HELLO_HTTP", Value: ":8081"})

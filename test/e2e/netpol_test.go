@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/cairn-os/cairn/api/client"
 	"github.com/cairn-os/cairn/api/machine"
@@ -29,26 +30,7 @@ func testNetworkPolicy(t *testing.T, ctx context.Context, kc *kube.Cluster, c *c
 	pods := kc.Client.CoreV1().Pods(ns)
 	run := func(name string, labels map[string]string, env ...corev1.EnvVar) *corev1.Pod {
 		t.Helper()
-		p, err := pods.Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-			Spec: corev1.PodSpec{NodeName: "e2e-node", Containers: []corev1.Container{{
-				Name: "hello", Image: image, Env: env, ImagePullPolicy: corev1.PullIfNotPresent,
-			}}},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = pods.Delete(context.Background(), name, metav1.DeleteOptions{}) })
-		poll.Until(t, 3*time.Minute, name+" Running", func() error {
-			if p, err = pods.Get(ctx, name, metav1.GetOptions{}); err != nil {
-				return err
-			}
-			if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
-				return fmt.Errorf("phase %s, IP %q", p.Status.Phase, p.Status.PodIP)
-			}
-			return nil
-		})
-		return p
+		return runHello(t, ctx, pods, name, "e2e-node", image, labels, 3*time.Minute, env...)
 	}
 	server := run("np-server", map[string]string{"app": "np-server"}, corev1.EnvVar{Name: "HELLO_SERVE", Value: ":8080"})
 	addr := server.Status.PodIP + ":8080"
@@ -81,4 +63,31 @@ func testNetworkPolicy(t *testing.T, ctx context.Context, kc *kube.Cluster, c *c
 		t.Fatal(err)
 	}
 	lastLine("reached " + addr)
+}
+
+// runHello runs the hello image as pod name on node, with labels and env,
+// and waits up to wait for it to run with an IP; the test's end deletes
+// it.
+func runHello(t *testing.T, ctx context.Context, pods typedcorev1.PodInterface, name, node, image string, labels map[string]string, wait time.Duration, env ...corev1.EnvVar) *corev1.Pod {
+	t.Helper()
+	p, err := pods.Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{
+			Name: "hello", Image: image, Env: env, ImagePullPolicy: corev1.PullIfNotPresent,
+		}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pods.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	poll.Until(t, wait, name+" Running on "+node, func() error {
+		if p, err = pods.Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return err
+		}
+		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+			return fmt.Errorf("phase %s, IP %q", p.Status.Phase, p.Status.PodIP)
+		}
+		return nil
+	})
+	return p
 }
