@@ -10,8 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -216,11 +218,85 @@ func TestCluster(t *testing.T) {
 	})
 }
 
+// TestClusterDegraded: a node whose VM dies while it boots (its QEMU
+// killed) is named by create with its console's last lines, and create
+// exits non-zero; the other node still joins, and the cluster runs,
+// degraded, until destroy.
+func TestClusterDegraded(t *testing.T) {
+	create, dir, destroy := clusterCommand(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := cairnCLI(ctx, append(create, "--nodes", "2", "--memory", "1536")...)
+		done <- result{out, err}
+	}()
+	// node-2's QEMU, once it has written to its console, is killed.
+	disk := filepath.Join(dir, "node-2", "disk.qcow2")
+	var pid int
+	poll.Until(t, 10*time.Minute, "node-2's QEMU booting", func() error {
+		out, err := exec.Command("pgrep", "-f", "qemu-system-x86_64 .*"+regexp.QuoteMeta(disk)).Output()
+		if err != nil {
+			return fmt.Errorf("pgrep: %v", err)
+		}
+		if pid, err = strconv.Atoi(strings.Fields(string(out))[0]); err != nil {
+			return err
+		}
+		if st, err := os.Stat(disk + ".console.log"); err != nil || st.Size() == 0 {
+			return fmt.Errorf("console: %v", err)
+		}
+		return nil
+	})
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err == nil {
+		t.Fatalf("create with node-2's QEMU killed succeeded:\n%s", r.out)
+	}
+	for _, want := range []string{"cluster degraded: node-2: qemu exited before the node was ready", "console:", "node-1: Ready after"} {
+		if !strings.Contains(r.out, want) {
+			t.Errorf("create printed:\n%s\nwant %q", r.out, want)
+		}
+	}
+	state, err := cluster.ReadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state.Phase != cluster.PhaseDegraded || !state.Running() || !strings.Contains(state.Error, "node-2") {
+		t.Errorf("state: phase %s, running %v, error %q; want degraded, running, naming node-2", state.Phase, state.Running(), state.Error)
+	}
+	out := cairn(t, "qemu", "cluster", "--dir", dir, "status")
+	if !regexp.MustCompile(`node-1\s.*\sTrue\s`).MatchString(out) {
+		t.Errorf("status printed:\n%s\nwant node-1 Ready True", out)
+	}
+	destroy(t)
+}
+
 // createCluster runs `cairn qemu cluster create` for a cluster of n nodes
 // with more flags, in a directory of the test's, and returns its state,
 // its directory and a function that destroys it; if the test has not
 // called it, cleanup does.
 func createCluster(tb testing.TB, n int, flags ...string) (*cluster.State, string, func(testing.TB)) {
+	tb.Helper()
+	create, dir, destroy := clusterCommand(tb)
+	cairn(tb, append(append(create, "--nodes", strconv.Itoa(n)), flags...)...)
+	state, err := cluster.ReadState(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return state, dir, destroy
+}
+
+// clusterCommand returns the arguments of `cairn qemu cluster create` for
+// a cluster in a directory of the test's, with the binaries it needs, that
+// directory, and a function that destroys the cluster; if the test has not
+// called it, cleanup does.
+func clusterCommand(tb testing.TB) ([]string, string, func(testing.TB)) {
 	tb.Helper()
 	bin := os.Getenv(kube.EnvBin)
 	need.Built(tb, filepath.Join(bin, "kube-apiserver"), "cluster", kube.EnvBin)
@@ -239,12 +315,7 @@ func createCluster(tb testing.TB, n int, flags ...string) (*cluster.State, strin
 			tb.Logf("destroy: %v\n%s", err, out)
 		}
 	})
-	cairn(tb, append(append(args, "create", "--nodes", strconv.Itoa(n), "--control-plane-bin", bin, "--assets", binDir), flags...)...)
-	state, err := cluster.ReadState(dir)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return state, dir, destroy
+	return append(args, "create", "--control-plane-bin", bin, "--assets", binDir), dir, destroy
 }
 
 // goBuild builds the main package pkg (from the repository's root) into
