@@ -216,14 +216,16 @@ func agnhostEntries(ctx context.Context, b bins) ([]entry, error) {
 	es = append(es, curl...)
 	// OpenBSD's netcat, as upstream's image has it: the Service specs run
 	// nc -v -t, nc -u and nc -z, which busybox's nc lacks. The DNS specs'
-	// queriers run dig.
-	for _, p := range []struct{ path, name string }{{NetcatOpenBSD, "usr/bin/nc"}, {Dig, "usr/bin/dig"}} {
+	// queriers run dig and getent (musl's upstream, glibc's here, which
+	// reads nsswitch.conf).
+	for _, p := range []struct{ path, name string }{{NetcatOpenBSD, "usr/bin/nc"}, {Dig, "usr/bin/dig"}, {Getent, "usr/bin/getent"}} {
 		pe, err := hostProgram(ctx, p.path, p.name)
 		if err != nil {
 			return nil, err
 		}
 		es = appendNew(es, pe)
 	}
+	es = append(es, nsswitch)
 	for i := range es {
 		switch es[i].name {
 		case "etc/passwd":
@@ -256,9 +258,12 @@ func glibcDNSTestingImage(ctx context.Context, b bins) (v1.Image, error) {
 		}
 		es = appendNew(es, pe)
 	}
-	es = append(es, entry{name: "etc/nsswitch.conf", mode: 0o644, data: []byte("passwd: files\ngroup: files\nhosts: files dns\n")})
+	es = append(es, nsswitch)
 	return imageOf(es, nil, []string{"sh"})
 }
+
+// nsswitch has glibc's programs read /etc/hosts before DNS, as musl does.
+var nsswitch = entry{name: "etc/nsswitch.conf", mode: 0o644, data: []byte("passwd: files\ngroup: files\nhosts: files dns\n")}
 
 // appendNew appends to es the entries of add that es has no file of: the
 // programs share libc, the loader and their directories.
