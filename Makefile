@@ -151,9 +151,10 @@ demo: deps cluster coredns build
 # ClusterIP Service and through a NodePort, NetworkPolicy between them,
 # then destroy (test/e2e TestCluster); and a cluster whose second node's
 # QEMU dies while it boots, which create names while the first joins
-# (TestClusterDegraded).
+# (TestClusterDegraded); and one node joining a control plane on the
+# host's loopback with --kubeconfig (TestClusterExternal).
 test-cluster: deps cluster coredns build
-	$(TEST_ENV) $(GO) test -v -tags 'e2e cluster' -run '^TestCluster(Degraded)?$$' -timeout 60m -count=1 ./test/e2e/
+	$(TEST_ENV) $(GO) test -v -tags 'e2e cluster' -run '^TestCluster(Degraded|External)?$$' -timeout 60m -count=1 ./test/e2e/
 
 bench: deps bench-pods bench-streams bench-storage bench-proxy bench-podnet bench-policy bench-cluster
 	$(GO) test -tags e2e -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/e2e/

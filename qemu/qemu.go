@@ -28,6 +28,10 @@ import (
 	"github.com/cairn-os/cairn/machineconfig"
 )
 
+// HostAddress is the host as a guest on QEMU's user networking sees it:
+// the guest's packets to it arrive on the host's loopback.
+const HostAddress = "10.0.2.2"
+
 // Firmware paths of Debian's ovmf package: read-only code and a template
 // for the writable variable store.
 const (

@@ -13,7 +13,6 @@ package controlplane
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -27,9 +26,6 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -160,7 +156,7 @@ func (c *ControlPlane) Boot() error {
 	if err := c.StartAPIServer(); err != nil {
 		return err
 	}
-	if err := c.bootstrapObjects(); err != nil {
+	if err := PrepareForNodes(c.Client, c.BootstrapToken, c.URL, c.CAPEM); err != nil {
 		return err
 	}
 	for _, p := range c.processes()[2:] {
@@ -294,7 +290,7 @@ func New(bin, dir string, opts Options) (*ControlPlane, error) {
 	}
 	etcdPort, peerPort := ports[0], ports[1]
 	c.URL = "https://" + net.JoinHostPort(opts.Address.String(), strconv.Itoa(c.port))
-	if c.BootstrapToken, err = newBootstrapToken(); err != nil {
+	if c.BootstrapToken, err = NewBootstrapToken(); err != nil {
 		return nil, err
 	}
 	c.AdminKubeconfig = filepath.Join(dir, "admin.kubeconfig")
@@ -492,19 +488,6 @@ func (c *ControlPlane) WriteKubeconfig(path, server string, user *clientcmdapi.A
 	return nil
 }
 
-// newBootstrapToken returns a token in the form [a-z0-9]{6}.[a-z0-9]{16}.
-func newBootstrapToken() (string, error) {
-	const chars = "abcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, 22)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	for i := range b {
-		b[i] = chars[int(b[i])%len(chars)]
-	}
-	return string(b[:6]) + "." + string(b[6:]), nil
-}
-
 // BootstrapConfig returns a client configuration that authenticates with
 // BootstrapToken.
 func (c *ControlPlane) BootstrapConfig() *rest.Config {
@@ -615,106 +598,4 @@ func (c *ControlPlane) waitUsable(timeout time.Duration) error {
 		_, err := c.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, err
 	})
-}
-
-// bootstrapObjects creates what kubeadm creates for joining nodes: the
-// bootstrap token Secret, the RBAC bindings that let bootstrap tokens ask
-// for kubelet client certificates and have them approved, and the
-// cluster-info ConfigMap that bootstrapsigner signs with the token.
-func (c *ControlPlane) bootstrapObjects() error {
-	id, secret, _ := strings.Cut(c.BootstrapToken, ".")
-	objects := []func(context.Context) error{
-		func(ctx context.Context) error {
-			_, err := c.Client.CoreV1().Secrets(metav1.NamespaceSystem).Create(ctx, &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-" + id, Namespace: metav1.NamespaceSystem},
-				Type:       corev1.SecretTypeBootstrapToken,
-				StringData: map[string]string{
-					"description":                    "cairn test cluster",
-					"token-id":                       id,
-					"token-secret":                   secret,
-					"usage-bootstrap-authentication": "true",
-					"usage-bootstrap-signing":        "true",
-					"auth-extra-groups":              BootstrapGroup,
-				},
-			}, metav1.CreateOptions{})
-			return err
-		},
-		c.bindGroup(bindingBootstrapper, "system:bootstrappers", "system:node-bootstrapper"),
-		c.bindGroup(bindingAutoApprove, "system:bootstrappers",
-			"system:certificates.k8s.io:certificatesigningrequests:nodeclient"),
-		c.bindGroup(bindingAutoRenew, "system:nodes",
-			"system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"),
-		// Cairn nodes program Services themselves, with their own
-		// credentials: they read Services and EndpointSlices as kube-proxy.
-		c.bindGroup(bindingNodeProxier, "system:nodes", "system:node-proxier"),
-		// ... and enforce NetworkPolicy, reading the policies, pods and
-		// namespaces of the whole cluster (docs/machine-config.md).
-		func(ctx context.Context) error {
-			_, err := c.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-				ObjectMeta: metav1.ObjectMeta{Name: roleNodePolicy},
-				Rules: []rbacv1.PolicyRule{
-					{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{""}, Resources: []string{"pods", "namespaces"}},
-					{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}},
-				},
-			}, metav1.CreateOptions{})
-			if err != nil && !apierrors.IsAlreadyExists(err) {
-				return err
-			}
-			return c.bindGroup(roleNodePolicy, "system:nodes", roleNodePolicy)(ctx)
-		},
-		func(ctx context.Context) error {
-			kubeconfig, err := clientcmd.Write(clientcmdapi.Config{
-				Clusters: map[string]*clientcmdapi.Cluster{"": {Server: c.URL, CertificateAuthorityData: c.CAPEM}},
-			})
-			if err != nil {
-				return err
-			}
-			_, err = c.Client.CoreV1().ConfigMaps(metav1.NamespacePublic).Create(ctx, &corev1.ConfigMap{
-				ObjectMeta: metav1.ObjectMeta{Name: "cluster-info", Namespace: metav1.NamespacePublic},
-				Data:       map[string]string{"kubeconfig": string(kubeconfig)},
-			}, metav1.CreateOptions{})
-			return err
-		},
-		func(ctx context.Context) error {
-			_, err := c.Client.RbacV1().Roles(metav1.NamespacePublic).Create(ctx, &rbacv1.Role{
-				ObjectMeta: metav1.ObjectMeta{Name: "cairn:bootstrap-signer-clusterinfo"},
-				Rules: []rbacv1.PolicyRule{{
-					Verbs: []string{"get"}, APIGroups: []string{""},
-					Resources: []string{"configmaps"}, ResourceNames: []string{"cluster-info"},
-				}},
-			}, metav1.CreateOptions{})
-			if err != nil {
-				return err
-			}
-			_, err = c.Client.RbacV1().RoleBindings(metav1.NamespacePublic).Create(ctx, &rbacv1.RoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: "cairn:bootstrap-signer-clusterinfo"},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "cairn:bootstrap-signer-clusterinfo"},
-				Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "system:anonymous"}},
-			}, metav1.CreateOptions{})
-			return err
-		},
-	}
-	for i, create := range objects {
-		// Right after /readyz the system namespaces may still be on their
-		// way; retry what fails, but not what already exists.
-		err := poll("create bootstrap object "+strconv.Itoa(i), 30*time.Second, func(ctx context.Context) (bool, error) {
-			err := create(ctx)
-			return err == nil || apierrors.IsAlreadyExists(err), err
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (c *ControlPlane) bindGroup(name, group, role string) func(context.Context) error {
-	return func(ctx context.Context) error {
-		_, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
-			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: group}},
-		}, metav1.CreateOptions{})
-		return err
-	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -91,8 +92,9 @@ func PushBinary(ctx context.Context, addr, bin, repoTag string) error {
 	return nil
 }
 
-// DNSServiceIP is the cluster DNS Service's ClusterIP: the tenth address
-// of DefaultServiceCIDR, as kubeadm takes it.
+// DNSServiceIP is the cluster DNS Service's ClusterIP in a cluster with
+// its own control plane: the tenth address of DefaultServiceCIDR, as
+// kubeadm takes it.
 const DNSServiceIP = "10.96.0.10"
 
 // corefile serves the cluster's names and nothing else: no name outside
@@ -112,16 +114,34 @@ const corefile = `.:53 {
 
 // deployDNS pushes CoreDNS (ControlPlaneBin/coredns) to the cluster's
 // registry and deploys it as the cluster's DNS, as kubeadm's CoreDNS
-// add-on does: a Deployment in kube-system behind the kube-dns Service at
-// DNSServiceIP.
+// add-on does: a Deployment in kube-system behind the kube-dns Service,
+// at DNSServiceIP with a control plane of the cluster's own, else where
+// the API server puts it. An existing cluster that has a kube-dns
+// Service keeps its own DNS. State.DNS is the address either way.
 func (c *Cluster) deployDNS(ctx context.Context) error {
+	const ns, app = metav1.NamespaceSystem, "coredns"
+	cs := c.api.client
+	if c.api.external {
+		svc, err := cs.CoreV1().Services(ns).Get(ctx, dnsService, metav1.GetOptions{})
+		if err == nil {
+			c.state.DNS = svc.Spec.ClusterIP
+			c.opts.Progress("DNS: the cluster's own kube-dns Service at " + c.state.DNS)
+			return nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("CoreDNS: %w", err)
+		}
+	}
 	image, err := c.push(ctx, filepath.Join(c.opts.ControlPlaneBin, "coredns"), "cairn/coredns:"+coreDNSTag)
 	if err != nil {
 		return fmt.Errorf("CoreDNS image: %w (make coredns builds it)", err)
 	}
-	const ns, app = metav1.NamespaceSystem, "coredns"
 	labels := map[string]string{"k8s-app": "kube-dns"}
-	cs := c.cp.Client
+	ip := DNSServiceIP
+	if c.api.external {
+		ip = "" // the cluster's Service range is its own
+	}
+	c.state.DeployedDNS = true
 	objects := []func() error{
 		func() error {
 			_, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: app}}, metav1.CreateOptions{})
@@ -152,13 +172,16 @@ func (c *Cluster) deployDNS(ctx context.Context) error {
 			return err
 		},
 		func() error {
-			_, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-				ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Labels: labels},
-				Spec: corev1.ServiceSpec{Selector: labels, ClusterIP: DNSServiceIP, Ports: []corev1.ServicePort{
+			svc, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+				ObjectMeta: metav1.ObjectMeta{Name: dnsService, Labels: labels},
+				Spec: corev1.ServiceSpec{Selector: labels, ClusterIP: ip, Ports: []corev1.ServicePort{
 					{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(53)},
 					{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(53)},
 				}},
 			}, metav1.CreateOptions{})
+			if err == nil {
+				c.state.DNS = svc.Spec.ClusterIP
+			}
 			return err
 		},
 		func() error { return createDNSDeployment(ctx, cs, image, labels) },
@@ -169,6 +192,31 @@ func (c *Cluster) deployDNS(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// dnsService is the cluster DNS's Service in kube-system, by the name
+// kubeadm and the conformance suite know it.
+const dnsService = "kube-dns"
+
+// removeDNS deletes what deployDNS made: from an existing cluster, which
+// outlives this one.
+func (c *Cluster) removeDNS(ctx context.Context) error {
+	const ns = metav1.NamespaceSystem
+	cs := c.api.client
+	var errs []error
+	for _, err := range []error{
+		cs.AppsV1().Deployments(ns).Delete(ctx, "coredns", metav1.DeleteOptions{}),
+		cs.CoreV1().Services(ns).Delete(ctx, dnsService, metav1.DeleteOptions{}),
+		cs.CoreV1().ConfigMaps(ns).Delete(ctx, "coredns", metav1.DeleteOptions{}),
+		cs.CoreV1().ServiceAccounts(ns).Delete(ctx, "coredns", metav1.DeleteOptions{}),
+		cs.RbacV1().ClusterRoleBindings().Delete(ctx, "system:coredns", metav1.DeleteOptions{}),
+		cs.RbacV1().ClusterRoles().Delete(ctx, "system:coredns", metav1.DeleteOptions{}),
+	} {
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // coreDNSTag is the CoreDNS release that test/cluster/coredns pins.
@@ -210,19 +258,27 @@ func createDNSDeployment(ctx context.Context, cs kubernetes.Interface, image str
 	return err
 }
 
-// waitDNS waits until CoreDNS is ready: the kube-dns Service has a ready
-// endpoint.
+// waitDNS waits until the cluster's DNS is ready: the kube-dns Service
+// has a ready endpoint.
 func (c *Cluster) waitDNS(ctx context.Context) error {
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	for {
-		d, err := c.cp.Client.AppsV1().Deployments(metav1.NamespaceSystem).Get(ctx, "coredns", metav1.GetOptions{})
-		if err == nil && d.Status.ReadyReplicas > 0 {
-			return nil
+		slices, err := c.api.client.DiscoveryV1().EndpointSlices(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{
+			LabelSelector: discoveryv1.LabelServiceName + "=" + dnsService,
+		})
+		if err == nil {
+			for _, s := range slices.Items {
+				for _, e := range s.Endpoints {
+					if e.Conditions.Ready != nil && *e.Conditions.Ready {
+						return nil
+					}
+				}
+			}
 		}
 		select {
 		case <-ctx.Done():
-			return errors.New("CoreDNS is not ready: kubectl -n kube-system describe pods -l k8s-app=kube-dns says why")
+			return errors.New("the cluster's DNS is not ready: kubectl -n kube-system describe pods -l k8s-app=kube-dns says why")
 		case <-tick.C:
 		}
 	}

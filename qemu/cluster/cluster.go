@@ -31,6 +31,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/cairn-os/cairn/api/client"
@@ -59,8 +60,17 @@ type Options struct {
 	Dir   string // where its files go; made if missing
 	Nodes int    // how many; at least 1
 	// ControlPlaneBin is the directory of etcd, kube-apiserver,
-	// kube-controller-manager and kube-scheduler (make cluster).
+	// kube-controller-manager and kube-scheduler (make cluster), and of
+	// coredns (make coredns).
 	ControlPlaneBin string
+	// Kubeconfig, if set, is an existing cluster's, with a user that may
+	// create bootstrap tokens, RBAC bindings and Deployments: the nodes
+	// join it, and no control plane is started (see external).
+	Kubeconfig string
+	// PodCIDR is the cluster's pod network (DefaultPodCIDR): the control
+	// plane gives each Node a range of it; an existing cluster's must be
+	// given as its kube-controller-manager has it.
+	PodCIDR netip.Prefix
 	// Assets is the directory of the node binaries (make build).
 	Assets   string
 	CacheDir string // of image builds; default rootfs.DefaultCacheDir()
@@ -98,6 +108,9 @@ func (o *Options) setDefaults() {
 	if !o.Network.IsValid() {
 		o.Network = netip.MustParsePrefix(DefaultNetwork)
 	}
+	if !o.PodCIDR.IsValid() {
+		o.PodCIDR = netip.MustParsePrefix(DefaultPodCIDR)
+	}
 	if o.Timeout == 0 {
 		o.Timeout = 20 * time.Minute
 	}
@@ -111,12 +124,26 @@ type Cluster struct {
 	opts  Options
 	state State
 	net   *network
-	cp    *controlplane.ControlPlane
+	cp    *controlplane.ControlPlane // nil with Options.Kubeconfig
+	api   *apiServer
 	// forwards listen on the host's loopback (forward).
 	forwards []net.Listener
 	// registry is the cluster's image registry (serveRegistry).
 	registry *http.Server
 	nodes    []*node
+}
+
+// apiServer is the cluster's API server as this process and the nodes
+// use it.
+type apiServer struct {
+	client  kubernetes.Interface
+	server  string // HOST:PORT where this process reaches it
+	nodeURL string // where the nodes reach it
+	caPEM   []byte
+	token   string // the nodes' bootstrap token
+	// external: an existing cluster's (Options.Kubeconfig), which
+	// outlives this one.
+	external bool
 }
 
 // node is one VM and its API client.
@@ -147,6 +174,11 @@ func Create(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	opts.Dir = dir
+	if opts.Kubeconfig != "" {
+		if opts.Kubeconfig, err = filepath.Abs(opts.Kubeconfig); err != nil {
+			return nil, err
+		}
+	}
 	c := &Cluster{opts: opts, state: State{
 		Name: opts.Name, PID: os.Getpid(), Phase: PhaseStarting, Netns: "cairn-" + opts.Name,
 		Kubeconfig:   filepath.Join(dir, "kubeconfig"),
@@ -179,23 +211,14 @@ func (c *Cluster) start(ctx context.Context) error {
 		return err
 	}
 
-	step("control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler")
-	start := time.Now()
-	cpDir := filepath.Join(o.Dir, "controlplane")
-	if err := os.RemoveAll(cpDir); err != nil {
-		return err
-	}
-	if c.cp, err = controlplane.Run(o.ControlPlaneBin, cpDir, controlplane.Options{
-		Address: c.net.host(), Port: APIServerPort, Netns: c.state.Netns, Scheduler: true,
-		PodCIDR: DefaultPodCIDR, ServiceCIDR: DefaultServiceCIDR,
-		// The nodes' hostnames resolve nowhere: reach their kubelet
-		// servers (logs, exec) at their InternalIPs.
-		APIServerFlags: []string{"--kubelet-preferred-address-types=InternalIP,Hostname"},
-	}); err != nil {
-		return fmt.Errorf("control plane: %w", err)
-	}
-	step(fmt.Sprintf("control plane at %s usable after %s", c.cp.URL, time.Since(start).Round(time.Second)))
-	if err := c.forwardAPIServer(); err != nil {
+	if o.Kubeconfig != "" {
+		step("control plane: the existing cluster of " + o.Kubeconfig)
+		if c.api, err = external(o.Kubeconfig); err != nil {
+			return err
+		}
+		c.state.Kubeconfig, c.state.APIServer = o.Kubeconfig, c.api.server
+		step("the nodes join " + c.api.nodeURL)
+	} else if err := c.startControlPlane(); err != nil {
 		return err
 	}
 	if err := c.serveRegistry(); err != nil {
@@ -205,7 +228,9 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := c.deployDNS(ctx); err != nil {
 		return err
 	}
-	step("CoreDNS deployed as the cluster's DNS at " + DNSServiceIP)
+	if c.state.DeployedDNS {
+		step("CoreDNS deployed as the cluster's DNS at " + c.state.DNS)
+	}
 
 	bundles, err := c.nodeConfigs()
 	if err != nil {
@@ -216,6 +241,34 @@ func (c *Cluster) start(ctx context.Context) error {
 		return err
 	}
 	return c.boot(bundles, disks)
+}
+
+// startControlPlane starts the cluster's own control plane in its network
+// namespace and forwards its API server to the host's loopback.
+func (c *Cluster) startControlPlane() error {
+	o, step := c.opts, c.opts.Progress
+	step("control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler")
+	start := time.Now()
+	cpDir := filepath.Join(o.Dir, "controlplane")
+	if err := os.RemoveAll(cpDir); err != nil {
+		return err
+	}
+	var err error
+	if c.cp, err = controlplane.Run(o.ControlPlaneBin, cpDir, controlplane.Options{
+		Address: c.net.host(), Port: APIServerPort, Netns: c.state.Netns, Scheduler: true,
+		PodCIDR: o.PodCIDR.String(), ServiceCIDR: DefaultServiceCIDR,
+		// The nodes' hostnames resolve nowhere: reach their kubelet
+		// servers (logs, exec) at their InternalIPs.
+		APIServerFlags: []string{"--kubelet-preferred-address-types=InternalIP,Hostname"},
+	}); err != nil {
+		return fmt.Errorf("control plane: %w", err)
+	}
+	step(fmt.Sprintf("control plane at %s usable after %s", c.cp.URL, time.Since(start).Round(time.Second)))
+	if err := c.forwardAPIServer(); err != nil {
+		return err
+	}
+	c.api = &apiServer{client: c.cp.Client, server: c.state.APIServer, nodeURL: c.cp.URL, caPEM: c.cp.CAPEM, token: c.cp.BootstrapToken}
+	return nil
 }
 
 // forwardAPIServer serves the API server on a free port of the host's
@@ -240,6 +293,10 @@ func (c *Cluster) nodeConfigs() ([]*machineconfig.Bundle, error) {
 	var bundles []*machineconfig.Bundle
 	var ca *machineconfig.CA
 	var endpoints []string
+	serviceCIDRs, err := c.api.serviceCIDRs()
+	if err != nil {
+		return nil, err
+	}
 	for i := range o.Nodes {
 		name := fmt.Sprintf("node-%d", i+1)
 		port, err := freePort()
@@ -260,13 +317,13 @@ func (c *Cluster) nodeConfigs() ([]*machineconfig.Bundle, error) {
 			MAC: nodeMAC(i).String(), Addresses: []string{netip.PrefixFrom(addr, o.Network.Bits()).String()},
 		})
 		cfg.Cluster = &machineconfig.Cluster{
-			Server:         "https://" + net.JoinHostPort(c.net.host().String(), strconv.Itoa(APIServerPort)),
-			CA:             string(c.cp.CAPEM),
-			BootstrapToken: c.cp.BootstrapToken,
+			Server:         c.api.nodeURL,
+			CA:             string(c.api.caPEM),
+			BootstrapToken: c.api.token,
 			NodeIP:         addr.String(),
-			ClusterCIDRs:   []string{DefaultPodCIDR},
-			ServiceCIDRs:   []string{DefaultServiceCIDR},
-			ClusterDNS:     []string{DNSServiceIP},
+			ClusterCIDRs:   []string{o.PodCIDR.String()},
+			ServiceCIDRs:   serviceCIDRs,
+			ClusterDNS:     []string{c.state.DNS},
 		}
 		cfg.Containerd.Registries = []machineconfig.Registry{{Host: c.state.NodeRegistry, Endpoints: []string{"http://" + c.state.NodeRegistry}}}
 		// Checked as the node will read it: defaults applied, then validated.
@@ -416,7 +473,7 @@ func (c *Cluster) waitNode(ctx context.Context, n *node, start time.Time) error 
 	defer tick.Stop()
 	why := "not registered yet"
 	for {
-		node, err := c.cp.Client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+		node, err := c.api.client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
 		if err == nil {
 			why = "no Ready condition yet"
 			for _, cond := range node.Status.Conditions {
@@ -498,6 +555,10 @@ func (c *Cluster) Destroy() error {
 	if c.cp != nil {
 		c.opts.Progress("stopping the control plane")
 		errs = append(errs, c.cp.Stop())
+	}
+	if c.api != nil && c.api.external {
+		c.opts.Progress("removing the nodes from the existing cluster")
+		errs = append(errs, c.leave())
 	}
 	if c.net != nil {
 		errs = append(errs, c.net.remove())

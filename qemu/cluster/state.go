@@ -37,13 +37,18 @@ type State struct {
 	// Ready.
 	ReadyAfter string `json:"readyAfter,omitempty"`
 	Netns      string `json:"netns"`
-	// APIServer is the API server's address on the host's loopback.
+	// APIServer is the API server's address: its own control plane's
+	// forwarded to the host's loopback, or the existing cluster's.
 	APIServer string `json:"apiServer,omitempty"`
 	// Registry is the cluster's image registry on the host's loopback,
 	// where users push; the nodes pull the same images from NodeRegistry.
-	Registry     string      `json:"registry,omitempty"`
-	NodeRegistry string      `json:"nodeRegistry,omitempty"`
-	Kubeconfig   string      `json:"kubeconfig"`
+	Registry     string `json:"registry,omitempty"`
+	NodeRegistry string `json:"nodeRegistry,omitempty"`
+	Kubeconfig   string `json:"kubeconfig"`
+	// DNS is the cluster DNS Service's address; DeployedDNS says the
+	// cluster deployed it (CoreDNS), rather than found it.
+	DNS          string      `json:"dns,omitempty"`
+	DeployedDNS  bool        `json:"deployedDNS,omitempty"`
 	ClientConfig string      `json:"clientConfig"` // cairn node's, with every node's endpoint
 	Nodes        []NodeState `json:"nodes,omitempty"`
 }

@@ -19,11 +19,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/cairn-os/cairn/qemu"
 	"github.com/cairn-os/cairn/qemu/cluster"
 	"github.com/cairn-os/cairn/test/conformance"
 	"github.com/cairn-os/cairn/test/kube"
@@ -275,6 +277,71 @@ func TestClusterDegraded(t *testing.T) {
 		t.Errorf("status printed:\n%s\nwant node-1 Ready True", out)
 	}
 	destroy(t)
+}
+
+// TestClusterExternal: with --kubeconfig, the nodes join an existing
+// cluster (a control plane on the host's loopback, reached from the VMs
+// through QEMU's user networking) instead of one the command starts; the
+// cluster's DNS is deployed there, and destroy takes out what it added.
+func TestClusterExternal(t *testing.T) {
+	kc := kube.Start(t, kube.Options{
+		PodCIDR: cluster.DefaultPodCIDR, ServingIPs: []net.IP{net.ParseIP(qemu.HostAddress)}, Scheduler: true,
+		// Pods (CoreDNS) reach the kubernetes Service's endpoint as the
+		// nodes reach the server: at QEMU's host address.
+		APIServerFlags: []string{"--advertise-address=" + qemu.HostAddress, "--endpoint-reconciler-type=lease"},
+	})
+	create, dir, destroy := clusterCommand(t)
+	start := time.Now()
+	cairn(t, append(create, "--nodes", "1", "--memory", "1536", "--kubeconfig", kc.AdminKubeconfig)...)
+	t.Logf("cluster create on an existing control plane: 1 node Ready %s after the command started", time.Since(start).Round(time.Second))
+	state, err := cluster.ReadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state.Phase != cluster.PhaseReady || state.Kubeconfig != kc.AdminKubeconfig || !state.DeployedDNS {
+		t.Errorf("state: phase %s, kubeconfig %s, DNS deployed %v; want ready, %s, deployed", state.Phase, state.Kubeconfig, state.DeployedDNS, kc.AdminKubeconfig)
+	}
+	ctx := context.Background()
+	node, err := kc.Client.CoreV1().Nodes().Get(ctx, "node-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !nodeReady(node) {
+		t.Errorf("node-1's conditions in the existing cluster: %v, want Ready", node.Status.Conditions)
+	}
+	svc, err := kc.Client.CoreV1().Services(metav1.NamespaceSystem).Get(ctx, "kube-dns", metav1.GetOptions{})
+	if err != nil || svc.Spec.ClusterIP != state.DNS {
+		t.Errorf("kube-dns Service in the existing cluster: %v (IP %v), want it at %s", err, svc.Spec.ClusterIP, state.DNS)
+	}
+	tokens, err := kc.Client.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{FieldSelector: "type=bootstrap.kubernetes.io/token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := len(tokens.Items)
+
+	destroy(t)
+	if _, err := kc.Client.CoreV1().Nodes().Get(ctx, "node-1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("node-1 after destroy: %v, want it deleted", err)
+	}
+	if _, err := kc.Client.AppsV1().Deployments(metav1.NamespaceSystem).Get(ctx, "coredns", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("CoreDNS after destroy: %v, want it deleted", err)
+	}
+	if tokens, err = kc.Client.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{FieldSelector: "type=bootstrap.kubernetes.io/token"}); err != nil || len(tokens.Items) != before-1 {
+		t.Errorf("bootstrap tokens after destroy: %d (%v), want the cluster's gone of %d", len(tokens.Items), err, before)
+	}
+	if _, err := kc.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("the existing cluster after destroy: %v, want it still serving", err)
+	}
+}
+
+// nodeReady says whether n's Ready condition is True.
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // createCluster runs `cairn qemu cluster create` for a cluster of n nodes

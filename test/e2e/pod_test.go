@@ -19,13 +19,13 @@ import (
 
 	"github.com/cairn-os/cairn/api/client"
 	"github.com/cairn-os/cairn/api/machine"
+	"github.com/cairn-os/cairn/qemu"
 	"github.com/cairn-os/cairn/test/kube"
 	"github.com/cairn-os/cairn/test/poll"
 )
 
-// guestHost is the host as the guest sees it with QEMU user networking:
-// its packets arrive on the host's loopback.
-const guestHost = "10.0.2.2"
+// guestHost is the host as the guest sees it.
+const guestHost = qemu.HostAddress
 
 // testPod checks, on a booted node whose machine config joins kc, that
 // the node registers and becomes Ready (its pod network written from the
