@@ -237,7 +237,7 @@ func TestClusterDegraded(t *testing.T) {
 		out, err := cairnCLI(ctx, append(create, "--nodes", "2", "--memory", "1536")...)
 		done <- result{out, err}
 	}()
-	// node-2's QEMU, once it has written to its console, is killed.
+	// node-2's QEMU, once init logs on its console, is killed.
 	disk := filepath.Join(dir, "node-2", "disk.qcow2")
 	var pid int
 	poll.Until(t, 10*time.Minute, "node-2's QEMU booting", func() error {
@@ -248,8 +248,8 @@ func TestClusterDegraded(t *testing.T) {
 		if pid, err = strconv.Atoi(strings.Fields(string(out))[0]); err != nil {
 			return err
 		}
-		if st, err := os.Stat(disk + ".console.log"); err != nil || st.Size() == 0 {
-			return fmt.Errorf("console: %v", err)
+		if b, err := os.ReadFile(disk + ".console.log"); err != nil || !strings.Contains(string(b), "cairn: ") {
+			return fmt.Errorf("console: no line of init's yet (%v)", err)
 		}
 		return nil
 	})
@@ -260,7 +260,7 @@ func TestClusterDegraded(t *testing.T) {
 	if r.err == nil {
 		t.Fatalf("create with node-2's QEMU killed succeeded:\n%s", r.out)
 	}
-	for _, want := range []string{"cluster degraded: node-2: qemu exited before the node was ready", "console:", "node-1: Ready after"} {
+	for _, want := range []string{"cluster degraded: node-2: qemu exited before the node was ready", "console:\n", "\n  cairn: ", "node-1: Ready after"} {
 		if !strings.Contains(r.out, want) {
 			t.Errorf("create printed:\n%s\nwant %q", r.out, want)
 		}
