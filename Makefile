@@ -152,9 +152,10 @@ demo: deps cluster coredns build
 # then destroy (test/e2e TestCluster); and a cluster whose second node's
 # QEMU dies while it boots, which create names while the first joins
 # (TestClusterDegraded); and one node joining a control plane on the
-# host's loopback with --kubeconfig (TestClusterExternal).
+# host's loopback with --kubeconfig (TestClusterExternal); and make demo's
+# script, its app reached on both nodes (TestDemo).
 test-cluster: deps cluster coredns build
-	$(TEST_ENV) $(GO) test -v -tags 'e2e cluster' -run '^TestCluster(Degraded|External)?$$' -timeout 60m -count=1 ./test/e2e/
+	$(TEST_ENV) $(GO) test -v -tags 'e2e cluster' -run '^Test(Cluster(Degraded|External)?|Demo)$$' -timeout 60m -count=1 ./test/e2e/
 
 bench: deps bench-pods bench-streams bench-storage bench-proxy bench-podnet bench-policy bench-cluster
 	$(GO) test -tags e2e -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/e2e/

@@ -2,21 +2,23 @@
 # make demo: a cluster of two Cairn nodes in QEMU (cairn qemu cluster) and
 # a sample app on it, a Deployment of two pods behind a NodePort Service;
 # prints how to reach it. The cluster stays until
-# `_out/bin/cairn qemu cluster destroy --name demo`.
+# `_out/bin/cairn qemu cluster destroy --name demo`. CAIRN_DEMO_NAME names
+# the cluster otherwise (a test runs the demo beside a user's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 out=_out
+name=${CAIRN_DEMO_NAME:-demo}
 cairn="$out/bin/cairn"
-kubectl="$out/cluster/bin/kubectl --kubeconfig $out/clusters/demo/kubeconfig"
+kubectl="$out/cluster/bin/kubectl --kubeconfig $out/clusters/$name/kubeconfig"
 port=30080
 
-"$cairn" qemu cluster create --name demo --nodes 2 --node-port "$port"
+"$cairn" qemu cluster create --name "$name" --nodes 2 --node-port "$port"
 
 # The app: test/images/hello answering HTTP with its pod's name.
 CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags '-s -w' -o "$out/demo/hello" ./test/images/hello
-"$cairn" qemu cluster push --name demo "$out/demo/hello" demo/hello:v1
-registry=$(sed -n 's/.*"nodeRegistry": "\(.*\)".*/\1/p' "$out/clusters/demo/state.json")
+"$cairn" qemu cluster push --name "$name" "$out/demo/hello" demo/hello:v1
+registry=$(sed -n 's/.*"nodeRegistry": "\(.*\)".*/\1/p' "$out/clusters/$name/state.json")
 
 $kubectl apply -f - <<YAML
 apiVersion: apps/v1
@@ -51,7 +53,7 @@ $kubectl get pods -o wide
 
 echo
 echo "The app answers on each node's NodePort $port, forwarded to this machine:"
-"$cairn" qemu cluster status --name demo | awk 'NR > 1 && $1 ~ /^node-/ { print "  curl http://" $4 "/" }'
+"$cairn" qemu cluster status --name "$name" | awk 'NR > 1 && $1 ~ /^node-/ { print "  curl http://" $4 "/" }'
 echo "Inside the cluster it is http://hello.default.svc.cluster.local/."
 echo "kubectl: $kubectl get pods -o wide"
-echo "When done: $cairn qemu cluster destroy --name demo"
+echo "When done: $cairn qemu cluster destroy --name $name"

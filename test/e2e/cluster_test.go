@@ -6,7 +6,9 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -342,6 +344,54 @@ func nodeReady(n *corev1.Node) bool {
 		}
 	}
 	return false
+}
+
+// TestDemo runs make demo's script (hack/demo.sh) as a user would, from
+// the repository's root: each URL it prints answers "hello from" a pod of
+// the Deployment, and both pods answer, one on each node.
+func TestDemo(t *testing.T) {
+	name := fmt.Sprintf("demo-e2e-%d", os.Getpid())
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd := exec.Command(filepath.Join(binDir, "cairn"), "qemu", "cluster", "--name", name, "destroy")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("destroy: %v\n%s", err, out)
+		}
+	})
+	cmd := exec.Command("bash", "hack/demo.sh")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CAIRN_DEMO_NAME="+name)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("hack/demo.sh: %v\n%s", err, out)
+	}
+	urls := regexp.MustCompile(`curl (http://127\.0\.0\.1:\d+/)`).FindAllStringSubmatch(string(out), -1)
+	if len(urls) != 2 {
+		t.Fatalf("hack/demo.sh printed %d URLs, want one per node:\n%s", len(urls), out)
+	}
+	// A connection each: the Service picks a pod per connection.
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	from := map[string]bool{}
+	for i := range 20 {
+		u := urls[i%2][1]
+		resp, err := client.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || !strings.HasPrefix(string(b), "hello from hello-") {
+			t.Fatalf("GET %s = %q, %v; want hello from a pod of the Deployment", u, b, err)
+		}
+		from[strings.TrimSpace(string(b))] = true
+	}
+	if len(from) != 2 {
+		t.Errorf("20 requests were answered by %v, want both pods", from)
+	}
 }
 
 // createCluster runs `cairn qemu cluster create` for a cluster of n nodes
