@@ -4,7 +4,6 @@ package conformance
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"testing"
