@@ -91,7 +91,7 @@ returns; it shows that process's progress until every node is Ready. With
 	f.IntVar(&o.Nodes, "nodes", 2, "how many nodes")
 	f.StringVar(&network, "network", cluster.DefaultNetwork, "the nodes' network: the control plane takes its first address, node-N the (10+N)th")
 	f.StringVar(&podCIDR, "pod-cidr", cluster.DefaultPodCIDR, "the cluster's pod network; with --kubeconfig, the one its kube-controller-manager gives ranges of")
-	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "join the nodes to this existing cluster instead of starting a control plane (its server on the host's loopback must have 10.0.2.2 in its certificate)")
+	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "join the nodes to this existing cluster instead of starting a control plane (its server on the host's loopback must have "+qemu.HostAddress+" in its certificate)")
 	f.IntVar(&o.NodePort, "node-port", 0, "a NodePort to forward from the host's loopback to each node (status shows where)")
 	f.IntVar(&o.MemoryMiB, "memory", 2048, "memory of each node in MiB")
 	f.IntVar(&o.CPUs, "cpus", 2, "virtual CPUs of each node")

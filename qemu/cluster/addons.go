@@ -119,7 +119,7 @@ const corefile = `.:53 {
 // the API server puts it. An existing cluster that has a kube-dns
 // Service keeps its own DNS. State.DNS is the address either way.
 func (c *Cluster) deployDNS(ctx context.Context) error {
-	const ns, app = metav1.NamespaceSystem, "coredns"
+	const ns, app = metav1.NamespaceSystem, dnsApp
 	cs := c.api.client
 	if c.api.external {
 		svc, err := cs.CoreV1().Services(ns).Get(ctx, dnsService, metav1.GetOptions{})
@@ -149,7 +149,7 @@ func (c *Cluster) deployDNS(ctx context.Context) error {
 		},
 		func() error {
 			_, err := cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-				ObjectMeta: metav1.ObjectMeta{Name: "system:coredns"},
+				ObjectMeta: metav1.ObjectMeta{Name: dnsRole},
 				Rules: []rbacv1.PolicyRule{
 					{APIGroups: []string{""}, Resources: []string{"services", "pods", "namespaces"}, Verbs: []string{"list", "watch"}},
 					{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
@@ -159,8 +159,8 @@ func (c *Cluster) deployDNS(ctx context.Context) error {
 		},
 		func() error {
 			_, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: "system:coredns"},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:coredns"},
+				ObjectMeta: metav1.ObjectMeta{Name: dnsRole},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: dnsRole},
 				Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: app, Namespace: ns}},
 			}, metav1.CreateOptions{})
 			return err
@@ -194,9 +194,15 @@ func (c *Cluster) deployDNS(ctx context.Context) error {
 	return nil
 }
 
-// dnsService is the cluster DNS's Service in kube-system, by the name
-// kubeadm and the conformance suite know it.
-const dnsService = "kube-dns"
+// Names of what deployDNS makes, as kubeadm names them: dnsService is the
+// cluster DNS's Service in kube-system, as the conformance suite knows
+// it; dnsApp the Deployment, its ServiceAccount and ConfigMap; dnsRole
+// the ClusterRole and its binding.
+const (
+	dnsService = "kube-dns"
+	dnsApp     = "coredns"
+	dnsRole    = "system:coredns"
+)
 
 // removeDNS deletes what deployDNS made: from an existing cluster, which
 // outlives this one.
@@ -205,12 +211,12 @@ func (c *Cluster) removeDNS(ctx context.Context) error {
 	cs := c.api.client
 	var errs []error
 	for _, err := range []error{
-		cs.AppsV1().Deployments(ns).Delete(ctx, "coredns", metav1.DeleteOptions{}),
+		cs.AppsV1().Deployments(ns).Delete(ctx, dnsApp, metav1.DeleteOptions{}),
 		cs.CoreV1().Services(ns).Delete(ctx, dnsService, metav1.DeleteOptions{}),
-		cs.CoreV1().ConfigMaps(ns).Delete(ctx, "coredns", metav1.DeleteOptions{}),
-		cs.CoreV1().ServiceAccounts(ns).Delete(ctx, "coredns", metav1.DeleteOptions{}),
-		cs.RbacV1().ClusterRoleBindings().Delete(ctx, "system:coredns", metav1.DeleteOptions{}),
-		cs.RbacV1().ClusterRoles().Delete(ctx, "system:coredns", metav1.DeleteOptions{}),
+		cs.CoreV1().ConfigMaps(ns).Delete(ctx, dnsApp, metav1.DeleteOptions{}),
+		cs.CoreV1().ServiceAccounts(ns).Delete(ctx, dnsApp, metav1.DeleteOptions{}),
+		cs.RbacV1().ClusterRoleBindings().Delete(ctx, dnsRole, metav1.DeleteOptions{}),
+		cs.RbacV1().ClusterRoles().Delete(ctx, dnsRole, metav1.DeleteOptions{}),
 	} {
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, err)
@@ -225,14 +231,14 @@ const coreDNSTag = "v1.15.0"
 func createDNSDeployment(ctx context.Context, cs kubernetes.Interface, image string, labels map[string]string) error {
 	replicas := int32(1)
 	_, err := cs.AppsV1().Deployments(metav1.NamespaceSystem).Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "coredns", Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: dnsApp, Labels: labels},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: &replicas,
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
-					ServiceAccountName: "coredns",
+					ServiceAccountName: dnsApp,
 					PriorityClassName:  "system-cluster-critical",
 					// Its own names come from the node, not from itself.
 					DNSPolicy: corev1.DNSDefault,
@@ -249,7 +255,7 @@ func createDNSDeployment(ctx context.Context, cs kubernetes.Interface, image str
 							PeriodSeconds: 2},
 					}},
 					Volumes: []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{
-						ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "coredns"}},
+						ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: dnsApp}},
 					}}},
 				},
 			},
@@ -264,11 +270,11 @@ func (c *Cluster) waitDNS(ctx context.Context) error {
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	for {
-		slices, err := c.api.client.DiscoveryV1().EndpointSlices(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{
+		list, err := c.api.client.DiscoveryV1().EndpointSlices(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{
 			LabelSelector: discoveryv1.LabelServiceName + "=" + dnsService,
 		})
 		if err == nil {
-			for _, s := range slices.Items {
+			for _, s := range list.Items {
 				for _, e := range s.Endpoints {
 					if e.Conditions.Ready != nil && *e.Conditions.Ready {
 						return nil

@@ -42,7 +42,7 @@ func external(path string) (*apiServer, error) {
 	if len(ca) == 0 {
 		return nil, fmt.Errorf("kubeconfig %s names no CA of the API server: the nodes need it to trust the server", path)
 	}
-	nodeURL, err := nodeURL(cfg.Host)
+	forNodes, err := nodeURL(cfg.Host)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
 	}
@@ -57,7 +57,7 @@ func external(path string) (*apiServer, error) {
 	if err := controlplane.PrepareForNodes(cs, token, cfg.Host, ca); err != nil {
 		return nil, fmt.Errorf("prepare %s for the nodes: %w", cfg.Host, err)
 	}
-	return &apiServer{client: cs, server: strings.TrimPrefix(cfg.Host, "https://"), nodeURL: nodeURL, caPEM: ca, token: token, external: true}, nil
+	return &apiServer{client: cs, server: strings.TrimPrefix(cfg.Host, "https://"), nodeURL: forNodes, caPEM: ca, token: token, external: true}, nil
 }
 
 // nodeURL is the API server at server as the nodes reach it: one on the
